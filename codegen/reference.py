@@ -1,0 +1,219 @@
+"""The numpy reference backend: a direct, vectorised interpreter of the IR.
+
+Each tensor is evaluated over its whole box at once: axis ``k`` is an
+``arange`` along array dimension ``k`` and every reduction appends its axes as
+trailing dimensions. A boolean *mask* travels with the evaluation so that the
+IR's "outside a domain is never evaluated" holds: masked-out reads are
+redirected to index 0 (never checked, never faulting) and masked-out values
+never reach a result. It favours clarity over speed: it is the oracle the C
+backend is tested against.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read,
+                           Reduce, ScatterAdd, Select, SelfRef, SizeVar, Tensor, Unary, topo_order)
+
+_NP = {"bool": np.bool_, "int32": np.int32, "int64": np.int64,
+       "float32": np.float32, "float64": np.float64}
+
+
+def _lift(a: np.ndarray, depth: int) -> np.ndarray:
+    a = np.asarray(a)
+    return a.reshape(a.shape + (1,) * (depth - a.ndim)) if a.ndim < depth else a
+
+
+def _and(m: Optional[np.ndarray], c: np.ndarray) -> np.ndarray:
+    return c if m is None else (m & c)
+
+
+def identity(op: str, dtype: str):
+    """The value of an empty reduction."""
+    if op == "sum":
+        return _NP[dtype](0)
+    if dtype.startswith("float"):
+        return _NP[dtype](-np.inf if op == "max" else np.inf)
+    info = np.iinfo(_NP[dtype])
+    return _NP[dtype](info.min if op == "max" else info.max)
+
+
+class _Eval:
+    def __init__(self, env: Dict[int, np.ndarray], sizes: Dict[str, int], owner: Tensor):
+        self.env, self.sizes, self.owner = env, sizes, owner
+
+    def ev(self, e: Expr, ctx: Dict[int, np.ndarray], depth: int, mask) -> np.ndarray:
+        dt = _NP[e.dtype]
+        match e:
+            case Const(v, _):
+                return _lift(np.asarray(v, dtype=dt), depth)
+            case SizeVar(name):
+                return _lift(np.asarray(self.sizes[name], dtype=np.int64), depth)
+            case Axis():
+                return _lift(ctx[e.uid], depth)
+            case Cast(a, _):
+                return self.ev(a, ctx, depth, mask).astype(dt)
+            case Unary(op, a, _):
+                return _unary(op, self.ev(a, ctx, depth, mask)).astype(dt, copy=False)
+            case Binary(op, a, b, _):
+                x, y = self.ev(a, ctx, depth, mask), self.ev(b, ctx, depth, mask)
+                return np.asarray(_binary(op, x, y)).astype(dt, copy=False)
+            case Select(c, a, b, _):
+                cv = self.ev(c, ctx, depth, mask)
+                x = self.ev(a, ctx, depth, _and(mask, cv))
+                y = self.ev(b, ctx, depth, _and(mask, ~cv))
+                return np.where(cv, x, y).astype(dt, copy=False)
+            case Read(t, idx, _):
+                return self._read(t, [self.ev(i, ctx, depth, mask) for i in idx], mask, depth)
+            case Reduce(op, body, axes, where, _):
+                return self._reduce(e, ctx, depth, mask)
+        raise TypeError(f"cannot evaluate {type(e).__name__}")
+
+    def _read(self, t: Tensor, idx: List[np.ndarray], mask, depth: int) -> np.ndarray:
+        arr = self.env[t.uid]
+        if not idx:
+            return _lift(arr, depth)
+        idx = np.broadcast_arrays(*idx, *( [mask] if mask is not None else []))
+        live = idx[-1] if mask is not None else None
+        idx = idx[:len(arr.shape)]
+        safe = []
+        for d, (ix, n) in enumerate(zip(idx, arr.shape)):
+            bad = (ix < 0) | (ix >= n)
+            if live is not None:
+                bad &= live
+            if bad.any():
+                pos = tuple(int(p[0]) for p in np.nonzero(bad))
+                raise IndexError(
+                    f"tensor {self.owner.name!r} (defined at {self.owner.origin}) reads "
+                    f"{t.name!r} at index {int(ix[pos])} in dimension {d}, outside its size {n}")
+            safe.append(np.where(live, ix, 0) if live is not None else ix)
+        return arr[tuple(safe)]
+
+    def _reduce(self, e: Reduce, ctx, depth, mask) -> np.ndarray:
+        inner = dict(ctx)
+        k = len(e.axes)
+        for j, ax in enumerate(e.axes):
+            lo = int(self.ev(ax.lo, ctx, 0, None))
+            hi = int(self.ev(ax.hi, ctx, 0, None))
+            shape = (1,) * (depth + j) + (max(hi - lo, 0),) + (1,) * (k - j - 1)
+            inner[ax.uid] = np.arange(lo, max(hi, lo), dtype=np.int64).reshape(shape)
+        d2 = depth + k
+        m = None if mask is None else _lift(mask, d2)
+        if e.where is not None:
+            m = _and(m, self.ev(e.where, inner, d2, m))
+        body = self.ev(e.body, inner, d2, m)
+        full = tuple(inner[ax.uid].shape[depth + j] for j, ax in enumerate(e.axes))
+        target = np.broadcast_shapes(body.shape, (1,) * depth + full,
+                                     *(() if m is None else (m.shape,)))
+        body = np.broadcast_to(body, target)
+        ident = identity(e.op, e.dtype)
+        if m is not None:
+            body = np.where(m, body, ident)
+        red = tuple(range(depth, d2))
+        if e.op == "sum":
+            out = body.sum(axis=red, dtype=_NP[e.dtype])
+        elif body.shape and any(body.shape[a] == 0 for a in red):
+            out = np.full(tuple(s for a, s in enumerate(body.shape) if a not in red), ident)
+        else:
+            out = (body.max if e.op == "max" else body.min)(axis=red)
+        return np.asarray(out, dtype=_NP[e.dtype])
+
+
+def _binary(op: str, x, y):
+    if op == "add":
+        return x + y
+    if op == "sub":
+        return x - y
+    if op == "mul":
+        return x * y
+    if op == "div":
+        return x / y
+    if op in ("floordiv", "mod"):
+        if np.issubdtype(np.result_type(x, y), np.integer):
+            safe = np.where(y == 0, 1, y)
+            r = (x // safe) if op == "floordiv" else (x % safe)
+            return np.where(y == 0, 0, r)
+        if op == "floordiv":
+            return np.floor(x / y)
+        return x - y * np.floor(x / y)
+    if op == "pow":
+        return np.power(x, y)
+    if op == "max":
+        return np.maximum(x, y)
+    if op == "min":
+        return np.minimum(x, y)
+    return {"lt": np.less, "le": np.less_equal, "eq": np.equal, "ne": np.not_equal,
+            "gt": np.greater, "ge": np.greater_equal, "and": np.logical_and,
+            "or": np.logical_or}[op](x, y)
+
+
+def _unary(op: str, x):
+    if op == "neg":
+        return -x
+    if op == "not":
+        return ~x
+    if op == "sigmoid":
+        return 1 / (1 + np.exp(-x))
+    return getattr(np, {"abs": "abs"}.get(op, op))(x)
+
+
+def evaluate(t: Tensor, env: Dict[int, np.ndarray], sizes: Dict[str, int], shape) -> np.ndarray:
+    """Evaluate one tensor definition given its producers' values in ``env``."""
+    ev = _Eval(env, sizes, t)
+    dt = _NP[t.dtype]
+    n = len(shape)
+    match t:
+        case Compute(carry=None):
+            ctx = {ax.uid: np.arange(s, dtype=np.int64).reshape((1,) * k + (s,) + (1,) * (n - k - 1))
+                   for k, (ax, s) in enumerate(zip(t.axes, shape))}
+            return np.array(np.broadcast_to(ev.ev(t.body, ctx, n, None), shape), dtype=dt)
+        case Compute():
+            out = np.zeros(shape, dtype=dt)
+            env[t.self_ref.uid] = out
+            c = t.carry.axis
+            steps = range(shape[c]) if t.carry.step > 0 else range(shape[c] - 1, -1, -1)
+            for v in steps:
+                ctx = {}
+                for k, (ax, s) in enumerate(zip(t.axes, shape)):
+                    vals = np.array([v]) if k == c else np.arange(s)
+                    ctx[ax.uid] = vals.astype(np.int64).reshape(
+                        (1,) * k + (len(vals),) + (1,) * (n - k - 1))
+                slab = ev.ev(t.body, ctx, n, None)
+                sl = tuple(slice(v, v + 1) if k == c else slice(None) for k in range(n))
+                out[sl] = np.broadcast_to(slab, out[sl].shape)
+            return out
+        case ScatterAdd():
+            out = np.zeros(shape, dtype=dt)
+            m = len(t.axes)
+            ctx = {}
+            for k, ax in enumerate(t.axes):
+                lo, hi = int(ev.ev(ax.lo, {}, 0, None)), int(ev.ev(ax.hi, {}, 0, None))
+                ctx[ax.uid] = np.arange(lo, hi, dtype=np.int64).reshape(
+                    (1,) * k + (hi - lo,) + (1,) * (m - k - 1))
+            grid = tuple(ctx[ax.uid].shape[k] for k, ax in enumerate(t.axes))
+            mask = np.ones(grid, dtype=bool)
+            if t.where is not None:
+                mask = mask & ev.ev(t.where, ctx, m, None)
+            idx = [np.broadcast_to(ev.ev(i, ctx, m, mask), grid) for i in t.indices]
+            val = np.broadcast_to(ev.ev(t.value, ctx, m, mask), grid)
+            sel = tuple(i[mask] for i in idx)
+            for d, (ix, s) in enumerate(zip(sel, shape)):
+                if ix.size and (ix.min() < 0 or ix.max() >= s):
+                    bad = int(ix[(ix < 0) | (ix >= s)][0])
+                    raise IndexError(f"tensor {t.name!r} (defined at {t.origin}) scatters to "
+                                     f"index {bad} in dimension {d}, outside its size {s}")
+            np.add.at(out, sel, val[mask].astype(dt))
+            return out
+    raise TypeError(f"cannot evaluate {t!r}")
+
+
+def run(outputs, inputs, arrays, sizes, shape_of) -> List[np.ndarray]:
+    """Evaluate ``outputs`` given input arrays; ``shape_of(t)`` gives concrete shapes."""
+    env: Dict[int, np.ndarray] = {t.uid: a for t, a in zip(inputs, arrays)}
+    with np.errstate(all="ignore"):
+        for t in topo_order(outputs):
+            if t.uid not in env:
+                env[t.uid] = evaluate(t, env, sizes, shape_of(t))
+    return [env[t.uid].copy() if isinstance(t, Placeholder) else env[t.uid] for t in outputs]

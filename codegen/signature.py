@@ -1,0 +1,133 @@
+"""The calling convention shared by every backend: inputs, sizes, validation.
+
+A built function takes its inputs positionally or by name, binds every symbolic
+size from the shapes of the arrays, checks count, dtype, shape and layout, and
+computes the output shapes. Errors name the input and say what to do.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from tensorexpr.errors import TensorExprError, describe
+from tensorexpr.ir import Placeholder, SizeVar, Tensor, topo_order, size_vars, tensor_exprs
+from tensorexpr.transform import eval_int, substitute
+from tensorexpr.ir import Const
+
+
+def _tensor_size_vars(t: Tensor) -> set:
+    out = set()
+    for d in t.dims:
+        out |= size_vars(d)
+    for e in tensor_exprs(t):
+        out |= size_vars(e)
+    for ax in getattr(t, "axes", ()):
+        out |= size_vars(ax.hi) | size_vars(ax.lo)
+    return out
+
+
+class Signature:
+    """Inputs, outputs and the size variables of one built program.
+
+    >>> import tensorexpr as te
+    >>> n = te.var("n")
+    >>> A = te.placeholder((n,), name="A")
+    >>> B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
+    >>> sig = Signature([B], [A])
+    >>> sig.size_names
+    ['n']
+    """
+
+    def __init__(self, outputs: Sequence[Tensor], inputs: Sequence[Tensor]):
+        self.outputs = list(outputs)
+        self.inputs = list(inputs)
+        self.order = topo_order(self.outputs)
+        input_uids = {t.uid for t in self.inputs}
+        for t in self.inputs:
+            if not isinstance(t, Placeholder):
+                raise TypeError(f"inputs must be placeholders; {describe(t)} is computed")
+        if len(input_uids) != len(self.inputs):
+            raise ValueError("the same placeholder is listed twice in inputs")
+        for t in self.order:
+            if isinstance(t, Placeholder) and t.uid not in input_uids:
+                raise TensorExprError(
+                    f"{describe(t)} is read by the program but is not among inputs= "
+                    f"({', '.join(i.name for i in self.inputs)}); add it, or pass inputs=None")
+        names: set = set()
+        for t in self.order + self.inputs:
+            names |= _tensor_size_vars(t)
+        self.size_names = sorted(names)
+        # Where each size comes from: the first input dimension that is exactly it.
+        self.size_source: Dict[str, Tuple[int, int]] = {}
+        for k, t in enumerate(self.inputs):
+            for d, dim in enumerate(t.dims):
+                if isinstance(dim, SizeVar):
+                    self.size_source.setdefault(dim.name, (k, d))
+        missing = [n for n in self.size_names if n not in self.size_source]
+        if missing:
+            raise TensorExprError(
+                f"size {missing[0]!r} cannot be bound at call time: no input has a dimension "
+                f"that is exactly {missing[0]!r}; give some input that dimension or use a constant")
+        self.input_names = [t.name for t in self.inputs]
+
+    def shape(self, t: Tensor, sizes: Dict[str, int]) -> Tuple[int, ...]:
+        """The concrete shape of ``t`` once sizes are known."""
+        binding = {SizeVar(n): Const(v, "int64") for n, v in sizes.items()}
+        return tuple(int(eval_int(substitute(d, binding))) for d in t.dims)
+
+    def bind(self, args: tuple, kwargs: dict) -> Tuple[List[np.ndarray], Dict[str, int]]:
+        """Validate a call and return (input arrays in order, size values)."""
+        n = len(self.inputs)
+        if len(args) > n:
+            raise TypeError(f"the function takes {n} input(s) ({', '.join(self.input_names)}); "
+                            f"got {len(args)} positional arguments")
+        values = list(args) + [None] * (n - len(args))
+        given = [k < len(args) for k in range(n)]
+        index = {}
+        for k, name in enumerate(self.input_names):
+            index.setdefault(name, k)
+        for key, val in kwargs.items():
+            if key not in index:
+                raise TypeError(f"unexpected input {key!r}; the inputs are "
+                                f"{', '.join(self.input_names)}")
+            k = index[key]
+            if given[k]:
+                raise TypeError(f"input {key!r} given twice (positionally and by name)")
+            values[k], given[k] = val, True
+        if not all(given):
+            miss = [self.input_names[k] for k in range(n) if not given[k]]
+            raise TypeError(f"missing input(s): {', '.join(miss)}")
+        arrays = [self._array(t, v) for t, v in zip(self.inputs, values)]
+        sizes: Dict[str, int] = {}
+        for name in self.size_names:
+            k, d = self.size_source[name]
+            sizes[name] = int(arrays[k].shape[d])
+        for t, a in zip(self.inputs, arrays):
+            want = self.shape(t, sizes)
+            if tuple(a.shape) != want:
+                raise ValueError(
+                    f"input {t.name!r} has shape {tuple(a.shape)}, expected {want} "
+                    f"(declared {tuple(str(s) for s in t.shape)} with "
+                    f"{', '.join(f'{k}={v}' for k, v in sizes.items()) or 'no sizes'})")
+        for name, v in sizes.items():
+            if v < 1:
+                raise ValueError(f"size {name!r} is {v}; symbolic sizes must be at least 1")
+        return arrays, sizes
+
+    def _array(self, t: Tensor, v) -> np.ndarray:
+        if isinstance(v, np.ndarray):
+            if v.dtype != np.dtype(t.dtype):
+                raise TypeError(f"input {t.name!r} must be {t.dtype}; got {v.dtype} "
+                                f"(convert with .astype(np.{t.dtype}))")
+        else:
+            try:
+                v = np.asarray(v, dtype=t.dtype)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"input {t.name!r}: cannot convert {type(v).__name__} "
+                                f"to a {t.dtype} array: {exc}") from None
+        if v.ndim != t.ndim:
+            raise ValueError(f"input {t.name!r} must have {t.ndim} dimension(s); "
+                             f"got an array of shape {v.shape}")
+        # Views with strides are copied: kernels index dense row-major buffers.
+        return np.ascontiguousarray(v)

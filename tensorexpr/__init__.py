@@ -1,0 +1,22 @@
+"""tensorexpr: pure tensor expressions, Jacobian-free gradients, generated C.
+
+>>> import numpy as np, tensorexpr as te
+>>> A = te.placeholder((2, 3), name="A")
+>>> k = te.reduce_axis(3, name="k")
+>>> S = te.compute((2,), lambda i: te.sum(A[i, k], axis=k), name="S")
+>>> te.build(S, backend="numpy")(np.ones((2, 3), np.float32))
+array([3., 3.], dtype=float32)
+"""
+from .api import (abs, cast, ceil, compute, const, cos, exp, floor, log, max, maximum, min,
+                  minimum, placeholder, recurrence, reduce_axis, select, sigmoid, sin, sqrt,
+                  sum, tanh, var)
+from .build import Function, build
+from .errors import (BoundsError, CompilerError, CompilerNotFoundError, RecurrenceError,
+                     TensorExprError)
+from .ir import Tensor
+
+__all__ = ["abs", "cast", "ceil", "compute", "const", "cos", "exp", "floor", "log", "max",
+           "maximum", "min", "minimum", "placeholder", "recurrence", "reduce_axis", "select",
+           "sigmoid", "sin", "sqrt", "sum", "tanh", "var", "Function", "build", "BoundsError",
+           "CompilerError", "CompilerNotFoundError", "RecurrenceError", "TensorExprError",
+           "Tensor"]

@@ -1,0 +1,457 @@
+"""The public language: placeholders, computes, reductions, math and selection.
+
+Everything here builds immutable IR (``tensorexpr.ir``); nothing is evaluated
+until ``te.build``.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Callable, Optional, Sequence, Union
+
+from . import ir
+from .errors import TensorExprError, describe, user_origin
+from .ir import (Axis, Binary, Carry, Cast, Compute, Const, Expr, Read, Reduce, Select,
+                 SelfRef, SizeVar, Tensor, Unary, Placeholder, check_dtype, fresh_uid,
+                 is_float, is_int, promote)
+
+Scalar = Union[bool, int, float]
+ExprLike = Union[Expr, Scalar]
+
+# {{{ conversion and promotion
+
+
+def const(value: Scalar, dtype: Optional[str] = None) -> Const:
+    """A literal of the given type (inferred from the Python value if omitted).
+
+    >>> import tensorexpr as te
+    >>> te.const(2, "float32")
+    2.0f
+    """
+    if isinstance(value, Const):
+        value = value.value
+    if dtype is None:
+        dtype = ("bool" if isinstance(value, bool) else
+                 "int64" if isinstance(value, int) else "float32")
+    check_dtype(dtype)
+    if dtype == "bool":
+        value = bool(value)
+    elif is_int(dtype):
+        if isinstance(value, float) and not value.is_integer():
+            raise TypeError(f"{value!r} is not an integer; it cannot be a {dtype} constant")
+        value = int(value)
+    else:
+        value = float(value)
+    return Const(value, dtype)
+
+
+def _is_scalar(x) -> bool:
+    return isinstance(x, (bool, int, float)) and not isinstance(x, Expr)
+
+
+def as_expr(x, like: Optional[str] = None) -> Expr:
+    """Convert ``x`` to an expression; a Python scalar takes the type ``like``."""
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, Tensor):
+        raise TypeError(f"tensor {x.name!r} used as a scalar; index it (e.g. {x.name}[i])")
+    try:
+        import numpy as np
+        if isinstance(x, np.generic):
+            x = x.item()
+    except ImportError:  # pragma: no cover
+        pass
+    if not _is_scalar(x):
+        raise TypeError(f"cannot use {type(x).__name__} {x!r} in a tensor expression")
+    if like is None:
+        return const(x)
+    if isinstance(x, bool):
+        return const(x, "bool" if like == "bool" else like)
+    if isinstance(x, int):
+        return const(x, "int64" if like == "bool" else like)
+    return const(x, like if is_float(like) else "float32")
+
+
+def _coerce_pair(a, b):
+    """Both operands as expressions, Python scalars weakly typed."""
+    if isinstance(a, Expr) and isinstance(b, Expr):
+        return a, b
+    if isinstance(a, Expr):
+        return a, as_expr(b, a.dtype)
+    if isinstance(b, Expr):
+        return as_expr(a, b.dtype), b
+    return as_expr(a), as_expr(b)
+
+
+def cast(x: ExprLike, dtype: str) -> Expr:
+    """Convert ``x`` to ``dtype`` (float to int truncates toward zero, like C).
+
+    >>> import tensorexpr as te
+    >>> te.cast(te.const(1), "float32").dtype
+    'float32'
+    """
+    check_dtype(dtype)
+    x = as_expr(x)
+    if x.dtype == dtype:
+        return x
+    if isinstance(x, Const):
+        v = x.value
+        if dtype == "bool":
+            return Const(bool(v), dtype)
+        if is_int(dtype):
+            if isinstance(v, float) and not math.isfinite(v):
+                return Cast(x, dtype)
+            return Const(int(v), dtype)
+        return Const(float(v), dtype)
+    return Cast(x, dtype)
+
+
+def _to_float(x: Expr) -> Expr:
+    return x if is_float(x.dtype) else cast(x, ir.DEFAULT_FLOAT)
+
+
+# }}}
+
+# {{{ operators
+
+
+def _binary(op: str, a, b) -> Expr:
+    a, b = _coerce_pair(a, b)
+    if op in ir.BINARY_LOGIC:
+        if a.dtype != "bool" or b.dtype != "bool":
+            sym = "&" if op == "and" else "|"
+            raise TypeError(f"'{sym}' takes booleans (comparisons); got {a.dtype} and {b.dtype}")
+        return Binary(op, a, b, "bool")
+    t = promote(a.dtype, b.dtype)
+    if t == "bool" and op not in ir.BINARY_CMP and op not in ("max", "min"):
+        t = "int64"  # arithmetic on booleans counts them, as in numpy
+    if op == "div" and not is_float(t):
+        t = ir.DEFAULT_FLOAT
+    a, b = cast(a, t), cast(b, t)
+    if op in ir.BINARY_CMP:
+        return Binary(op, a, b, "bool")
+    return Binary(op, a, b, t)
+
+
+def _unary(op: str, a) -> Expr:
+    a = as_expr(a)
+    if op == "not":
+        if a.dtype != "bool":
+            raise TypeError(f"'~' takes a boolean; got {a.dtype}")
+        return Unary("not", a, "bool")
+    if op == "neg":
+        if a.dtype == "bool":
+            raise TypeError("cannot negate a boolean; use ~")
+        return Unary("neg", a, a.dtype)
+    if op == "abs" and is_int(a.dtype):
+        return Unary(op, a, a.dtype)
+    if op in ("floor", "ceil") and is_int(a.dtype):
+        return a
+    a = _to_float(a)
+    return Unary(op, a, a.dtype)
+
+
+def _math(op: str, doc: str) -> Callable[[ExprLike], Expr]:
+    def fn(x: ExprLike) -> Expr:
+        return _unary(op, x)
+    fn.__name__ = op
+    fn.__doc__ = (f"Elementwise {doc}.\n\n    >>> import tensorexpr as te\n"
+                  f"    >>> te.{op}(te.const(1.0)).dtype\n    'float32'\n")
+    return fn
+
+
+exp = _math("exp", "e**x")
+log = _math("log", "natural logarithm")
+sqrt = _math("sqrt", "square root")
+tanh = _math("tanh", "hyperbolic tangent")
+sigmoid = _math("sigmoid", "logistic sigmoid 1/(1+exp(-x))")
+sin = _math("sin", "sine")
+cos = _math("cos", "cosine")
+abs = _math("abs", "absolute value")  # noqa: A001 - mirrors numpy's name
+floor = _math("floor", "floor (largest integer <= x, as a float)")
+ceil = _math("ceil", "ceiling (smallest integer >= x, as a float)")
+
+
+def maximum(a: ExprLike, b: ExprLike) -> Expr:
+    """Elementwise maximum; on index expressions it clamps (``te.maximum(i - 1, 0)``).
+
+    >>> import tensorexpr as te
+    >>> te.maximum(te.const(1), 2).dtype
+    'int64'
+    """
+    return _binary("max", a, b)
+
+
+def minimum(a: ExprLike, b: ExprLike) -> Expr:
+    """Elementwise minimum; see :func:`maximum`.
+
+    >>> import tensorexpr as te
+    >>> te.minimum(te.const(1.0), 2).dtype
+    'float32'
+    """
+    return _binary("min", a, b)
+
+
+def select(cond: ExprLike, a: ExprLike, b: ExprLike) -> Expr:
+    """``a`` where ``cond`` holds, else ``b``; only the taken branch is evaluated.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4,), name="X")
+    >>> R = te.compute((4,), lambda i: te.select(X[i] > 0, X[i], 0.0), name="relu")
+    """
+    cond = as_expr(cond)
+    if cond.dtype != "bool":
+        raise TypeError(f"te.select needs a boolean condition; got {cond.dtype}")
+    a, b = _coerce_pair(a, b)
+    t = promote(a.dtype, b.dtype)
+    return Select(cond, cast(a, t), cast(b, t), t)
+
+
+# }}}
+
+# {{{ sizes, axes, tensors
+
+
+def var(name: str) -> SizeVar:
+    """A symbolic size, bound from the shapes of the arrays passed at call time.
+
+    >>> import tensorexpr as te
+    >>> n = te.var("n")
+    >>> te.placeholder((n, 3), name="A").shape
+    (n, 3)
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError("te.var needs a non-empty name")
+    return SizeVar(name)
+
+
+def _size(d, what: str) -> Expr:
+    if isinstance(d, bool) or not isinstance(d, (int, Expr)):
+        try:
+            import numpy as np
+            if isinstance(d, np.integer):
+                d = int(d)
+        except ImportError:  # pragma: no cover
+            pass
+    if isinstance(d, int) and not isinstance(d, bool):
+        if d < 0:
+            raise ValueError(f"{what}: negative size {d}")
+        return Const(d, ir.INDEX_DTYPE)
+    if isinstance(d, Expr) and ir.is_int(d.dtype):
+        for x in ir.walk(d):
+            if isinstance(x, (Axis, Read)):
+                raise TypeError(f"{what}: a size may use te.var sizes and constants only, not {x}")
+        return d
+    raise TypeError(f"{what}: a size must be an int or an integer te.var expression, not {d!r}")
+
+
+def _shape(shape, what: str):
+    if isinstance(shape, (int, Expr)):
+        shape = (shape,)
+    return tuple(_size(d, what) for d in shape)
+
+
+def placeholder(shape, dtype: str = "float32", name: Optional[str] = None) -> Placeholder:
+    """An input tensor.
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((2, 3), dtype="float64", name="A")
+    >>> A.shape, A.dtype, A.name
+    ((2, 3), 'float64', 'A')
+    """
+    check_dtype(dtype)
+    uid = fresh_uid()
+    name = name or f"placeholder{uid}"
+    return Placeholder(name, _shape(shape, f"placeholder {name!r}"), dtype, uid, user_origin())
+
+
+def reduce_axis(dom, name: Optional[str] = None) -> Axis:
+    """A reduction variable over ``lo <= k < hi``; ``reduce_axis(n)`` means ``(0, n)``.
+
+    >>> import tensorexpr as te
+    >>> k = te.reduce_axis((0, 64), name="k")
+    >>> te.reduce_axis(3).hi
+    3
+    """
+    if isinstance(dom, (tuple, list)):
+        if len(dom) != 2:
+            raise ValueError("te.reduce_axis takes (lo, hi) or hi")
+        lo, hi = dom
+    else:
+        lo, hi = 0, dom
+    uid = fresh_uid()
+    return Axis(name or f"r{uid}", _size(lo, "reduce_axis"), _size(hi, "reduce_axis"), uid)
+
+
+def _axis_names(fn: Callable, n: int, default: str = "i") -> list:
+    try:
+        params = [p.name for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    names = params[-n:] if len(params) >= n else []
+    return names if len(names) == n else [f"{default}{k}" for k in range(n)]
+
+
+def _check_body(body: Expr, axes, name: str, origin: str, self_ref=None):
+    """Reject axes used outside their scope: a bug the user should hear about here."""
+    from .transform import free_axes
+    free = free_axes(body)
+    own = {a.uid for a in axes}
+    stray = [a for a in free if a.uid not in own]
+    if stray:
+        ax = stray[0]
+        raise TensorExprError(
+            f"tensor {name!r} (defined at {origin}) uses axis {ax.name!r} outside its scope: "
+            f"a te.reduce_axis must be bound by te.sum/te.max/te.min(..., axis={ax.name}) "
+            f"around its use, and another compute's axes cannot be used here")
+    for r in ir.reads(body):
+        if isinstance(r.tensor, SelfRef) and (self_ref is None or r.tensor.uid != self_ref.uid):
+            raise TensorExprError(
+                f"tensor {name!r} (defined at {origin}) reads recurrence handle "
+                f"{r.tensor.name!r} outside its te.recurrence")
+
+
+def compute(shape, fn: Callable, name: Optional[str] = None, dtype: Optional[str] = None) -> Compute:
+    """A tensor defined pointwise: ``fn(*axes)`` gives element ``[axes]``.
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((4, 8), name="A")
+    >>> k = te.reduce_axis(8, name="k")
+    >>> S = te.compute((4,), lambda i: te.sum(A[i, k], axis=k) / 8.0, name="mean")
+    >>> S.shape
+    (4,)
+    """
+    return _define(shape, fn, name, dtype, recurrence=False, checkpoints=None)
+
+
+def recurrence(shape, fn: Callable, name: Optional[str] = None, dtype: str = "float32",
+               checkpoints: Optional[int] = None) -> Compute:
+    """A tensor defined in terms of strictly earlier elements of itself.
+
+    ``fn(self, *axes)`` receives the tensor being defined as its first argument;
+    reads of ``self`` must refer to points strictly earlier along one axis (that
+    axis then runs sequentially, the others in parallel). ``checkpoints`` bounds
+    the memory the gradient may use for this recurrence.
+
+    >>> import tensorexpr as te
+    >>> T, R = 8, 4
+    >>> d = te.placeholder((R, T), name="d")
+    >>> e = te.recurrence((T, R), lambda e, t, r: te.select(
+    ...     t == 0, d[r, 0], 0.5 * d[r, t] + 0.5 * e[t - 1, r]), name="e")
+    """
+    return _define(shape, fn, name, dtype, recurrence=True, checkpoints=checkpoints)
+
+
+def _define(shape, fn, name, dtype, recurrence, checkpoints):
+    origin = user_origin()
+    uid = fresh_uid()
+    name = name or f"compute{uid}"
+    dims = _shape(shape, f"tensor {name!r}")
+    names = _axis_names(fn, len(dims))
+    axes = tuple(Axis(nm, Const(0, ir.INDEX_DTYPE), d, fresh_uid()) for nm, d in zip(names, dims))
+    self_ref = None
+    if recurrence:
+        check_dtype(dtype)
+        self_ref = SelfRef(name, dims, dtype, fresh_uid(), origin)
+        body = fn(self_ref, *axes)
+    else:
+        body = fn(*axes)
+    try:
+        body = as_expr(body)
+    except TypeError as exc:
+        raise TypeError(f"tensor {name!r} (defined at {origin}): the function must return a "
+                        f"scalar expression: {exc}") from None
+    if dtype is not None:
+        body = cast(body, check_dtype(dtype))
+    _check_body(body, axes, name, origin, self_ref)
+    t = Compute(name, dims, body.dtype, uid, origin, axes=axes, body=body,
+                self_ref=self_ref, checkpoints=checkpoints)
+    if recurrence:
+        from .recurrence import verify_order
+        t = verify_order(t)
+    from . import bounds
+    bounds.check_tensor(t)
+    return t
+
+
+def _read(tensor: Tensor, idx) -> Read:
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    if len(idx) != tensor.ndim:
+        raise IndexError(f"{describe(tensor)} has {tensor.ndim} dimensions; "
+                         f"indexed with {len(idx)} indices")
+    out = []
+    for k, x in enumerate(idx):
+        if isinstance(x, slice):
+            raise TypeError(f"{describe(tensor)}: slices are not supported in reads; "
+                            f"write a te.compute over the slice's range instead")
+        e = as_expr(x, ir.INDEX_DTYPE)
+        if not is_int(e.dtype):
+            raise TypeError(f"{describe(tensor)}: index {k} is {e.dtype}, not an integer; "
+                            f"use .astype('int64') if that is intended")
+        out.append(cast(e, ir.INDEX_DTYPE))
+    return Read(tensor, tuple(out), tensor.dtype)
+
+
+# }}}
+
+# {{{ reductions
+
+
+def _axes(axis) -> tuple:
+    axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
+    if not axes or not all(isinstance(a, Axis) for a in axes):
+        raise TypeError("axis= takes a te.reduce_axis or a list of them")
+    if len({a.uid for a in axes}) != len(axes):
+        raise ValueError("the same reduce axis appears twice in one reduction")
+    return axes
+
+
+def _reduce(op: str, expr: ExprLike, axis, where) -> Reduce:
+    body = as_expr(expr)
+    axes = _axes(axis)
+    if where is not None:
+        where = as_expr(where)
+        if where.dtype != "bool":
+            raise TypeError(f"where= must be a boolean condition; got {where.dtype}")
+    dtype = body.dtype
+    if dtype == "bool":
+        body, dtype = cast(body, "int64"), "int64"
+    return Reduce(op, body, axes, where, dtype)
+
+
+def sum(expr: ExprLike, axis, where: Optional[ExprLike] = None) -> Reduce:  # noqa: A001
+    """Sum of ``expr`` over the reduce axes (and where ``where`` holds).
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((4, 8), name="A")
+    >>> k = te.reduce_axis(8, name="k")
+    >>> S = te.compute((4,), lambda i: te.sum(A[i, k], axis=k, where=k % 2 == 0))
+    """
+    return _reduce("sum", expr, axis, where)
+
+
+def max(expr: ExprLike, axis, where: Optional[ExprLike] = None) -> Reduce:  # noqa: A001
+    """Maximum of ``expr`` over the reduce axes (``-inf`` if empty).
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4, 8), name="X")
+    >>> k = te.reduce_axis(8, name="k")
+    >>> M = te.compute((4,), lambda i: te.max(X[i, k], axis=k))
+    """
+    return _reduce("max", expr, axis, where)
+
+
+def min(expr: ExprLike, axis, where: Optional[ExprLike] = None) -> Reduce:  # noqa: A001
+    """Minimum of ``expr`` over the reduce axes (``+inf`` if empty).
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4, 8), name="X")
+    >>> k = te.reduce_axis(8, name="k")
+    >>> M = te.compute((4,), lambda i: te.min(X[i, k], axis=k))
+    """
+    return _reduce("min", expr, axis, where)
+
+
+# }}}

@@ -1,0 +1,118 @@
+"""Static bounds checking: every affine read lies inside the tensor it reads.
+
+A read is checked over the points where it is actually evaluated: the tensor's
+box, the boxes of enclosing reductions, their ``where`` conditions and the
+conditions of enclosing ``select`` branches. Conditions isl cannot represent
+(data-dependent ones) are dropped, which can only enlarge the checked set.
+Index dimensions that are data-dependent are left to the run-time check.
+"""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+from .errors import BoundsError, describe
+from .ir import (Axis, Compute, Expr, Read, Reduce, ScatterAdd, Select, Tensor, Unary,
+                 children)
+from .polyhedral import NotAffine, Space, params_of
+
+
+def read_sites(e: Expr, guards: Tuple[Expr, ...] = (), axes: Tuple[Axis, ...] = ()):
+    """Yield ``(read, guards, reduce_axes)`` for every read in ``e``.
+
+    ``guards`` are the boolean conditions under which the read is evaluated and
+    ``reduce_axes`` the reduction axes bound around it (outermost first).
+    """
+    match e:
+        case Select(c, a, b, _):
+            yield from read_sites(c, guards, axes)
+            yield from read_sites(a, guards + (c,), axes)
+            yield from read_sites(b, guards + (Unary("not", c, "bool"),), axes)
+        case Reduce(_, body, raxes, where, _):
+            inner = axes + tuple(raxes)
+            g = guards if where is None else guards + (where,)
+            if where is not None:
+                yield from read_sites(where, guards, inner)
+            yield from read_sites(body, g, inner)
+        case Read(_, idx, _):
+            for x in idx:
+                yield from read_sites(x, guards, axes)
+            yield e, guards, axes
+        case _:
+            for c in children(e):
+                yield from read_sites(c, guards, axes)
+
+
+def _definitions(t: Tensor):
+    """``(expr, guards)`` pairs defining ``t``, over ``t``'s own axes."""
+    match t:
+        case Compute():
+            return t.axes, [(t.body, ())]
+        case ScatterAdd():
+            g = () if t.where is None else (t.where,)
+            parts = [(x, g) for x in t.indices] + [(t.value, g)]
+            if t.where is not None:
+                parts.append((t.where, ()))
+            return t.axes, parts
+    return (), []
+
+
+def check_tensor(t: Tensor) -> None:
+    """Raise :class:`BoundsError` if some affine read of ``t`` can leave its target.
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((4,), name="A")
+    >>> te.compute((4,), lambda i: A[i + 1], name="B")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    tensorexpr.errors.BoundsError: tensor 'B' ... reads A[(i + 1)] outside ...
+    """
+    own_axes, parts = _definitions(t)
+    for expr, guards0 in parts:
+        for read, guards, raxes in read_sites(expr, guards0):
+            _check_read(t, read, guards, tuple(own_axes) + raxes)
+
+
+def _check_read(t: Tensor, read: Read, guards, axes) -> None:
+    target = read.tensor
+    space = Space(axes, params_of(list(target.dims) + list(read.indices) + list(guards)))
+    dom = space.box()
+    for g in guards:
+        try:
+            dom = dom & space.cond(g)
+        except NotAffine:
+            pass  # evaluated under a data-dependent condition: check more, not less
+    if dom.is_empty():
+        return
+    bad = None
+    for d, (ix, size) in enumerate(zip(read.indices, target.dims)):
+        try:
+            pa = space.aff(ix)
+        except NotAffine:
+            continue  # data-dependent: checked when the kernel runs
+        hi = space.aff(size)
+        outside = dom & (pa.lt_set(space.vars[0]) | pa.ge_set(hi))
+        if not outside.is_empty():
+            bad = (d, outside)
+            break
+    if bad is None:
+        return
+    d, outside = bad
+    pt = outside.sample_point()
+    vals = space.point_values(pt)
+    from .printer import expr_str
+    from .transform import substitute
+    from .ir import Const, SizeVar
+    binding = {ax: Const(vals[ax.name], "int64") for ax in axes}
+    binding.update({SizeVar(p): Const(vals[p], "int64") for p in space.params})
+    where = ", ".join(f"{k} = {v}" for k, v in vals.items())
+    try:
+        from .transform import eval_int
+        idx_vals = tuple(eval_int(substitute(ix, binding)) for ix in read.indices)
+        at = f" (index {idx_vals})"
+    except Exception:
+        at = ""
+    shape = tuple(expr_str(s) for s in target.dims)
+    raise BoundsError(
+        f"{describe(t)} reads {expr_str(read)} outside {target.name!r} "
+        f"(shape ({', '.join(shape)})) at {where}{at}. Guard the read with "
+        f"te.select(...) or where=..., shrink the domain, or pad the input")

@@ -1,0 +1,534 @@
+"""The tensor-expression IR: immutable scalar expressions and tensor definitions.
+
+Semantics every pass and backend relies on
+==========================================
+
+Values and types
+    Element types are ``float32``, ``float64``, ``int32``, ``int64`` and ``bool``.
+    Binary operations promote along ``bool < int32 < int64 < float32 < float64``;
+    a Python scalar is *weak*: it takes the type of the other operand (a Python
+    float meeting an integer expression gives ``float32``). ``a / b`` is true
+    division; on two integers it gives ``float32``. Comparisons give ``bool``;
+    ``&``, ``|`` and ``~`` take booleans only. Math functions applied to integers
+    first convert them to ``float32``. Float arithmetic follows IEEE 754 in the
+    element type (no fast-math reassociation is promised; reductions may be
+    summed in any order).
+
+Index arithmetic
+    Indices and axes are ``int64``. ``a // b`` is floor division and ``a % b`` is
+    floor modulo (the result has the sign of ``b``), exactly as in Python and
+    isl: ``-7 // 2 == -4`` and ``-7 % 2 == 1``. Integer ``x // 0`` and ``x % 0``
+    are defined as ``0`` (so no backend can trap); index expressions only ever
+    divide by positive constants.
+
+Domains and what lies outside them
+    A tensor of shape ``(n0, ..., nk)`` is defined on the box ``0 <= i_d < n_d``.
+    A reduction ``te.sum(body, axis=r, where=c)`` ranges over the box of its axes
+    intersected with ``c``. ``select(c, a, b)`` evaluates only the taken branch.
+    A point outside a domain, a ``where`` or the untaken branch of a ``select`` is
+    *never evaluated*: reads there are not bounds-checked, cannot fault, and their
+    values (even NaN or inf) never reach a result. Consequently the adjoint of
+    anything outside a domain is exactly zero, never ``NaN * 0``.
+    A sum over an empty set is 0; a max over an empty set is ``-inf`` (the least
+    value of an integer type), a min is ``+inf`` (the greatest).
+
+Reads
+    ``X[f(i)]`` must lie inside ``X``'s box at every evaluated point. For affine
+    and clamped (min/max of affine) indices this is proven statically with isl;
+    data-dependent indices (the value of an integer tensor) are checked at run
+    time and raise ``IndexError``. There is no negative-index wrap-around.
+
+Recurrences
+    A :class:`Compute` may read itself through its :class:`SelfRef`. Every
+    self-read must refer to a point that is strictly earlier in the order given
+    by ``Compute.carry``: the axis ``carry.axis`` runs sequentially in direction
+    ``carry.step`` (+1 ascending, -1 descending) and the other axes are
+    independent (parallel) within one step. Points are evaluated in that order,
+    so a self-read sees the final value of the point it reads.
+
+Scatter-add
+    :class:`ScatterAdd` starts from zeros and, for every point of its iteration
+    domain, adds ``value`` at ``indices`` (data-dependent). Addition order is
+    unspecified (floating-point sums may differ in the last bits between
+    backends). It exists for adjoints of data-dependent reads, which cannot be
+    turned into gathers.
+
+Node identity
+    Expression nodes are frozen dataclasses with structural equality and cached
+    structural hashes. Because ``==`` on an expression *builds* a comparison (so
+    users can write ``te.select(t == 0, ...)``), structural equality is spelled
+    ``same(a, b)``; ``bool(a == b)`` also answers it, so expressions work as dict
+    keys. Tensors are compared by their unique ``uid``: two placeholders with the
+    same name are different inputs.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Optional, Tuple, Union
+
+DTYPES = ("bool", "int32", "int64", "float32", "float64")
+_RANK = {d: k for k, d in enumerate(DTYPES)}
+INDEX_DTYPE = "int64"
+DEFAULT_FLOAT = "float32"
+
+_uid_counter = itertools.count(1)
+
+
+def fresh_uid() -> int:
+    """A process-unique integer; creation order of tensors and axes follows it."""
+    return next(_uid_counter)
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in ("float32", "float64")
+
+
+def is_int(dtype: str) -> bool:
+    return dtype in ("int32", "int64")
+
+
+def promote(a: str, b: str) -> str:
+    """The result type of a binary arithmetic operation on ``a`` and ``b``."""
+    return a if _RANK[a] >= _RANK[b] else b
+
+
+def check_dtype(dtype: str) -> str:
+    if dtype not in DTYPES:
+        raise TypeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    return dtype
+
+
+# {{{ node base
+
+
+class Node:
+    """Base of all IR nodes: frozen, structurally hashed (hash cached)."""
+
+    __slots__ = ()
+
+    def _key(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((type(self).__name__,) + self._key())
+            object.__setattr__(self, "_hash", h)
+        return h
+
+
+def same(a: Any, b: Any) -> bool:
+    """Structural equality of two IR values (nodes, tuples of nodes, constants).
+
+    >>> from tensorexpr.ir import Const, same
+    >>> same(Const(1, "int64"), Const(1, "int64"))
+    True
+    """
+    if a is b:
+        return True
+    if isinstance(a, Node) or isinstance(b, Node):
+        if type(a) is not type(b):
+            return False
+        if isinstance(a, Tensor):
+            return a.uid == b.uid
+        if hash(a) != hash(b):
+            return False
+        return all(same(x, y) for x, y in zip(a._key(), b._key()))
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return type(a) is type(b) and a == b
+
+
+# }}}
+
+# {{{ scalar expressions
+
+BINARY_ARITH = ("add", "sub", "mul", "div", "floordiv", "mod", "pow", "max", "min")
+BINARY_CMP = ("lt", "le", "eq", "ne", "gt", "ge")
+BINARY_LOGIC = ("and", "or")
+UNARY_MATH = ("exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos", "abs", "floor", "ceil")
+UNARY_OPS = ("neg", "not") + UNARY_MATH
+REDUCE_OPS = ("sum", "max", "min")
+
+
+class Expr(Node):
+    """A scalar expression; ``dtype`` is a field of every concrete node.
+
+    Python operators build new expressions (see ``tensorexpr.api`` for the
+    promotion rules); ``same`` tests structural equality.
+    """
+
+    __slots__ = ()
+    dtype: str
+
+    # Comparison operators build expressions; bool() of an ``eq``/``ne``
+    # comparison answers structural (in)equality so that expressions can be
+    # dictionary keys, the same trick TVM uses.
+    def __eq__(self, other):  # type: ignore[override]
+        from . import api
+        return api._binary("eq", self, other)
+
+    def __ne__(self, other):  # type: ignore[override]
+        from . import api
+        return api._binary("ne", self, other)
+
+    __hash__ = Node.__hash__
+
+    def __bool__(self):
+        raise TypeError(
+            "a tensor expression has no truth value while the program is being built; "
+            "use te.select(cond, a, b) instead of `if`, and & | ~ instead of and/or/not")
+
+    def __repr__(self) -> str:
+        from .printer import expr_str
+        return expr_str(self)
+
+
+def _op_method(op, reflected=False):
+    def method(self, other):
+        from . import api
+        return api._binary(op, other, self) if reflected else api._binary(op, self, other)
+    method.__name__ = f"__{'r' if reflected else ''}{op}__"
+    return method
+
+
+for _name, _op in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
+                   ("floordiv", "floordiv"), ("mod", "mod"), ("pow", "pow"),
+                   ("and", "and"), ("or", "or")]:
+    setattr(Expr, f"__{_name}__", _op_method(_op))
+    setattr(Expr, f"__r{_name}__", _op_method(_op, reflected=True))
+for _name, _op in [("lt", "lt"), ("le", "le"), ("gt", "gt"), ("ge", "ge")]:
+    setattr(Expr, f"__{_name}__", _op_method(_op))
+
+
+def _neg(self):
+    from . import api
+    return api._unary("neg", self)
+
+
+def _invert(self):
+    from . import api
+    return api._unary("not", self)
+
+
+def _astype(self, dtype):
+    from . import api
+    return api.cast(self, dtype)
+
+
+Expr.__neg__ = _neg
+Expr.__pos__ = lambda self: self
+Expr.__invert__ = _invert
+Expr.astype = _astype
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Const(Expr):
+    """A literal. ``value`` is a Python bool, int or float matching ``dtype``."""
+
+    value: Union[bool, int, float]
+    dtype: str
+
+    def __bool__(self):
+        if self.dtype == "bool":
+            return bool(self.value)
+        return Expr.__bool__(self)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class SizeVar(Expr):
+    """A symbolic size (``te.var("n")``): an ``int64`` bound from array shapes at call time.
+
+    Size variables are identified by name: ``te.var("n")`` twice is one variable.
+    """
+
+    name: str
+    dtype: str = INDEX_DTYPE
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Axis(Expr):
+    """An index variable ranging over ``lo <= axis < hi``.
+
+    Axes of a compute are created by ``te.compute`` (``lo = 0``, ``hi`` = the
+    dimension); reduction axes by ``te.reduce_axis``. ``uid`` makes two axes with
+    the same name distinct.
+    """
+
+    name: str
+    lo: Expr
+    hi: Expr
+    uid: int
+    dtype: str = INDEX_DTYPE
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Binary(Expr):
+    op: str
+    a: Expr
+    b: Expr
+    dtype: str
+
+    def __bool__(self):
+        # Only reached for ``eq``/``ne`` built by ``==``/``!=``: structural answer.
+        if self.op == "eq":
+            return same(self.a, self.b)
+        if self.op == "ne":
+            return not same(self.a, self.b)
+        return Expr.__bool__(self)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Unary(Expr):
+    op: str
+    a: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Cast(Expr):
+    a: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Select(Expr):
+    """``cond ? a : b``; only the taken branch is evaluated."""
+
+    cond: Expr
+    a: Expr
+    b: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Read(Expr):
+    """``tensor[indices]``; ``tensor`` is a :class:`Tensor` or a :class:`SelfRef`."""
+
+    tensor: "Tensor"
+    indices: Tuple[Expr, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Reduce(Expr):
+    """``op`` over the points of ``axes``' box where ``where`` holds (None: everywhere)."""
+
+    op: str
+    body: Expr
+    axes: Tuple[Axis, ...]
+    where: Optional[Expr]
+    dtype: str
+
+
+# }}}
+
+# {{{ tensors
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Tensor(Node):
+    """Base of tensor definitions. Identity is the ``uid``.
+
+    ``shape`` holds :class:`Expr` sizes (``Const`` or expressions of
+    :class:`SizeVar`); the public ``shape`` property gives ints where static.
+    ``origin`` is the user's source line that defined the tensor, for errors.
+    """
+
+    name: str
+    dims: Tuple[Expr, ...]
+    dtype: str
+    uid: int
+    origin: str
+
+    def __eq__(self, other):
+        return isinstance(other, Tensor) and other.uid == self.uid
+
+    def __hash__(self):
+        return hash(("tensor", self.uid))
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(d.value if isinstance(d, Const) else d for d in self.dims)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.dims)
+
+    def __getitem__(self, idx) -> Expr:
+        from . import api
+        return api._read(self, idx)
+
+    def __str__(self) -> str:
+        from .printer import tensor_str
+        return tensor_str(self)
+
+    def __repr__(self) -> str:
+        shape = ", ".join(str(s) for s in self.shape)
+        return f"<{type(self).__name__} {self.name}[{shape}] {self.dtype}>"
+
+    # Arithmetic on tensors is not elementwise broadcasting: say so clearly.
+    def _no_arith(self, *_):
+        raise TypeError(
+            f"tensor {self.name!r} is not a scalar expression; index it first "
+            f"(e.g. {self.name}[i, j]) inside te.compute")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _no_arith
+    __truediv__ = __rtruediv__ = __neg__ = _no_arith
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Placeholder(Tensor):
+    """An input tensor, bound to an array when the built function is called."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class SelfRef(Tensor):
+    """The handle a recurrence body uses to read earlier points of itself."""
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Carry:
+    """The sequential axis of a recurrence: position in ``axes`` and direction."""
+
+    axis: int
+    step: int  # +1: ascending, -1: descending
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Compute(Tensor):
+    """``T[axes] = body`` over the box of ``dims``.
+
+    ``self_ref`` is set for a recurrence: ``body`` may read it, and ``carry``
+    (filled in by the order check) says which axis runs sequentially.
+    ``checkpoints`` is the recurrence's memory budget hint (None: full tape).
+    """
+
+    axes: Tuple[Axis, ...] = ()
+    body: Optional[Expr] = None
+    self_ref: Optional[SelfRef] = None
+    carry: Optional[Carry] = None
+    checkpoints: Optional[int] = None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ScatterAdd(Tensor):
+    """``T = 0; for axes in box where `where`: T[indices] += value``.
+
+    Emitted by ``differentiate`` for data-dependent reads; differentiable itself.
+    """
+
+    axes: Tuple[Axis, ...] = ()
+    where: Optional[Expr] = None
+    indices: Tuple[Expr, ...] = ()
+    value: Optional[Expr] = None
+
+
+# }}}
+
+# {{{ traversal helpers
+
+
+def children(e: Expr) -> Tuple[Expr, ...]:
+    """The direct sub-expressions of ``e`` (axis bounds and tensors excluded)."""
+    match e:
+        case Binary(_, a, b, _):
+            return (a, b)
+        case Unary(_, a, _) | Cast(a, _):
+            return (a,)
+        case Select(c, a, b, _):
+            return (c, a, b)
+        case Read(_, idx, _):
+            return tuple(idx)
+        case Reduce(_, body, _, where, _):
+            return (body,) if where is None else (body, where)
+        case _:
+            return ()
+
+
+def walk(e: Expr):
+    """Pre-order iteration over ``e`` and all its sub-expressions (with repeats)."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(reversed(children(x)))
+
+
+def reads(e: Expr):
+    """All :class:`Read` nodes in ``e``, in pre-order."""
+    return [x for x in walk(e) if isinstance(x, Read)]
+
+
+def tensor_exprs(t: Tensor) -> Tuple[Expr, ...]:
+    """The expressions that define ``t`` (empty for placeholders)."""
+    match t:
+        case Compute():
+            return (t.body,)
+        case ScatterAdd():
+            parts = tuple(t.indices) + (t.value,)
+            return parts if t.where is None else parts + (t.where,)
+        case _:
+            return ()
+
+
+def tensor_inputs(t: Tensor) -> Tuple[Tensor, ...]:
+    """Tensors read by ``t``'s definition (each once, first-read order; no SelfRef)."""
+    seen = {}
+    for e in tensor_exprs(t):
+        for r in reads(e):
+            if not isinstance(r.tensor, SelfRef):
+                seen.setdefault(r.tensor.uid, r.tensor)
+        for x in walk(e):
+            if isinstance(x, Reduce):
+                for ax in x.axes:
+                    for b in (ax.lo, ax.hi):
+                        for r in reads(b):
+                            seen.setdefault(r.tensor.uid, r.tensor)
+    return tuple(seen.values())
+
+
+def topo_order(outputs) -> list:
+    """Every tensor reachable from ``outputs``, producers before consumers.
+
+    >>> # [A, B, C] for C = f(A, B)
+    """
+    order, state = [], {}
+    for out in outputs:
+        stack = [(out, False)]
+        while stack:
+            t, done = stack.pop()
+            if done:
+                if state.get(t.uid) != 2:
+                    state[t.uid] = 2
+                    order.append(t)
+                continue
+            if state.get(t.uid):
+                continue
+            state[t.uid] = 1
+            stack.append((t, True))
+            for p in reversed(tensor_inputs(t)):
+                if not state.get(p.uid):
+                    stack.append((p, False))
+    return order
+
+
+def size_vars(e: Expr) -> set:
+    """Names of the size variables used in ``e`` (including in axis bounds)."""
+    out = set()
+    for x in walk(e):
+        if isinstance(x, SizeVar):
+            out.add(x.name)
+        elif isinstance(x, Axis):
+            out |= size_vars(x.lo) | size_vars(x.hi)
+        elif isinstance(x, Reduce):
+            for ax in x.axes:
+                out |= size_vars(ax.lo) | size_vars(ax.hi)
+    return out
+
+
+# }}}

@@ -1,0 +1,145 @@
+"""Generic expression rewriting: a mutator that rebuilds only what changed, substitution."""
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional
+
+from .ir import (Axis, Binary, Cast, Const, Expr, Read, Reduce, Select, SizeVar, Unary, walk)
+
+
+def rebuild(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
+    """``e`` with ``f`` applied to each direct child; ``e`` itself if nothing changed.
+
+    >>> from tensorexpr.ir import Const
+    >>> rebuild(Const(1, "int64"), lambda x: x)
+    1
+    """
+    match e:
+        case Binary(op, a, b, dt):
+            a2, b2 = f(a), f(b)
+            return e if (a2 is a and b2 is b) else Binary(op, a2, b2, dt)
+        case Unary(op, a, dt):
+            a2 = f(a)
+            return e if a2 is a else Unary(op, a2, dt)
+        case Cast(a, dt):
+            a2 = f(a)
+            return e if a2 is a else Cast(a2, dt)
+        case Select(c, a, b, dt):
+            c2, a2, b2 = f(c), f(a), f(b)
+            return e if (c2 is c and a2 is a and b2 is b) else Select(c2, a2, b2, dt)
+        case Read(t, idx, dt):
+            idx2 = tuple(f(x) for x in idx)
+            return e if all(x is y for x, y in zip(idx, idx2)) else Read(t, idx2, dt)
+        case Reduce(op, body, axes, where, dt):
+            body2 = f(body)
+            where2 = None if where is None else f(where)
+            return e if (body2 is body and where2 is where) else Reduce(op, body2, axes, where2, dt)
+        case _:
+            return e
+
+
+def substitute(e: Expr, mapping: Dict[Expr, Expr]) -> Expr:
+    """Replace axes / size variables (keys, matched structurally) by expressions.
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(4, "int64"), 1)
+    >>> substitute(i + 1, {i: Const(3, "int64")})
+    (3 + 1)
+    """
+    if not mapping:
+        return e
+    memo: Dict[int, Expr] = {}
+
+    def go(x: Expr) -> Expr:
+        key = id(x)
+        if key in memo:
+            return memo[key]
+        if isinstance(x, (Axis, SizeVar)) and x in mapping:
+            out = mapping[x]
+        else:
+            out = rebuild(x, go)
+        memo[key] = out
+        return out
+
+    return go(e)
+
+
+def free_axes(e: Expr) -> list:
+    """Axes used in ``e`` that no reduction inside ``e`` binds (first-use order).
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((4, 8), name="A")
+    >>> k = te.reduce_axis(8, name="k")
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(4, "int64"), 99)
+    >>> [a.name for a in free_axes(te.sum(A[i, k], axis=k))]
+    ['i']
+    """
+    out: Dict[int, Axis] = {}
+
+    def go(x: Expr, bound: frozenset):
+        match x:
+            case Axis():
+                if x.uid not in bound:
+                    out.setdefault(x.uid, x)
+            case Reduce(_, body, axes, where, _):
+                for ax in axes:
+                    go(ax.lo, bound)
+                    go(ax.hi, bound)
+                inner = bound | {a.uid for a in axes}
+                go(body, inner)
+                if where is not None:
+                    go(where, inner)
+            case _:
+                from .ir import children
+                for c in children(x):
+                    go(c, bound)
+
+    go(e, frozenset())
+    return list(out.values())
+
+
+def is_const(e: Expr, value=None) -> bool:
+    """Is ``e`` a literal (equal to ``value`` if given)?"""
+    return isinstance(e, Const) and (value is None or e.value == value)
+
+
+def contains(e: Expr, pred: Callable[[Expr], bool]) -> bool:
+    """Does any sub-expression of ``e`` satisfy ``pred``?"""
+    return any(pred(x) for x in walk(e))
+
+
+def const_value(e: Expr) -> Optional[int]:
+    """The integer value of a literal, else None."""
+    return e.value if isinstance(e, Const) and not isinstance(e.value, float) else None
+
+
+def eval_int(e: Expr) -> int:
+    """Value of a closed integer expression (Python floor semantics).
+
+    >>> import tensorexpr as te
+    >>> eval_int(te.const(-7) // 2)
+    -4
+    """
+    from .ir import Binary, Cast, Const, Select, Unary
+    match e:
+        case Const(v, _):
+            return v
+        case Cast(a, _):
+            return int(eval_int(a))
+        case Unary("neg", a, _):
+            return -eval_int(a)
+        case Unary("not", a, _):
+            return not eval_int(a)
+        case Select(c, a, b, _):
+            return eval_int(a) if eval_int(c) else eval_int(b)
+        case Binary(op, a, b, _):
+            x, y = eval_int(a), eval_int(b)
+            ops = {"add": lambda: x + y, "sub": lambda: x - y, "mul": lambda: x * y,
+                   "floordiv": lambda: x // y if y else 0, "mod": lambda: x % y if y else 0,
+                   "max": lambda: max(x, y), "min": lambda: min(x, y),
+                   "lt": lambda: x < y, "le": lambda: x <= y, "eq": lambda: x == y,
+                   "ne": lambda: x != y, "gt": lambda: x > y, "ge": lambda: x >= y,
+                   "and": lambda: x and y, "or": lambda: x or y, "pow": lambda: x ** y}
+            return ops[op]()
+    raise ValueError(f"not a closed integer expression: {e}")

@@ -189,3 +189,13 @@ def is_affine(e: Expr, space: Space) -> bool:
         return True
     except NotAffine:
         return False
+
+
+# {{{ gathers (used by passes/differentiate; owned by the differentiate work)
+
+# }}}
+
+
+# {{{ loop nests (used by codegen; owned by the C backend work)
+
+# }}}

@@ -20,3 +20,21 @@ __all__ = ["abs", "cast", "ceil", "compute", "const", "cos", "exp", "floor", "lo
            "sigmoid", "sin", "sqrt", "sum", "tanh", "var", "Function", "build", "BoundsError",
            "CompilerError", "CompilerNotFoundError", "RecurrenceError", "TensorExprError",
            "Tensor"]
+
+
+def differentiate(output, inputs=None, head=None, override=None):
+    """Vector-Jacobian products of ``output``; see :func:`passes.differentiate.differentiate`.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((3,), name="X")
+    >>> i = te.reduce_axis(3)
+    >>> L = te.compute((), lambda: te.sum(X[i] * X[i], axis=i), name="L")
+    >>> (dX,) = te.differentiate(L, [X])
+    >>> dX.shape
+    (3,)
+    """
+    from passes.differentiate import differentiate as _differentiate
+    return _differentiate(output, inputs=inputs, head=head, override=override)
+
+
+__all__.append("differentiate")

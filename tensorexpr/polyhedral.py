@@ -313,8 +313,8 @@ def _piece(target, free, dependent, dom: isl.Set, ma: isl.MultiAff, params) -> F
             names.append(lo)  # a single point: no loop needed
             subst[ax.uid] = lo
             continue
-        lo = ax.lo if lo is None else lo
-        hi = ax.hi if hi is None else hi + 1
+        lo = ax.lo if lo is None else _fold(lo)
+        hi = ax.hi if hi is None else _fold(hi + 1)
         nax = Axis(ax.name, lo, hi, fresh_uid())
         names.append(nax)
         new_free.append(nax)
@@ -334,6 +334,16 @@ def _piece(target, free, dependent, dom: isl.Set, ma: isl.MultiAff, params) -> F
     context = Space(names_kept, params).box()
     cond = set_expr(_align(dom2, context).gist(context), names_kept, params)
     return FiberPiece(new_free, subst, cond)
+
+
+def _fold(e: Expr) -> Expr:
+    """Constant-fold a bound (``4 + 1`` -> ``5``) so printed ranges stay readable."""
+    from .transform import eval_int
+    from . import api
+    try:
+        return api.const(eval_int(e), INDEX_DTYPE)
+    except (ValueError, KeyError, TypeError):
+        return e
 
 
 def _align(s: isl.Set, like: isl.Set) -> isl.Set:

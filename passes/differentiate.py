@@ -1,0 +1,391 @@
+"""Reverse-mode differentiation without Jacobians: vector-Jacobian products as gathers.
+
+For a tensor ``Y[o] = body`` reading ``X[f(o, r)]``, the adjoint contribution is
+naturally a scatter, ``dX[f(o, r)] += dY[o] * d body / d X[f(o, r)]``. We never
+build it: isl inverts the read (``polyhedral.solve_fiber``) and the contribution
+becomes a gather ``dX[j] = sum over {(o, r) in domain : f(o, r) = j}`` with exact
+bounds, including floor division and modulo (strided and dilated convolutions,
+pooling, flatten) and clamps (split into pieces). Only data-dependent reads
+(``E[idx[i]]``) stay scatters, as :class:`~tensorexpr.ir.ScatterAdd` nodes.
+
+Rules at the tensor level (after :mod:`passes.normalize`):
+
+* elementwise ``Y[o] = body``: the partials of ``body`` (:mod:`passes.partials`);
+* ``Y[o] = sum_r body where w``: the same, over ``(o, r)`` restricted to ``w``;
+* ``Y[o] = max_r body`` (or min): the adjoint goes to the arg-extremum. Tie rule:
+  it is split evenly among the tied points (``count[o]`` of them), the average
+  of the one-hot subgradients;
+* a recurrence's self-reads send adjoint to its own adjoint, which is then a
+  recurrence running the other way (verified like any recurrence);
+* ``ScatterAdd``: the adjoint of its value is a (data-dependent) gather.
+
+Every gradient is an ordinary tensor: buildable, printable, differentiable again.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from tensorexpr import api
+from tensorexpr.errors import TensorExprError, describe
+from tensorexpr.ir import (Axis, Compute, Const, Expr, Placeholder, Read, Reduce, ScatterAdd,
+                           SelfRef, Tensor, fresh_uid, is_float, same, topo_order,
+                           tensor_inputs, INDEX_DTYPE)
+from tensorexpr.polyhedral import NotAffine, Space, params_of, solve_fiber
+from tensorexpr.transform import free_axes, rebuild, substitute
+
+from .normalize import normalize
+from .partials import Site, read_partials
+from .simplify import simplify
+
+
+class Gradients(tuple):
+    """The gradients, in the order of ``inputs``; ``adjoints`` maps every tensor on a
+    path from the inputs to the output to its adjoint tensor."""
+
+    adjoints: Dict[Tensor, Tensor]
+
+    def __new__(cls, grads, adjoints):
+        obj = super().__new__(cls, grads)
+        obj.adjoints = adjoints
+        return obj
+
+
+def differentiate(output: Tensor, inputs: Optional[Sequence[Tensor]] = None,
+                  head: Optional[Tensor] = None, override: Optional[dict] = None) -> Gradients:
+    """Vector-Jacobian products of ``output`` w.r.t. ``inputs``, as tensor expressions.
+
+    ``head`` (shape ``prefix + output.shape``) is the adjoint of ``output``; the
+    gradients then have shape ``prefix + input.shape``. ``head=None`` means the
+    identity: for a 0-d output the gradients have the inputs' shapes, otherwise
+    the full Jacobian ``output.shape + input.shape`` is built (because it was
+    asked for). ``override={Y: fn}`` replaces the contribution through ``Y`` to
+    each of its inputs ``X`` by ``fn(Y, X, head_Y)``; ``override={(Y, X): fn}``
+    replaces one edge.
+
+    >>> import numpy as np, tensorexpr as te
+    >>> A = te.placeholder((2, 3), name="A")
+    >>> B = te.placeholder((3, 4), name="B")
+    >>> k = te.reduce_axis(3, name="k")
+    >>> C = te.compute((2, 4), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    >>> i, j = te.reduce_axis(2), te.reduce_axis(4)
+    >>> L = te.compute((), lambda: te.sum(C[i, j], axis=[i, j]), name="L")
+    >>> dA, dB = te.differentiate(L, [A, B])
+    >>> f = te.build([dA, dB], inputs=[A, B], backend="numpy")
+    >>> ga, gb = f(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32))
+    >>> ga
+    array([[4., 4., 4.],
+           [4., 4., 4.]], dtype=float32)
+    """
+    if not isinstance(output, Tensor):
+        raise TypeError("differentiate: output must be a tensor")
+    if not is_float(output.dtype):
+        raise TypeError(f"differentiate: {describe(output)} is {output.dtype}; only "
+                        f"floating-point outputs have gradients")
+    forward = topo_order([output])
+    if inputs is None:
+        inputs = sorted((t for t in forward if isinstance(t, Placeholder)), key=lambda t: t.uid)
+    elif isinstance(inputs, Tensor):
+        inputs = [inputs]
+    inputs = list(inputs)
+    return _Differentiator(output, inputs, head, override or {}).run()
+
+
+class _Differentiator:
+    def __init__(self, output, inputs, head, override):
+        self.output, self.inputs = output, inputs
+        self.whole: Dict[int, Callable] = {}
+        self.edge: Dict[Tuple[int, int], Callable] = {}
+        for key, fn in override.items():
+            if isinstance(key, tuple) and len(key) == 2:
+                self.edge[(key[0].uid, key[1].uid)] = fn
+            elif isinstance(key, Tensor):
+                self.whole[key.uid] = fn
+            else:
+                raise TypeError("override keys are tensors Y or pairs (Y, X)")
+        self.group: Dict[int, int] = {}  # extracted tensor uid -> the user tensor it came from
+        self.norm = normalize([output], self.group)
+        self.originals = {t.uid: t for t in topo_order([output])}
+        self.self_handle: Dict[int, SelfRef] = {}
+        self.order = topo_order([self.norm[output.uid]])
+        self.prefix, self.head_expr = self._head(head)
+        self.active = self._active()
+        self.adj: Dict[int, Tensor] = {}
+        self.terms: Dict[int, List[Callable]] = {}
+        self.axes: Dict[int, Tuple[Axis, ...]] = {}
+
+    # {{{ set-up
+
+    def _head(self, head):
+        out = self.output
+        if head is None:
+            if out.ndim == 0:
+                return (), None
+            # The identity: dOut[p, o] = (p == o), built because a Jacobian was asked for.
+            dims = tuple(out.dims) * 2
+            n = out.ndim
+
+            def ident(*ax):
+                cond = ax[0] == ax[n]
+                for a, b in zip(ax[1:n], ax[n + 1:]):
+                    cond = cond & (a == b)
+                return api.select(cond, api.const(1.0, out.dtype), api.const(0.0, out.dtype))
+            eye = api.compute(dims, ident, name=f"eye_{out.name}")
+            return tuple(out.dims), eye
+        if not isinstance(head, Tensor):
+            raise TypeError("head must be a tensor of shape prefix + output.shape")
+        k = head.ndim - out.ndim
+        if k < 0 or not all(_same_size(a, b) for a, b in zip(head.dims[k:], out.dims)):
+            raise ValueError(f"head {head.name!r} has shape {head.shape}; it must end with the "
+                             f"output's shape {out.shape}")
+        return tuple(head.dims[:k]), head
+
+    def _active(self) -> set:
+        """uids on a path from an input to the output (float tensors only)."""
+        want = {t.uid for t in self.inputs}
+        reach = set()
+        for t in self.order:
+            if t.uid in want or any(p.uid in reach for p in tensor_inputs(t)):
+                if is_float(t.dtype):
+                    reach.add(t.uid)
+        live = {self.output.uid} & reach
+        for t in reversed(self.order):
+            if t.uid in live:
+                live |= {p.uid for p in tensor_inputs(t) if p.uid in reach}
+        return live
+
+    # }}}
+
+    def adjoint_axes(self, t: Tensor) -> Tuple[Axis, ...]:
+        if t.uid not in self.axes:
+            names = [f"p{k}" for k in range(len(self.prefix))] + \
+                    [getattr(a, "name", f"i{k}") for k, a in enumerate(getattr(t, "axes", ()))]
+            if len(names) != len(self.prefix) + t.ndim:
+                names = [f"p{k}" for k in range(len(self.prefix))] + [f"i{k}" for k in range(t.ndim)]
+            dims = self.prefix + tuple(t.dims)
+            self.axes[t.uid] = tuple(Axis(n, Const(0, INDEX_DTYPE), d, fresh_uid())
+                                     for n, d in zip(names, dims))
+        return self.axes[t.uid]
+
+    def run(self) -> Gradients:
+        out = self.norm[self.output.uid]
+        for t in reversed(self.order):
+            if t.uid not in self.active:
+                continue
+            sites = self._sites(t)
+            own = [s for s in sites if s[1].read.tensor.uid == t.uid]
+            for s in own:  # a recurrence's adjoint reads itself: register before building
+                self._add_site(t, *s)
+            self._build_adjoint(t, is_output=(t.uid == out.uid))
+            if self.group.get(t.uid, t.uid) == t.uid:
+                self._apply_overrides(t, self.adj[t.uid])
+            for s in sites:
+                if s[1].read.tensor.uid != t.uid:
+                    self._add_site(t, *s)
+        grads = []
+        for x in self.inputs:
+            g = self.adj.get(x.uid)
+            if g is None:
+                g = api.compute(self.prefix + tuple(x.dims),
+                                lambda *ax: api.const(0.0, x.dtype if is_float(x.dtype) else "float32"),
+                                name=f"d{x.name}")
+            grads.append(g)
+        adjoints = {}
+        for uid, g in self.adj.items():
+            if uid in self.originals:
+                adjoints[self.originals[uid]] = g
+        return Gradients(grads, adjoints)
+
+    # {{{ adjoint tensors
+
+    def _build_adjoint(self, t: Tensor, is_output: bool):
+        axes = self.adjoint_axes(t)
+        terms = [f(axes) for f in self.terms.get(t.uid, [])]
+        if is_output and self.head_expr is not None:
+            terms.insert(0, api.cast(Read(self.head_expr, axes, self.head_expr.dtype), t.dtype))
+        elif is_output:
+            terms.insert(0, api.const(1.0, t.dtype))
+        self_ref = self.self_handle.get(t.uid)
+        body = terms[0] if terms else api.const(0.0, t.dtype)
+        for x in terms[1:]:
+            body = body + x
+        body = simplify(api.cast(body, t.dtype))
+        g = Compute(f"d{t.name}", self.prefix + tuple(t.dims), t.dtype, fresh_uid(),
+                    t.origin, axes=axes, body=body, self_ref=self_ref)
+        if self_ref is not None:
+            from tensorexpr.recurrence import verify_order
+            g = verify_order(g)
+        self.adj[t.uid] = g
+
+    # }}}
+
+    # {{{ propagation through one tensor
+
+    def _skip(self, t: Tensor, x: Tensor) -> bool:
+        owner = self.group.get(t.uid, t.uid)
+        return owner in self.whole or (owner, x.uid) in self.edge
+
+    def _sites(self, t: Tensor) -> list:
+        """``(x, site, guards, domain, p_axes, adj_idx)`` for every active read of ``t``."""
+        owner = self.group.get(t.uid, t.uid)
+        if owner in self.whole:
+            return []
+        p_axes = self.adjoint_axes(t)[:len(self.prefix)]
+        match t:
+            case Compute(body=Reduce(op, rbody, raxes, where, _)):
+                guards = () if where is None else (where,)
+                domain = tuple(t.axes) + tuple(raxes)
+                if op == "sum":
+                    sites = read_partials(rbody)
+                else:
+                    count = self._tie_count(t, op, rbody, raxes, where)
+                    hit = api._binary("eq", rbody, Read(t, tuple(t.axes), t.dtype))
+                    inv = api._binary("div", 1.0, Read(count, tuple(t.axes), count.dtype))
+                    sites = [Site(s.read, simplify(s.factor * inv), (hit,) + s.guards)
+                             for s in read_partials(rbody)]
+                adj_idx = p_axes + tuple(t.axes)
+            case Compute():
+                body = t.body if t.self_ref is None else _replace_self(t.body, t)
+                guards, domain = (), tuple(t.axes)
+                sites = read_partials(body)
+                adj_idx = p_axes + tuple(t.axes)
+            case ScatterAdd():
+                guards = () if t.where is None else (t.where,)
+                domain = tuple(t.axes)
+                sites = read_partials(t.value)
+                adj_idx = p_axes + tuple(t.indices)
+            case _:
+                return []
+        out = []
+        for s in sites:
+            x = self.norm.get(s.read.tensor.uid, s.read.tensor)
+            if x.uid in self.active and not self._skip(t, x):
+                out.append((x, s, guards, domain, p_axes, adj_idx))
+        return out
+
+    def _tie_count(self, t: Compute, op, rbody, raxes, where) -> Compute:
+        ax = tuple(Axis(a.name, a.lo, a.hi, fresh_uid()) for a in t.axes)
+        sub = dict(zip(t.axes, ax))
+        hit = api._binary("eq", rbody, Read(t, tuple(t.axes), t.dtype))
+        cond = hit if where is None else (where & hit)
+        body = substitute(Reduce("sum", api.const(1.0, t.dtype), tuple(raxes), cond, t.dtype), sub)
+        return Compute(f"{t.name}_ties", tuple(t.dims), t.dtype, fresh_uid(), t.origin,
+                       axes=ax, body=body)
+
+    def _apply_overrides(self, t: Tensor, dT: Tensor):
+        user_t = self.originals.get(t.uid, t)
+        for x in list(tensor_inputs(t)) + _group_inputs(self, t):
+            x = self.norm.get(x.uid, x)
+            fn = self.edge.get((t.uid, x.uid)) or self.whole.get(t.uid)
+            if fn is None or x.uid not in self.active:
+                continue
+            user_x = self.originals.get(x.uid, x)
+            contrib = fn(user_t, user_x, dT)
+            if not isinstance(contrib, Tensor):
+                raise TypeError(f"override for {describe(user_t)} must return a tensor")
+            want = self.prefix + tuple(x.dims)
+            if len(contrib.dims) != len(want) or not all(
+                    _same_size(a, b) for a, b in zip(contrib.dims, want)):
+                raise ValueError(f"override for {describe(user_t)} returned shape "
+                                 f"{contrib.shape} for input {x.name!r}; expected "
+                                 f"{tuple(getattr(d, 'value', d) for d in want)}")
+            self.terms.setdefault(x.uid, []).append(
+                lambda axes, c=contrib, dt=x.dtype: api.cast(Read(c, tuple(axes), c.dtype), dt))
+
+    def _add_site(self, t, x, s: Site, guards, domain, p_axes, adj_idx):
+        handle = self._self_handle_for(t) if x.uid == t.uid else self.adj[t.uid]
+        contrib = Read(handle, tuple(adj_idx), handle.dtype) * s.factor
+        all_guards = tuple(guards) + tuple(s.guards)
+        read = s.read
+
+        def term(x_axes, contrib=contrib, read=read):
+            q_axes, j_axes = x_axes[:len(self.prefix)], x_axes[len(self.prefix):]
+            g = substitute(contrib, dict(zip(p_axes, q_axes)))
+            return self._gather(t, x, g, all_guards, domain, read, j_axes, q_axes)
+
+        self.terms.setdefault(x.uid, []).append(term)
+
+    def _self_handle_for(self, t: Tensor) -> SelfRef:
+        if t.uid not in self.self_handle:
+            ax = self.adjoint_axes(t)
+            self.self_handle[t.uid] = SelfRef(f"d{t.name}", tuple(a.hi for a in ax), t.dtype,
+                                              fresh_uid(), t.origin)
+        return self.self_handle[t.uid]
+
+    # }}}
+
+    # {{{ scatter to gather
+
+    def _gather(self, t, x, g: Expr, guards, domain, read: Read, j_axes, q_axes) -> Expr:
+        params = params_of(list(guards) + list(read.indices) + [a.hi for a in domain]
+                           + [a.hi for a in j_axes])
+        sp = Space(list(domain), params)
+        affine, other = [], []
+        for c in guards:
+            try:
+                sp.cond(c)
+                affine.append(c)
+            except NotAffine:
+                other.append(c)
+        try:
+            pieces = solve_fiber(list(j_axes), list(domain), affine, list(read.indices))
+        except NotAffine:
+            return self._scatter(t, x, g, guards, domain, read, j_axes, q_axes)
+        dtype = x.dtype
+        total = None
+        for p in pieces:
+            sub = {ax: p.subst[ax.uid] for ax in domain}
+            body = api.cast(substitute(g, sub), dtype)
+            cond = p.cond
+            for c in other:
+                c2 = substitute(c, sub)
+                cond = c2 if cond is None else (cond & c2)
+            if p.free:
+                term = Reduce("sum", body, tuple(p.free), cond, dtype)
+            elif cond is not None:
+                term = api.select(cond, body, api.const(0.0, dtype))
+            else:
+                term = body
+            total = term if total is None else total + term
+        return simplify(total) if total is not None else api.const(0.0, dtype)
+
+    def _scatter(self, t, x, g, guards, domain, read, j_axes, q_axes) -> Expr:
+        # A data-dependent read cannot be inverted: accumulate explicitly.
+        new = {a: Axis(a.name, a.lo, a.hi, fresh_uid()) for a in tuple(q_axes) + tuple(domain)}
+        where = None
+        for c in guards:
+            where = c if where is None else (where & c)
+        sub = lambda e: substitute(e, new)
+        idx = tuple(new[a] for a in q_axes) + tuple(sub(i) for i in read.indices)
+        s = ScatterAdd(f"d{x.name}_scatter", self.prefix + tuple(x.dims), x.dtype, fresh_uid(),
+                       t.origin, axes=tuple(new.values()), where=None if where is None else sub(where),
+                       indices=idx, value=api.cast(sub(g), x.dtype))
+        return Read(s, tuple(q_axes) + tuple(j_axes), x.dtype)
+
+    # }}}
+
+
+def _group_inputs(d: _Differentiator, t: Tensor) -> list:
+    """Inputs of the extracted reductions that belong to user tensor ``t``."""
+    out = []
+    for uid, owner in d.group.items():
+        if owner == t.uid:
+            out += [p for p in tensor_inputs(d.norm[uid]) if p.uid not in d.group]
+    return out
+
+
+def _replace_self(body: Expr, t: Compute) -> Expr:
+    """Reads of a recurrence's handle become reads of the finished tensor."""
+    ref = t.self_ref.uid
+
+    def go(e: Expr) -> Expr:
+        e2 = rebuild(e, go)
+        if isinstance(e2, Read) and isinstance(e2.tensor, SelfRef) and e2.tensor.uid == ref:
+            return Read(t, e2.indices, e2.dtype)
+        return e2
+
+    return go(body)
+
+
+def _same_size(a: Expr, b: Expr) -> bool:
+    return same(a, b)

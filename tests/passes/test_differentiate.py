@@ -1,0 +1,300 @@
+"""te.differentiate against float64 central differences, first and second order."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorexpr as te
+
+from .gradcheck import (check_grads, has_scatter, largest_tensor, numeric_grad, rel_err,
+                        second_order, sum_of_squares)
+
+F = "float64"
+
+
+def rand(*shape, seed=0, low=-1.0, high=1.0):
+    return np.random.default_rng(seed + len(shape) * 7 + int(np.prod(shape))).uniform(
+        low, high, shape)
+
+
+# {{{ the patterns: each returns (inputs, output tensor Y, arrays, affine?)
+
+
+def matmul():
+    A = te.placeholder((3, 4), F, "A")
+    B = te.placeholder((4, 2), F, "B")
+    k = te.reduce_axis(4, "k")
+    Y = te.compute((3, 2), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="Y")
+    return [A, B], Y, [rand(3, 4), rand(4, 2, seed=1)], True
+
+
+def conv2d(stride=1, dilation=1, pad=1, size=5):
+    X = te.placeholder((1, 2, size, size), F, "X")
+    W = te.placeholder((2, 2, 3, 3), F, "W")
+    out = (size + 2 * pad - dilation * 2 - 1) // stride + 1
+    c, kh, kw = te.reduce_axis(2, "c"), te.reduce_axis(3, "kh"), te.reduce_axis(3, "kw")
+
+    def body(n, o, h, w):
+        y, x = stride * h + dilation * kh - pad, stride * w + dilation * kw - pad
+        if pad:
+            inside = (y >= 0) & (y < size) & (x >= 0) & (x < size)
+            v = te.select(inside, X[n, c, y, x], 0.0)
+        else:
+            v = X[n, c, y, x]
+        return te.sum(v * W[o, c, kh, kw], axis=[c, kh, kw])
+
+    Y = te.compute((1, 2, out, out), body, name="Y")
+    return [X, W], Y, [rand(1, 2, size, size), rand(2, 2, 3, 3, seed=2)], True
+
+
+def maxpool():
+    X = te.placeholder((1, 2, 4, 4), F, "X")
+    a, b = te.reduce_axis(2, "a"), te.reduce_axis(2, "b")
+    Y = te.compute((1, 2, 2, 2), lambda n, c, h, w: te.max(X[n, c, 2 * h + a, 2 * w + b],
+                                                           axis=[a, b]), name="Y")
+    return [X], Y, [rand(1, 2, 4, 4)], True
+
+
+def avgpool():
+    X = te.placeholder((1, 1, 5, 5), F, "X")
+    a, b = te.reduce_axis(3, "a"), te.reduce_axis(3, "b")
+    Y = te.compute((1, 1, 3, 3), lambda n, c, h, w: te.sum(X[n, c, h + a, w + b],
+                                                           axis=[a, b]) / 9.0, name="Y")
+    return [X], Y, [rand(1, 1, 5, 5)], True
+
+
+def flatten():
+    X = te.placeholder((2, 2, 3, 4), F, "X")
+    Y = te.compute((2, 24), lambda n, k: X[n, k // 12, (k // 4) % 3, k % 4], name="Y")
+    return [X], Y, [rand(2, 2, 3, 4)], True
+
+
+def transpose_bias():
+    X = te.placeholder((3, 4), F, "X")
+    b = te.placeholder((4,), F, "b")
+    Y = te.compute((4, 3), lambda j, i: X[i, j] + b[j], name="Y")
+    return [X, b], Y, [rand(3, 4), rand(4, seed=3)], True
+
+
+def softmax():
+    X = te.placeholder((2, 5), F, "X")
+    k = te.reduce_axis(5, "k")
+    m = te.reduce_axis(5, "m")
+    M = te.compute((2,), lambda i: te.max(X[i, m], axis=m), name="M")
+    S = te.compute((2,), lambda i: te.sum(te.exp(X[i, k] - M[i]), axis=k), name="S")
+    Y = te.compute((2, 5), lambda i, j: te.exp(X[i, j] - M[i]) / S[i], name="Y")
+    return [X], Y, [rand(2, 5)], True
+
+
+def log_softmax():
+    X = te.placeholder((2, 5), F, "X")
+    k = te.reduce_axis(5, "k")
+    Y = te.compute((2, 5), lambda i, j: X[i, j] - te.log(te.sum(te.exp(X[i, k]), axis=k)),
+                   name="Y")
+    return [X], Y, [rand(2, 5)], True
+
+
+def layer_norm():
+    X = te.placeholder((2, 6), F, "X")
+    g = te.placeholder((6,), F, "gamma")
+    b = te.placeholder((6,), F, "beta")
+    k, k2 = te.reduce_axis(6, "k"), te.reduce_axis(6, "k2")
+    mu = te.compute((2,), lambda i: te.sum(X[i, k], axis=k) / 6.0, name="mu")
+    var = te.compute((2,), lambda i: te.sum((X[i, k2] - mu[i]) ** 2, axis=k2) / 6.0, name="var")
+    Y = te.compute((2, 6), lambda i, j: (X[i, j] - mu[i]) / te.sqrt(var[i] + 1e-5) * g[j] + b[j],
+                   name="Y")
+    return [X, g, b], Y, [rand(2, 6), rand(6, seed=4), rand(6, seed=5)], True
+
+
+def blur():
+    n = 7
+    X = te.placeholder((n,), F, "X")
+
+    def c(e):
+        return te.minimum(te.maximum(e, 0), n - 1)
+    Y = te.compute((n,), lambda i: (X[c(i - 1)] + X[i] + X[c(i + 1)]) / 3.0, name="Y")
+    return [X], Y, [rand(n)], True
+
+
+def embedding():
+    E = te.placeholder((5, 3), F, "E")
+    idx = te.placeholder((4,), "int64", "idx")
+    Y = te.compute((4, 3), lambda i, d: E[idx[i], d], name="Y")
+    return [E, idx], Y, [rand(5, 3), np.array([1, 4, 1, 0])], False
+
+
+def relu_select():
+    X = te.placeholder((6,), F, "X")
+    Y = te.compute((6,), lambda i: te.select(X[i] > 0, X[i] * X[i], 0.0), name="Y")
+    return [X], Y, [rand(6) + np.array([0.1, -0.1] * 3)], True
+
+
+def abs_op():
+    X = te.placeholder((5,), F, "X")
+    Y = te.compute((5,), lambda i: te.abs(X[i]) * te.tanh(X[i]) + te.sigmoid(X[i]), name="Y")
+    return [X], Y, [rand(5) + 0.05], True
+
+
+PATTERNS = {
+    "matmul": matmul, "conv2d_pad1": conv2d, "conv2d_stride2": lambda: conv2d(stride=2, size=6),
+    "conv2d_dilation2": lambda: conv2d(dilation=2, pad=0, size=7), "maxpool": maxpool,
+    "avgpool": avgpool, "flatten": flatten, "transpose_bias": transpose_bias, "softmax": softmax,
+    "log_softmax": log_softmax, "layer_norm": layer_norm, "blur": blur, "embedding": embedding,
+    "relu_select": relu_select, "abs": abs_op,
+}
+
+
+def _float_inputs(inputs):
+    return [k for k, t in enumerate(inputs) if t.dtype.startswith("float")]
+
+
+# }}}
+
+
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_first_order(name):
+    inputs, Y, arrays, _ = PATTERNS[name]()
+    H = te.placeholder(Y.shape, F, "H")
+    L = sum_of_squares(Y) if name != "softmax" else sum_of_squares(Y, H)
+    ins, arrs = (inputs + [H], arrays + [rand(*Y.shape, seed=9)]) if name == "softmax" \
+        else (inputs, arrays)
+    check_grads(L, ins, arrs, wrt=_float_inputs(inputs))
+
+
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_second_order(name):
+    inputs, Y, arrays, _ = PATTERNS[name]()
+    L = sum_of_squares(Y)
+    second_order(L, inputs, arrays, wrt=_float_inputs(inputs))
+
+
+@pytest.mark.parametrize("name", sorted(k for k in PATTERNS if PATTERNS[k]()[3]))
+def test_affine_gradients_have_no_scatter_and_no_large_intermediate(name):
+    inputs, Y, arrays, _ = PATTERNS[name]()
+    H = te.placeholder(Y.shape, F, "H")
+    grads = te.differentiate(Y, inputs, head=H)
+    assert not has_scatter(grads)
+    biggest = max(largest_tensor([t]) for t in list(inputs) + [Y, H])
+    assert largest_tensor(grads) <= biggest
+
+
+def test_embedding_gradient_is_a_scatter_and_matches():
+    inputs, Y, arrays, _ = embedding()
+    H = te.placeholder(Y.shape, F, "H")
+    (dE,) = te.differentiate(Y, [inputs[0]], head=H)
+    assert has_scatter([dE])
+    h = rand(*Y.shape, seed=3)
+    got = te.build(dE, inputs=[inputs[1], H], backend="numpy")(arrays[1], h)
+    want = np.zeros((5, 3))
+    np.add.at(want, arrays[1], h)
+    np.testing.assert_allclose(got, want)
+
+
+def test_head_with_prefix():
+    inputs, Y, arrays, _ = matmul()
+    H = te.placeholder((2,) + Y.shape, F, "H")
+    h = rand(2, *Y.shape, seed=11)
+    dA, dB = te.differentiate(Y, inputs, head=H)
+    assert dA.shape == (2, 3, 4) and dB.shape == (2, 4, 2)
+    ga, gb = te.build([dA, dB], inputs=inputs + [H], backend="numpy")(*arrays, h)
+    a, b = arrays
+    for p in range(2):
+        np.testing.assert_allclose(ga[p], h[p] @ b.T)
+        np.testing.assert_allclose(gb[p], a.T @ h[p])
+
+
+def test_head_none_builds_the_jacobian():
+    X = te.placeholder((3,), F, "X")
+    Y = te.compute((2,), lambda i: te.exp(X[i]) * X[i + 1], name="Y")
+    (J,) = te.differentiate(Y, [X])
+    assert J.shape == (2, 3)
+    x = rand(3)
+    got = te.build(J, inputs=[X], backend="numpy")(x)
+    fy = te.build(Y, inputs=[X], backend="numpy")
+    for r in range(2):
+        want = numeric_grad(lambda v: fy(v)[r], [x], 0)
+        np.testing.assert_allclose(got[r], want, rtol=1e-6, atol=1e-9)
+
+
+def test_independent_input_gets_zero_gradient():
+    X = te.placeholder((3,), F, "X")
+    Z = te.placeholder((2, 2), F, "Z")
+    i = te.reduce_axis(3)
+    L = te.compute((), lambda: te.sum(X[i] * X[i], axis=i), name="L")
+    dX, dZ = te.differentiate(L, [X, Z])
+    assert dZ.shape == (2, 2)
+    out = te.build(dZ, inputs=[Z], backend="numpy")(np.ones((2, 2)))
+    assert np.all(out == 0)
+
+
+def test_adjoints_of_intermediates():
+    X = te.placeholder((3,), F, "X")
+    Y = te.compute((3,), lambda i: X[i] * 2.0, name="Y")
+    i = te.reduce_axis(3)
+    L = te.compute((), lambda: te.sum(Y[i] * Y[i], axis=i), name="L")
+    res = te.differentiate(L, [X])
+    dY = res.adjoints[Y]
+    x = rand(3)
+    np.testing.assert_allclose(te.build(dY, inputs=[X], backend="numpy")(x), 2 * (2 * x))
+
+
+def test_untaken_branch_never_contributes_nan():
+    X = te.placeholder((4,), F, "X")
+    Y = te.compute((4,), lambda i: te.select(X[i] > 0, te.log(X[i]), X[i]), name="Y")
+    L = sum_of_squares(Y)
+    (dX,) = te.differentiate(L, [X])
+    x = np.array([-1.0, 2.0, -3.0, 0.5])
+    g = te.build(dX, inputs=[X], backend="numpy")(x)
+    assert np.all(np.isfinite(g))
+    want = np.where(x > 0, 2 * np.log(np.abs(x)) / x, 2 * x)
+    np.testing.assert_allclose(g, want)
+
+
+def test_max_tie_rule_splits_evenly():
+    X = te.placeholder((4,), F, "X")
+    k = te.reduce_axis(4)
+    M = te.compute((), lambda: te.max(X[k], axis=k), name="M")
+    (dX,) = te.differentiate(M, [X])
+    g = te.build(dX, inputs=[X], backend="numpy")(np.array([1.0, 3.0, 3.0, 0.0]))
+    np.testing.assert_allclose(g, [0.0, 0.5, 0.5, 0.0])
+
+
+def _square_override(Y, X, head):
+    # d(x^2) = 2x, written by hand (so the test can tell it was used: factor 3 instead)
+    return te.compute(X.shape, lambda i: head[i] * 3.0 * X[i], name="custom")
+
+
+def test_override_whole_tensor_and_second_order():
+    X = te.placeholder((3,), F, "X")
+    Y = te.compute((3,), lambda i: X[i] * X[i], name="Y")
+    L = sum_of_squares(Y)
+    (dX,) = te.differentiate(L, [X], override={Y: _square_override})
+    x = rand(3)
+    g = te.build(dX, inputs=[X], backend="numpy")(x)
+    np.testing.assert_allclose(g, 2 * x ** 2 * 3 * x)
+    # the overridden gradient stays differentiable: d/dx sum(g) = d/dx 6 x^3 = 18 x^2
+    i = te.reduce_axis(3)
+    G = te.compute((), lambda: te.sum(dX[i], axis=i), name="G")
+    (ddX,) = te.differentiate(G, [X])
+    np.testing.assert_allclose(te.build(ddX, inputs=[X], backend="numpy")(x), 18 * x ** 2)
+
+
+def test_override_one_edge():
+    X = te.placeholder((3,), F, "X")
+    W = te.placeholder((3,), F, "W")
+    Y = te.compute((3,), lambda i: X[i] * W[i], name="Y")
+    L = sum_of_squares(Y)
+    dX, dW = te.differentiate(L, [X, W], override={(Y, X): lambda Y_, X_, h: te.compute(
+        X_.shape, lambda i: h[i] * 0.0, name="zero")})
+    x, w = rand(3), rand(3, seed=2)
+    gx, gw = te.build([dX, dW], inputs=[X, W], backend="numpy")(x, w)
+    np.testing.assert_allclose(gx, 0.0)
+    np.testing.assert_allclose(gw, 2 * x * w * x)  # the other edge is untouched
+
+
+def test_strided_conv_gradient_prints_its_gather():
+    inputs, Y, _, _ = conv2d(stride=2, size=6)
+    H = te.placeholder(Y.shape, F, "H")
+    dX, _ = te.differentiate(Y, inputs, head=H)
+    text = str(dX)
+    assert "sum_{" in text and "% 2) == 0" in text and "kh in [0, 3)" in text

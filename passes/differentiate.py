@@ -32,7 +32,7 @@ from tensorexpr.ir import (Axis, Compute, Const, Expr, Placeholder, Read, Reduce
                            SelfRef, Tensor, fresh_uid, is_float, same, topo_order,
                            tensor_inputs, INDEX_DTYPE)
 from tensorexpr.polyhedral import NotAffine, Space, params_of, solve_fiber
-from tensorexpr.transform import free_axes, rebuild, substitute
+from tensorexpr.transform import free_axes, rebuild, replace_subexpr, substitute
 
 from .normalize import normalize
 from .partials import Site, read_partials
@@ -214,7 +214,7 @@ class _Differentiator:
                     t.origin, axes=axes, body=body, self_ref=self_ref)
         if self_ref is not None:
             from tensorexpr.recurrence import verify_order
-            g = verify_order(g)
+            g = verify_order(g, steps=(-t.carry.step,))
         self.adj[t.uid] = g
 
     # }}}
@@ -247,7 +247,11 @@ class _Differentiator:
             case Compute():
                 body = t.body if t.self_ref is None else _replace_self(t.body, t)
                 guards, domain = (), tuple(t.axes)
-                sites = read_partials(body)
+                # The body's own value in a partial (tanh' = 1 - tanh^2) is the tensor
+                # itself: read it instead of recomputing it.
+                me = Read(t, tuple(t.axes), t.dtype)
+                sites = [s._replace(factor=replace_subexpr(s.factor, body, me))
+                         for s in read_partials(body)]
                 adj_idx = p_axes + tuple(t.axes)
             case ScatterAdd():
                 guards = () if t.where is None else (t.where,)
@@ -297,6 +301,7 @@ class _Differentiator:
         contrib = Read(handle, tuple(adj_idx), handle.dtype) * s.factor
         all_guards = tuple(guards) + tuple(s.guards)
         read = s.read
+        domain = tuple(domain) + tuple(s.axes)
 
         def term(x_axes, contrib=contrib, read=read):
             q_axes, j_axes = x_axes[:len(self.prefix)], x_axes[len(self.prefix):]

@@ -45,11 +45,19 @@ def _extract(t: Compute, new: List[Tensor]) -> Expr:
                 body2 = go(body, inner_g, False)
                 where2 = None if where is None else go(where, guards, False)
                 r = e if (body2 is body and where2 is where) else Reduce(op, body2, axes, where2, dt)
-                return r if top else _hoist(t, r, guards, new)
+                if top or _reads_self(r, t):
+                    return r  # a recurrence's own values cannot leave its body
+                return _hoist(t, r, guards, new)
             case _:
                 return rebuild(e, lambda x: go(x, guards, False))
 
     return go(t.body, (), True)
+
+
+def _reads_self(e: Expr, t: Compute) -> bool:
+    ref = t.self_ref
+    return ref is not None and any(isinstance(x, Read) and x.tensor.uid == ref.uid
+                                   for x in walk(e))
 
 
 def _hoist(t: Compute, r: Reduce, guards, new: List[Tensor]) -> Read:

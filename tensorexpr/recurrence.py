@@ -14,8 +14,12 @@ from .ir import Carry, Compute, SelfRef
 from .polyhedral import NotAffine, Space, dim_name, params_of
 
 
-def verify_order(t: Compute) -> Compute:
+def verify_order(t: Compute, steps=(1,)) -> Compute:
     """Return ``t`` with ``carry`` set, or raise :class:`RecurrenceError`.
+
+    A user's recurrence runs forward (``steps=(1,)``): every self-read must be at
+    a smaller index of one axis. Adjoints of recurrences, built by
+    ``te.differentiate``, run backwards and are verified with ``steps=(-1,)``.
 
     >>> import tensorexpr as te
     >>> x = te.placeholder((5,), name="x")
@@ -46,7 +50,7 @@ def verify_order(t: Compute) -> Compute:
                 f"a recurrence may only read itself at affine, strictly earlier points") from None
         deltas.append((read, space, dom, diffs))
     for c in range(len(t.axes)):
-        for step in (1, -1):
+        for step in steps:
             ok = True
             for read, space, dom, diffs in deltas:
                 d = diffs[c] if step > 0 else -diffs[c]
@@ -60,9 +64,10 @@ def verify_order(t: Compute) -> Compute:
     read = deltas[0][0]
     for read, space, dom, diffs in deltas:
         if all(not (dom & (d if s > 0 else -d).lt_set(space.vars[0] + 1)).is_empty()
-               for d in diffs for s in (1, -1)):
+               for d in diffs for s in steps):
             break
     raise RecurrenceError(
-        f"{describe(t)} reads itself at {expr_str(read)}, which is not strictly earlier than "
+        f"{describe(t)} reads itself at {expr_str(read)}, which is not strictly "
+        f"{'earlier' if steps == (1,) else 'later' if steps == (-1,) else 'earlier or later'} than "
         f"the point being defined along one axis (e.g. {t.self_ref.name}[t - 1, ...] under "
         f"te.select(t > 0, ...)); reading the same or a later point has no evaluation order")

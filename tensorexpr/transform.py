@@ -64,6 +64,26 @@ def substitute(e: Expr, mapping: Dict[Expr, Expr]) -> Expr:
     return go(e)
 
 
+def replace_subexpr(e: Expr, target: Expr, repl: Expr) -> Expr:
+    """``e`` with every sub-expression structurally equal to ``target`` replaced by ``repl``.
+
+    >>> import tensorexpr as te
+    >>> x = te.const(1.0) + 2.0
+    >>> replace_subexpr(x * 3.0, x, te.const(9.0))
+    (9.0 * 3.0)
+    """
+    from .ir import same
+    h = hash(target)
+    memo: Dict[int, Expr] = {}
+
+    def go(x: Expr) -> Expr:
+        if id(x) not in memo:
+            memo[id(x)] = repl if (hash(x) == h and same(x, target)) else rebuild(x, go)
+        return memo[id(x)]
+
+    return go(e)
+
+
 def free_axes(e: Expr) -> list:
     """Axes used in ``e`` that no reduction inside ``e`` binds (first-use order).
 

@@ -1,0 +1,103 @@
+"""Gradients of recurrences: the adjoint is a recurrence running the other way."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorexpr as te
+
+from .gradcheck import check_grads, second_order
+
+
+def ewma(T, R, dtype="float64"):
+    d = te.placeholder((R, T), dtype, "d")
+    e = te.recurrence((T, R), lambda e, t, r: te.select(
+        t == 0, d[r, 0], 0.5 * d[r, t] + 0.5 * e[t - 1, r]), name="e", dtype=dtype)
+    return d, e
+
+
+def test_seed_case_imperative_systems_got_wrong():
+    # e0 = d0, e1 = 0.5 d0 + 0.5 d1, loss e1**2: both gradients equal e1.
+    d, e = ewma(2, 1, "float32")
+    L = te.compute((), lambda: e[1, 0] ** 2, name="L")
+    (dd,) = te.differentiate(L, [d])
+    data = np.array([[0.417022, 0.72032449]], np.float32)
+    g = te.build(dd, inputs=[d], backend="numpy")(data)
+    e1 = 0.5 * data[0, 0] + 0.5 * data[0, 1]
+    assert abs(e1 - 0.568673) < 1e-6
+    np.testing.assert_allclose(g, [[e1, e1]], rtol=1e-6)
+
+
+def test_adjoint_of_a_recurrence_runs_backwards():
+    d, e = ewma(6, 2)
+    H = te.placeholder((6, 2), "float64", "H")
+    res = te.differentiate(e, [d], head=H)
+    de = res.adjoints[e]
+    assert de.carry is not None and de.carry.step == -1
+
+
+def _last_step_loss(e, T, R):
+    r = te.reduce_axis(R)
+    return te.compute((), lambda: te.sum(e[T - 1, r] * e[T - 1, r], axis=r), name="L")
+
+
+def test_ewma_long_against_finite_differences():
+    T, R = 512, 1
+    d, e = ewma(T, R)
+    L = _last_step_loss(e, T, R)
+    (dd,) = te.differentiate(L, [d])
+    data = np.random.default_rng(0).standard_normal((R, T))
+    g = te.build(dd, inputs=[d], backend="numpy")(data)
+    # closed form: e[T-1] = sum_t w_t d_t with w_0 = 0.5^(T-1), w_t = 0.5^(T-t)
+    w = np.array([0.5 ** (T - 1)] + [0.5 ** (T - t) for t in range(1, T)])
+    eT = (w * data[0]).sum()
+    np.testing.assert_allclose(g[0], 2 * eT * w, rtol=1e-10, atol=1e-300)
+    # and spot-check a few entries against central differences
+    fl = te.build(L, inputs=[d], backend="numpy")
+    for t in (0, T - 3, T - 1):
+        p, m = data.copy(), data.copy()
+        p[0, t] += 1e-6
+        m[0, t] -= 1e-6
+        num = (fl(p) - fl(m)) / 2e-6
+        assert abs(num - g[0, t]) <= 1e-6 * max(1.0, abs(num))
+
+
+def test_ewma_second_order():
+    T, R = 5, 2
+    d, e = ewma(T, R)
+    L = _last_step_loss(e, T, R)
+    second_order(L, [d], [np.random.default_rng(1).standard_normal((R, T))])
+
+
+def test_alpha_compositing():
+    # front-to-back: acc[s] = (1 - acc[s-1]) * x[s] + acc[s-1]
+    S, R = 5, 3
+    x = te.placeholder((R, S), "float64", "x")
+    acc = te.recurrence((S, R), lambda a, s, r: te.select(
+        s == 0, x[r, 0], (1.0 - a[s - 1, r]) * x[r, s] + a[s - 1, r]), name="acc", dtype="float64")
+    L = _last_step_loss(acc, S, R)
+    arr = np.random.default_rng(2).uniform(0, 0.5, (R, S))
+    check_grads(L, [x], [arr])
+    second_order(L, [x], [arr])
+
+
+def test_tanh_rnn_cell():
+    T, B, H = 4, 2, 3
+    x = te.placeholder((T, B, H), "float64", "x")
+    W = te.placeholder((H, H), "float64", "W")
+    k = te.reduce_axis(H, "k")
+    h = te.recurrence((T, B, H), lambda h, t, b, j: te.tanh(x[t, b, j] + te.select(
+        t == 0, 0.0, te.sum(h[t - 1, b, k] * W[k, j], axis=k))), name="h", dtype="float64")
+    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
+    L = te.compute((), lambda: te.sum(h[T - 1, r1, r2] ** 2, axis=[r1, r2]), name="L")
+    rng = np.random.default_rng(3)
+    check_grads(L, [x, W], [rng.standard_normal((T, B, H)), 0.5 * rng.standard_normal((H, H))])
+
+
+@pytest.mark.parametrize("offset", [0, 1])
+def test_recurrence_reading_same_or_later_point_is_refused(offset):
+    x = te.placeholder((5,), "float64", "x")
+    with pytest.raises(te.RecurrenceError, match=r"reads itself at (c\[min\(t \+ 1, 4\)\]|c\[t\])"):
+        te.recurrence((5,), lambda c, t: te.select(
+            t < 4, c[te.minimum(t + offset, 4)] + x[t], x[t]) if offset else c[t] + x[t],
+            name="c")

@@ -210,6 +210,9 @@ class _Differentiator:
         for x in terms[1:]:
             body = body + x
         body = simplify(api.cast(body, t.dtype))
+        if self_ref is None and _is_copy(body, axes):
+            self.adj[t.uid] = body.tensor  # the adjoint is another tensor verbatim: no copy
+            return
         g = Compute(f"d{t.name}", self.prefix + tuple(t.dims), t.dtype, fresh_uid(),
                     t.origin, axes=axes, body=body, self_ref=self_ref)
         if self_ref is not None:
@@ -394,3 +397,11 @@ def _replace_self(body: Expr, t: Compute) -> Expr:
 
 def _same_size(a: Expr, b: Expr) -> bool:
     return same(a, b)
+
+
+def _is_copy(body: Expr, axes) -> bool:
+    """Is ``body`` a read of a whole tensor of the same shape at exactly ``axes``?"""
+    return (isinstance(body, Read) and not isinstance(body.tensor, SelfRef)
+            and len(body.indices) == len(axes)
+            and all(i is a or same(i, a) for i, a in zip(body.indices, axes))
+            and all(same(d, a.hi) for d, a in zip(body.tensor.dims, axes)))

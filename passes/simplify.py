@@ -11,7 +11,7 @@ from typing import Dict
 
 import numpy as np
 
-from tensorexpr.ir import Binary, Cast, Const, Expr, Reduce, Select, Unary, is_float
+from tensorexpr.ir import Binary, Cast, Const, Expr, Reduce, Select, Unary, is_float, same
 from tensorexpr.transform import rebuild
 
 _NP = {"bool": np.bool_, "int32": np.int32, "int64": np.int64,
@@ -73,6 +73,8 @@ def _rule(e: Expr) -> Expr:
                 return a
             if _is(a, 0):
                 return b
+            if hash(a) == hash(b) and same(a, b):
+                return _rule(Binary("mul", _c(2, e.dtype), a, e.dtype))
             if isinstance(b, Unary) and b.op == "neg":
                 return Binary("sub", a, b.a, e.dtype)
         case Binary("sub", a, b, _):

@@ -206,6 +206,7 @@ class _Differentiator:
         elif is_output:
             terms.insert(0, api.const(1.0, t.dtype))
         self_ref = self.self_handle.get(t.uid)
+        terms = _merge_sums(terms)
         body = terms[0] if terms else api.const(0.0, t.dtype)
         for x in terms[1:]:
             body = body + x
@@ -405,3 +406,31 @@ def _is_copy(body: Expr, axes) -> bool:
             and len(body.indices) == len(axes)
             and all(i is a or same(i, a) for i, a in zip(body.indices, axes))
             and all(same(d, a.hi) for d, a in zip(body.tensor.dims, axes)))
+
+
+def _merge_sums(terms: List[Expr]) -> List[Expr]:
+    """Fuse sums over equal ranges and conditions: one loop instead of several."""
+    out: List[Expr] = []
+    for term in terms:
+        for k, prev in enumerate(out):
+            merged = _merge_two(prev, term)
+            if merged is not None:
+                out[k] = merged
+                break
+        else:
+            out.append(term)
+    return out
+
+
+def _merge_two(a: Expr, b: Expr) -> Optional[Expr]:
+    if not (isinstance(a, Reduce) and isinstance(b, Reduce) and a.op == b.op == "sum"
+            and len(a.axes) == len(b.axes) and a.dtype == b.dtype):
+        return None
+    if not all(same(x.lo, y.lo) and same(x.hi, y.hi) for x, y in zip(a.axes, b.axes)):
+        return None
+    sub = dict(zip(b.axes, a.axes))
+    where = None if b.where is None else substitute(b.where, sub)
+    if not ((where is None and a.where is None) or
+            (where is not None and a.where is not None and same(where, a.where))):
+        return None
+    return Reduce("sum", a.body + substitute(b.body, sub), a.axes, a.where, a.dtype)

@@ -76,8 +76,24 @@ def _hoist(t: Compute, r: Reduce, guards, new: List[Tensor]) -> Read:
     body = substitute(body, shift)
     s = Compute(f"{t.name}_{r.op}", tuple(a.hi for a in axes), r.dtype, fresh_uid(), t.origin,
                 axes=tuple(axes), body=body)
+    key = _shape_key(s)
+    for old in new:  # the same reduction written twice in one body is computed once
+        if _shape_key(old) == key:
+            return Read(old, tuple(free), r.dtype)
     new.append(s)
     return Read(s, tuple(free), r.dtype)
+
+
+def _shape_key(t: Compute) -> Expr:
+    """``t``'s body with its axes and reduction axes renamed positionally (for CSE)."""
+    r = t.body
+    canon_out = {a: Axis(f"_o{k}", a.lo, a.hi, -1 - k) for k, a in enumerate(t.axes)}
+    canon_red = tuple(Axis(f"_r{k}", a.lo, a.hi, -100 - k) for k, a in enumerate(r.axes))
+    sub = dict(canon_out)
+    sub.update(dict(zip(r.axes, canon_red)))
+    body = substitute(r.body, sub)
+    where = None if r.where is None else substitute(r.where, sub)
+    return (tuple(t.dims), Reduce(r.op, body, canon_red, where, r.dtype))
 
 
 def _zero(e: Expr) -> bool:

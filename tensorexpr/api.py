@@ -14,6 +14,10 @@ from .errors import TensorExprError, describe, user_origin
 from .ir import (Axis, Binary, Carry, Cast, Compute, Const, Expr, Read, Reduce, Select,
                  SelfRef, SizeVar, Tensor, Unary, Placeholder, check_dtype, fresh_uid,
                  is_float, is_int, promote)
+# Imported here, not lazily in _define: the first import of a submodule sets it as an
+# attribute of the package, and `tensorexpr.recurrence` (the module) would then replace
+# the public function `te.recurrence` after its first use.
+from .recurrence import verify_order
 
 Scalar = Union[bool, int, float]
 ExprLike = Union[Expr, Scalar]
@@ -26,7 +30,7 @@ def const(value: Scalar, dtype: Optional[str] = None) -> Const:
 
     >>> import tensorexpr as te
     >>> te.const(2, "float32")
-    2.0f
+    2.0
     """
     if isinstance(value, Const):
         value = value.value
@@ -368,7 +372,6 @@ def _define(shape, fn, name, dtype, recurrence, checkpoints):
     t = Compute(name, dims, body.dtype, uid, origin, axes=axes, body=body,
                 self_ref=self_ref, checkpoints=checkpoints)
     if recurrence:
-        from .recurrence import verify_order
         t = verify_order(t)
     from . import bounds
     bounds.check_tensor(t)

@@ -18,54 +18,59 @@ def _const(c: Const) -> str:
 
 
 def _range(ax: Axis) -> str:
-    return f"{ax.name} in [{expr_str(ax.lo)}, {expr_str(ax.hi)})"
+    return f"{ax.name} in [{_fmt(ax.lo, True)}, {_fmt(ax.hi, True)})"
 
 
 def expr_str(e: Expr) -> str:
     """Text of an expression, e.g. ``(A[i, k] * B[k, j])``.
 
+    Operators are fully parenthesised (the outermost pair is kept here and
+    dropped by :func:`tensor_str`), so the text never depends on precedence.
+
     >>> import tensorexpr as te
     >>> expr_str(te.const(2) + 1)
     '(2 + 1)'
     """
+    return _fmt(e, False)
+
+
+def _fmt(e: Expr, top: bool) -> str:
+    """``e`` as text; ``top`` says no operator surrounds it (so no parentheses needed).
+
+    Arguments between brackets or commas (indices, call arguments) count as top.
+    A reduction extends to the right (``sum_{k} body``) and a negation is a
+    prefix: both are parenthesised inside an operator, else ``-s / 9.0`` could
+    mean ``-(s / 9.0)`` and ``-x ** 2`` would read as ``-(x ** 2)``.
+    """
+    def wrap(text: str) -> str:
+        return text if top else f"({text})"
+
     match e:
         case Const():
             return _const(e)
         case SizeVar(name) | Axis(name):
             return name
         case Binary(op, a, b, _) if op in ("max", "min"):
-            return f"{op}({expr_str(a)}, {expr_str(b)})"
+            return f"{op}({_fmt(a, True)}, {_fmt(b, True)})"
         case Binary(op, a, b, _):
-            return f"({expr_str(a)} {_SYM[op]} {expr_str(b)})"
+            return wrap(f"{_fmt(a, False)} {_SYM[op]} {_fmt(b, False)}")
         case Unary("neg", a, _):
-            return f"-{expr_str(a)}"
+            return wrap(f"-{_fmt(a, False)}")
         case Unary("not", a, _):
-            return f"~{expr_str(a)}"
+            return f"~{_fmt(a, False)}"
         case Unary(op, a, _):
-            return f"{op}({expr_str(a)})"
+            return f"{op}({_fmt(a, True)})"
         case Cast(a, dt):
-            return f"{dt}({expr_str(a)})"
+            return f"{dt}({_fmt(a, True)})"
         case Select(c, a, b, _):
-            return f"select({expr_str(c)}, {expr_str(a)}, {expr_str(b)})"
+            return f"select({_fmt(c, True)}, {_fmt(a, True)}, {_fmt(b, True)})"
         case Read(t, idx, _):
-            return f"{t.name}[{', '.join(expr_str(i) for i in idx)}]"
+            return f"{t.name}[{', '.join(_fmt(i, True) for i in idx)}]"
         case Reduce(op, body, axes, where, _):
             ranges = ", ".join(_range(a) for a in axes)
-            cond = "" if where is None else f" if {_strip(expr_str(where))}"
-            return f"{op}_{{{ranges}{cond}}} {expr_str(body)}"
+            cond = "" if where is None else f" if {_fmt(where, True)}"
+            return wrap(f"{op}_{{{ranges}{cond}}} {_fmt(body, False)}")
     return f"<{type(e).__name__}>"
-
-
-def _strip(s: str) -> str:
-    if s.startswith("(") and s.endswith(")"):
-        depth = 0
-        for k, ch in enumerate(s):
-            depth += ch == "("
-            depth -= ch == ")"
-            if depth == 0 and k < len(s) - 1:
-                return s
-        return s[1:-1]
-    return s
 
 
 def tensor_str(t: Tensor) -> str:
@@ -74,14 +79,14 @@ def tensor_str(t: Tensor) -> str:
     >>> import tensorexpr as te
     >>> A = te.placeholder((2, 3), name="A")
     >>> print(te.compute((3, 2), lambda i, j: A[j, i] * 2.0, name="T"))
-    T[i, j] = (A[j, i] * 2.0)    for i in [0, 3), j in [0, 2)    float32
+    T[i, j] = A[j, i] * 2.0    for i in [0, 3), j in [0, 2)    float32
     """
-    shape = ", ".join(expr_str(d) for d in t.dims)
+    shape = ", ".join(_fmt(d, True) for d in t.dims)
     match t:
         case Compute():
             head = f"{t.name}[{', '.join(a.name for a in t.axes)}]"
             dom = ", ".join(_range(a) for a in t.axes)
-            body = _strip(expr_str(t.body))
+            body = _fmt(t.body, True)
             extra = ""
             if t.carry is not None:
                 ax = t.axes[t.carry.axis].name
@@ -89,10 +94,10 @@ def tensor_str(t: Tensor) -> str:
             where = f"    for {dom}" if dom else ""
             return f"{head} = {body}{where}    {t.dtype}{extra}"
         case ScatterAdd():
-            idx = ", ".join(expr_str(i) for i in t.indices)
+            idx = ", ".join(_fmt(i, True) for i in t.indices)
             dom = ", ".join(_range(a) for a in t.axes)
-            cond = "" if t.where is None else f" if {_strip(expr_str(t.where))}"
-            return (f"{t.name}[{shape}] = 0;  {t.name}[{idx}] += {_strip(expr_str(t.value))}"
+            cond = "" if t.where is None else f" if {_fmt(t.where, True)}"
+            return (f"{t.name}[{shape}] = 0;  {t.name}[{idx}] += {_fmt(t.value, True)}"
                     f"    for {dom}{cond}    {t.dtype}")
         case Placeholder() | SelfRef():
             return f"{t.name}[{shape}]    {t.dtype} input"

@@ -108,7 +108,7 @@ class Signature:
             if tuple(a.shape) != want:
                 raise ValueError(
                     f"input {t.name!r} has shape {tuple(a.shape)}, expected {want} "
-                    f"(declared {tuple(str(s) for s in t.shape)} with "
+                    f"(declared ({', '.join(str(s) for s in t.shape)}) with "
                     f"{', '.join(f'{k}={v}' for k, v in sizes.items()) or 'no sizes'})")
         for name, v in sizes.items():
             if v < 1:
@@ -122,7 +122,11 @@ class Signature:
                                 f"(convert with .astype(np.{t.dtype}))")
         else:
             try:
-                v = np.asarray(v, dtype=t.dtype)
+                a = np.asarray(v)
+                if a.dtype == object or not np.can_cast(a.dtype, t.dtype, "same_kind"):
+                    # e.g. [1.5, 2] for an int32 input: never truncate silently
+                    raise TypeError(f"its elements are {a.dtype}")
+                v = a.astype(t.dtype)
             except (TypeError, ValueError) as exc:
                 raise TypeError(f"input {t.name!r}: cannot convert {type(v).__name__} "
                                 f"to a {t.dtype} array: {exc}") from None
@@ -130,4 +134,5 @@ class Signature:
             raise ValueError(f"input {t.name!r} must have {t.ndim} dimension(s); "
                              f"got an array of shape {v.shape}")
         # Views with strides are copied: kernels index dense row-major buffers.
-        return np.ascontiguousarray(v)
+        # (Not np.ascontiguousarray: it turns a 0-d array into shape (1,).)
+        return v if v.flags.c_contiguous else v.copy(order="C")

@@ -23,16 +23,15 @@ Every gradient is an ordinary tensor: buildable, printable, differentiable again
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from tensorexpr import api
-from tensorexpr.errors import TensorExprError, describe
+from tensorexpr.errors import describe
 from tensorexpr.ir import (Axis, Compute, Const, Expr, Placeholder, Read, Reduce, ScatterAdd,
                            SelfRef, Tensor, fresh_uid, is_float, same, topo_order,
                            tensor_inputs, INDEX_DTYPE)
 from tensorexpr.polyhedral import NotAffine, Space, params_of, solve_fiber
-from tensorexpr.transform import free_axes, rebuild, replace_subexpr, substitute
+from tensorexpr.transform import rebuild, replace_subexpr, substitute
 
 from .normalize import normalize
 from .partials import Site, read_partials

@@ -120,7 +120,7 @@ def _rule(e: Expr) -> Expr:
             return _c(v, dt) if not (isinstance(v, float) and not np.isfinite(v) and not is_float(dt)) else e
         case Select(Const(v, "bool"), a, b, _):
             return a if v else b
-        case Select(c, a, b, _) if _is(a, 0) and _is(b, 0):
+        case Select(_, a, b, _) if _is(a, 0) and _is(b, 0):
             return a
         case Reduce("sum", body, _, _, dt) if _is(body, 0):
             return _c(0, dt)

@@ -1,0 +1,319 @@
+"""Print a loop-AST :class:`~codegen.loopast.Kernel` as C source.
+
+The C text implements the IR's semantics exactly: integer floor division and
+modulo (``x // 0 == 0``) and max/min propagating NaN like numpy are small
+inline helpers (only the ones used are printed), float-to-int casts give the
+least integer for NaN and out-of-range values as numpy does on x86 (C leaves
+them undefined), and 64-bit integer arithmetic never happens in C's 32-bit
+``int`` by accident. User text appears only in sanitized comments.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+from .loopast import (Accumulate, Assign, Block, Comment, Decl, Fail, For, If, Kernel, Lit, Load,
+                      Op, Stmt, Store, Var)
+
+CTYPE = {"bool": "bool", "int32": "int32_t", "int64": "int64_t", "float32": "float",
+         "float64": "double"}
+_SUF = {"bool": "b", "int32": "i32", "int64": "i64", "float32": "f32", "float64": "f64"}
+
+ENTRY = "te_kernel"
+
+# C operator precedence (higher binds tighter); atoms are 100.
+_ATOM, _UNARY, _MUL, _ADD, _REL, _EQ, _AND, _OR, _COND = 100, 14, 13, 12, 10, 9, 5, 4, 3
+_INFIX = {"add": ("+", _ADD), "sub": ("-", _ADD), "mul": ("*", _MUL), "div": ("/", _MUL),
+          "lt": ("<", _REL), "le": ("<=", _REL), "gt": (">", _REL), "ge": (">=", _REL),
+          "eq": ("==", _EQ), "ne": ("!=", _EQ), "and": ("&&", _AND), "or": ("||", _OR)}
+_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "sin": "sin", "cos": "cos",
+         "abs": "fabs", "floor": "floor", "ceil": "ceil", "pow": "pow"}
+
+
+def sanitize(text: str, limit: int = 400) -> str:
+    """``text`` made safe inside a C block comment: printable ASCII, no comment delimiters.
+
+    >>> sanitize('a; */ system("x"); /* \\n b')
+    'a; * / system("x"); / * b'
+    """
+    s = "".join(ch if 32 <= ord(ch) < 127 else " " for ch in text)
+    s = s.replace("*/", "* /").replace("/*", "/ *")
+    s = " ".join(s.split())
+    return s if len(s) <= limit else s[:limit - 3] + "..."
+
+
+# {{{ helpers (printed only when used)
+
+def _helper_src(name: str) -> str:
+    if name == "te_fail":
+        return ("static void te_fail(int64_t *err, int64_t code, int64_t site, int64_t dim,\n"
+                "                    int64_t index, int64_t size)\n{\n"
+                "#pragma omp critical(te_fail)\n"
+                "  {\n"
+                "    if (err[0] == 0) {\n"
+                "      err[1] = site; err[2] = dim; err[3] = index; err[4] = size; err[0] = code;\n"
+                "    }\n"
+                "  }\n}\n")
+    kind, suf = name[3:].rsplit("_", 1)
+    dt = {v: k for k, v in _SUF.items()}.get(suf, "")
+    T = CTYPE.get(dt, "")
+    if kind == "floordiv":
+        return (f"static inline {T} {name}({T} a, {T} b)\n{{\n"
+                f"  if (b == 0) return 0;\n"
+                f"  if (b == -1) return ({T})(0 - (uint64_t)a);  /* no trap on MIN / -1 */\n"
+                f"  {T} q = a / b;\n"
+                f"  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n}}\n")
+    if kind == "mod":
+        if dt.startswith("float"):
+            fl = "floorf" if dt == "float32" else "floor"
+            return f"static inline {T} {name}({T} a, {T} b) {{ return a - b * {fl}(a / b); }}\n"
+        return (f"static inline {T} {name}({T} a, {T} b)\n{{\n"
+                f"  if (b == 0 || b == -1) return 0;\n"
+                f"  {T} r = a % b;\n"
+                f"  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}\n")
+    if kind == "pow":
+        return (f"static inline {T} {name}({T} a, {T} b)\n{{\n"
+                f"  if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);\n"
+                f"  uint64_t r = 1, x = (uint64_t)a;\n"
+                f"  while (b) {{ if (b & 1) r *= x; x *= x; b >>= 1; }}\n"
+                f"  return ({T})r;\n}}\n")
+    if kind in ("max", "min"):
+        cmp = ">" if kind == "max" else "<"
+        if dt.startswith("float"):  # like np.maximum: a NaN operand wins
+            return (f"static inline {T} {name}({T} a, {T} b) "
+                    f"{{ return (a {cmp}= b || a != a) ? a : b; }}\n")
+        return f"static inline {T} {name}({T} a, {T} b) {{ return a {cmp} b ? a : b; }}\n"
+    if kind == "abs":
+        return f"static inline {T} {name}({T} a) {{ return a < 0 ? ({T})(0 - (uint64_t)a) : a; }}\n"
+    if kind == "sigmoid":
+        one, ex = ("1.0f", "expf") if dt == "float32" else ("1.0", "exp")
+        return f"static inline {T} {name}({T} x) {{ return {one} / ({one} + {ex}(-x)); }}\n"
+    if kind.startswith("to"):  # te_to<int type>_<float suffix>: float -> int like numpy on x86
+        target = kind[2:]
+        it = CTYPE[target]
+        lo, hi = ("-2147483649.0", "2147483648.0") if target == "int32" else \
+            ("-9223372036854775809.0", "9223372036854775808.0")
+        least = "INT32_MIN" if target == "int32" else "INT64_MIN"
+        return (f"static inline {it} {name}({T} x)\n{{\n"
+                f"  return ((double)x > {lo} && (double)x < {hi}) ? ({it})x : {least};\n}}\n")
+    raise KeyError(name)
+
+
+# }}}
+
+
+class _Emitter:
+    def __init__(self):
+        self.helpers: Dict[str, None] = {}
+        self.lines: List[str] = []
+
+    def use(self, name: str) -> str:
+        self.helpers.setdefault(name)
+        return name
+
+    # {{{ expressions: (text, precedence, is 64-bit in C)
+
+    def lit(self, x: Lit) -> Tuple[str, int, bool]:
+        v, dt = x.value, x.dtype
+        if dt == "bool":
+            return ("true" if v else "false"), _ATOM, False
+        if dt in ("int32", "int64"):
+            v = int(v)
+            if -(1 << 31) < v < (1 << 31):
+                return (str(v), _ATOM if v >= 0 else _UNARY, False)
+            if dt == "int32" or v == -(1 << 31):
+                return "(-2147483647 - 1)", _ATOM, False
+            if v == -(1 << 63):
+                return "(-INT64_C(9223372036854775807) - 1)", _ATOM, True
+            return (f"INT64_C({v})" if v > 0 else f"-INT64_C({-v})"), \
+                (_ATOM if v > 0 else _UNARY), True
+        v = float(v)
+        f32 = dt == "float32"
+        if np.isnan(v):
+            return ("NAN" if f32 else "((double)NAN)"), _ATOM, False
+        if np.isinf(v):
+            s = "INFINITY" if f32 else "HUGE_VAL"
+            return (s, _ATOM, False) if v > 0 else (f"-{s}", _UNARY, False)
+        if f32:
+            # The decimal of the exact float32 value: C rounds it back to that value.
+            text = repr(float(np.float32(v))) + "f"
+        else:
+            text = repr(v)
+        return text, (_UNARY if text.startswith("-") else _ATOM), False
+
+    def ex(self, e) -> Tuple[str, int, bool]:
+        match e:
+            case Var(name, dt):
+                return name, _ATOM, dt == "int64"
+            case Lit():
+                return self.lit(e)
+            case Load(buf, off, dt):
+                return f"{buf}[{self.text(off)}]", _ATOM, dt == "int64"
+            case Op(op, args, dt):
+                return self.op(op, args, dt)
+        raise TypeError(f"not a loop-AST expression: {e!r}")
+
+    def text(self, e, prec: int = 0) -> str:
+        s, p, _ = self.ex(e)
+        return f"({s})" if p < prec else s
+
+    def call(self, fn: str, args, wide: bool) -> Tuple[str, int, bool]:
+        return f"{fn}({', '.join(self.text(a) for a in args)})", _ATOM, wide
+
+    def op(self, op: str, args, dt: str) -> Tuple[str, int, bool]:
+        wide = dt == "int64"
+        adt = args[0].dtype
+        isf = adt in ("float32", "float64")
+        if op == "cast":
+            return self.cast(args[0], dt)
+        if op == "select":
+            c, a, b = args
+            sa, sb = self.ex(a), self.ex(b)
+            s = f"{self.text(c, _OR)} ? {_wrap(sa, _OR)} : {_wrap(sb, _COND)}"
+            return s, _COND, sa[2] or sb[2]
+        if op == "neg":
+            a = self.ex(args[0])
+            if wide and not a[2]:
+                return f"-(int64_t){_wrap(a, _UNARY)}", _UNARY, True
+            return f"-{_wrap(a, _UNARY)}", _UNARY, wide
+        if op == "not":
+            return f"!{self.text(args[0], _UNARY)}", _UNARY, False
+        if op in _MATH and isf:
+            fn = _MATH[op] + ("f" if adt == "float32" else "")
+            return f"{fn}({', '.join(self.text(a) for a in args)})", _ATOM, False
+        if op in ("abs", "sigmoid"):
+            return self.call(self.use(f"te_{op}_{_SUF[adt]}"), args, wide)
+        if op in ("max", "min") and adt == "bool":
+            sym, prec = ("||", _OR) if op == "max" else ("&&", _AND)
+            return f"{self.text(args[0], prec)} {sym} {self.text(args[1], prec + 1)}", prec, False
+        if op == "floordiv" and isf:
+            fn = "floorf" if adt == "float32" else "floor"
+            return f"{fn}({self.text(args[0], _MUL)} / {self.text(args[1], _MUL + 1)})", _ATOM, False
+        if op in ("floordiv", "mod", "max", "min", "pow"):
+            return self.call(self.use(f"te_{op}_{_SUF[adt]}"), args, wide)
+        if op in _INFIX:
+            sym, prec = _INFIX[op]
+            sa, sb = self.ex(args[0]), self.ex(args[1])
+            left = _wrap(sa, prec)
+            if op in ("add", "sub", "mul") and wide and not (sa[2] or sb[2]):
+                left = f"(int64_t){_wrap(sa, _UNARY)}"  # compute in 64 bits, not in int
+            return f"{left} {sym} {_wrap(sb, prec + 1)}", prec, wide
+        raise TypeError(f"no C for operation {op} on {adt}")
+
+    def cast(self, x, dt: str) -> Tuple[str, int, bool]:
+        src = x.dtype
+        if src == dt:
+            return self.ex(x)
+        if dt == "bool":
+            return f"{self.text(x, _EQ)} != 0", _EQ, False
+        if dt in ("int32", "int64") and src in ("float32", "float64"):
+            return self.call(self.use(f"te_to{dt}_{_SUF[src]}"), [x], dt == "int64")
+        return f"({CTYPE[dt]}){self.text(x, _UNARY)}", _UNARY, dt == "int64"
+
+    # }}}
+
+    # {{{ statements
+
+    def line(self, ind: int, s: str) -> None:
+        self.lines.append("  " * ind + s)
+
+    def stmt(self, s: Stmt, ind: int) -> None:
+        match s:
+            case Decl(var, init):
+                t = CTYPE[var.dtype]
+                if init is None:
+                    self.line(ind, f"{t} {var.name};")
+                else:
+                    self.line(ind, f"{t} {var.name} = {self.text(init)};")
+            case Assign(var, value):
+                self.line(ind, f"{var.name} = {self.text(value)};")
+            case Accumulate(var, op, value):
+                if op == "sum":
+                    self.line(ind, f"{var.name} += {self.text(value)};")
+                else:
+                    rhs = self.text(Op(op, (var, value), var.dtype))
+                    self.line(ind, f"{var.name} = {rhs};")
+            case Store(buf, off, value, add):
+                self.line(ind, f"{buf}[{self.text(off)}] {'+=' if add else '='} {self.text(value)};")
+            case Fail(code, site, dim, index, size):
+                self.use("te_fail")
+                self.line(ind, f"te_fail(err, {code}, {site}, {dim}, {self.text(index)}, "
+                               f"{self.text(size)});")
+            case Block(stmts):
+                for x in stmts:
+                    self.stmt(x, ind)
+            case For():
+                self.loop(s, ind)
+            case If():
+                self.if_(s, ind)
+            case Comment(text):
+                self.line(ind, f"/* {sanitize(text)} */")
+            case _:
+                raise TypeError(f"not a loop-AST statement: {s!r}")
+
+    def loop(self, s: For, ind: int) -> None:
+        v = s.var.name
+        if s.parallel:
+            cond = "" if s.work is None else f" if({self.text(s.work, _REL + 1)} >= 32768)"
+            self.line(ind, f"#pragma omp parallel for{cond}")
+        note = f"  /* {sanitize(s.note, 80)} */" if s.note else ""
+        if s.descending:
+            head = (f"for (int64_t {v} = {self.text(s.hi, _ADD)} - 1; {v} >= "
+                    f"{self.text(s.lo, _REL + 1)}; {v} -= 1) {{")
+        else:
+            head = (f"for (int64_t {v} = {self.text(s.lo)}; {v} < {self.text(s.hi, _REL + 1)}; "
+                    f"{v} += {s.step}) {{")
+        self.line(ind, head + note)
+        self.stmt(s.body, ind + 1)
+        self.line(ind, "}")
+
+    def if_(self, s: If, ind: int, chained: bool = False) -> None:
+        if chained:  # continue the previous `}` as `} else if (...) {`
+            self.lines[-1] += f" else if ({self.text(s.cond)}) {{"
+        else:
+            self.line(ind, f"if ({self.text(s.cond)}) {{")
+        self.stmt(s.then, ind + 1)
+        self.line(ind, "}")
+        if s.orelse is None:
+            return
+        if len(s.orelse.stmts) == 1 and isinstance(s.orelse.stmts[0], If):
+            self.if_(s.orelse.stmts[0], ind, chained=True)
+            return
+        self.lines[-1] += " else {"
+        self.stmt(s.orelse, ind + 1)
+        self.line(ind, "}")
+
+    # }}}
+
+
+def _wrap(x: Tuple[str, int, bool], prec: int) -> str:
+    s, p, _ = x
+    return f"({s})" if p < prec else s
+
+
+def emit(kernel: Kernel) -> str:
+    """The C translation unit of ``kernel``: includes, used helpers, the entry point.
+
+    >>> from codegen.loopast import Kernel, Store, Lit
+    >>> print(emit(Kernel("demo", (), (), ())).splitlines()[-1])
+    }
+    """
+    em = _Emitter()
+    for k, (var, note) in enumerate(kernel.sizes):
+        em.line(1, f"const int64_t {var.name} = sizes[{k}];  /* {sanitize(note, 80)} */")
+    for k, b in enumerate(kernel.buffers):
+        t = CTYPE[b.dtype]
+        q = "const " if b.readonly else ""
+        em.line(1, f"{q}{t} *restrict {b.name} = ({q}{t} *)bufs[{k}];  /* {sanitize(b.note, 80)} */")
+    for s in kernel.body:
+        em.lines.append("")
+        em.stmt(s, 1)
+    head = [f"/* Generated by tensorexpr (C backend): {sanitize(kernel.title)} */",
+            "#include <math.h>", "#include <stdbool.h>", "#include <stdint.h>", ""]
+    for name in sorted(em.helpers):
+        head.append(_helper_src(name))
+    head.append(f"int {ENTRY}(void *const *bufs, const int64_t *sizes, int64_t *err)")
+    head.append("{")
+    tail = ["", "  (void)bufs; (void)sizes;", "  return (int)err[0];", "}", ""]
+    return "\n".join(head + em.lines + tail)

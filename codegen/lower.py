@@ -1,0 +1,484 @@
+"""Lowering: tensor IR -> loop-AST (``codegen.loopast``).
+
+Each tensor becomes loops over its box storing one element per point (the last
+axis innermost, the outermost independent loop marked parallel). Scalar
+expressions become C expressions where that is faithful and statements where
+it is not:
+
+* a reduction becomes an accumulator and loops over its axes; when its
+  ``where`` has affine conjuncts, isl (``polyhedral.loop_nest``) gives tight
+  bounds and strides, the other conjuncts are tested at each point;
+* a ``select`` whose branches need statements becomes an ``if`` (only the
+  taken branch runs, so its reductions and reads run only when taken);
+* a read whose index is data-dependent (not affine) is checked against the
+  size of the tensor read; a bad index records an error site and the read
+  yields 0. Affine reads need no check: ``bounds.check_tensor`` proved them.
+
+A recurrence runs its carried axis sequentially (outermost, in its direction)
+and the others in parallel within a step; a scatter-add zero-fills, then
+accumulates serially with a checked target index.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from tensorexpr import polyhedral
+from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read, Reduce,
+                           ScatterAdd, Select, SelfRef, SizeVar, Tensor, Unary, INDEX_DTYPE,
+                           is_float, walk)
+from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
+
+from .loopast import (Accumulate, Assign, Block, Buffer, CExpr, Comment, Decl, Fail, For, If,
+                      Kernel, Lit, Load, Op, Stmt, Store, Var)
+
+I64 = INDEX_DTYPE
+
+#: error codes of :class:`loopast.Fail` records
+READ_OUT_OF_RANGE = 1
+SCATTER_OUT_OF_RANGE = 2
+
+#: below this many estimated operations a loop nest stays serial
+PARALLEL_WORK = 1 << 15
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a run-time check can fail: ``owner`` reads ``read`` (or scatters, read=None)."""
+
+    owner: Tensor
+    read: Optional[Read]
+
+
+@dataclass
+class Program:
+    """A lowered program: the kernel, the tensor behind each buffer, the error sites."""
+
+    kernel: Kernel
+    tensors: List[Tensor]
+    sites: List[Site]
+
+
+def identity(op: str, dtype: str) -> Lit:
+    """The value of an empty ``op`` reduction: 0, the least or the greatest value.
+
+    >>> identity("max", "int32").value
+    -2147483648
+    """
+    if op == "sum":
+        return Lit(0.0 if is_float(dtype) else (False if dtype == "bool" else 0), dtype)
+    if is_float(dtype):
+        return Lit(float("-inf") if op == "max" else float("inf"), dtype)
+    if dtype == "bool":
+        return Lit(op != "max", dtype)
+    bits = 31 if dtype == "int32" else 63
+    return Lit(-(1 << bits) if op == "max" else (1 << bits) - 1, dtype)
+
+
+def _const(e: Expr) -> Optional[int]:
+    return e.value if isinstance(e, Const) and not isinstance(e.value, float) else None
+
+
+class _Scope:
+    """What holds at a point of the generated code.
+
+    ``env`` maps axis uids to C expressions; ``axes`` are the enclosing logical
+    axes (outermost first), ``guards`` the IR conditions known to hold (both
+    feed isl); ``memo`` reuses temporaries already computed in this scope.
+    """
+
+    def __init__(self, env, axes, guards, memo):
+        self.env: Dict[int, CExpr] = env
+        self.axes: Tuple[Axis, ...] = axes
+        self.guards: Tuple[Expr, ...] = guards
+        self.memo: Dict[Expr, CExpr] = memo
+        self._spaces: Dict[tuple, polyhedral.Space] = {}
+
+    def child(self, axes=(), guards=(), env=None) -> "_Scope":
+        new_env = dict(self.env)
+        new_env.update(env or {})
+        return _Scope(new_env, self.axes + tuple(axes), self.guards + tuple(guards),
+                      dict(self.memo))
+
+    def is_affine(self, e: Expr) -> bool:
+        """Is the index ``e`` quasi-affine here (then ``bounds.check_tensor`` proved it)?"""
+        if _plainly_affine(e):
+            return True
+        params = tuple(polyhedral.params_of([e]))
+        if params not in self._spaces:
+            self._spaces[params] = polyhedral.Space(self.axes, params)
+        return polyhedral.is_affine(e, self._spaces[params])
+
+
+def _plainly_affine(e: Expr) -> bool:
+    """A quick syntactic yes for the common indices (``i + k - 1``, ``2 * h``)."""
+    match e:
+        case Const(_, dt):
+            return dt in ("int32", "int64")
+        case Axis() | SizeVar():
+            return True
+        case Cast(a, _) | Unary("neg", a, _):
+            return a.dtype in ("int32", "int64") and _plainly_affine(a)
+        case Binary("add" | "sub", a, b, _):
+            return _plainly_affine(a) and _plainly_affine(b)
+        case Binary("mul", a, b, _):
+            return ((isinstance(a, Const) and _plainly_affine(b))
+                    or (isinstance(b, Const) and _plainly_affine(a)))
+    return False
+
+
+class Lowerer:
+    """Lower the tensors of a :class:`codegen.signature.Signature` into one :class:`Kernel`.
+
+    >>> import tensorexpr as te
+    >>> from codegen.signature import Signature
+    >>> A = te.placeholder((4,), name="A")
+    >>> B = te.compute((4,), lambda i: A[i] * 2.0, name="B")
+    >>> prog = Lowerer(Signature([B], [A])).program()
+    >>> [b.name for b in prog.kernel.buffers]
+    ['b0', 'b1']
+    """
+
+    def __init__(self, sig, title: str = ""):
+        self.sig = sig
+        self.title = title
+        self.counters: Dict[str, int] = {}
+        self.sites: List[Site] = []
+        self.tensors: List[Tensor] = list(sig.inputs) + [
+            t for t in sig.order if not isinstance(t, Placeholder)]
+        self.buf: Dict[int, Buffer] = {}
+        self.dims: Dict[int, Tuple[Expr, ...]] = {}
+        for k, t in enumerate(self.tensors):
+            b = Buffer(f"b{k}", t.dtype, isinstance(t, Placeholder),
+                       f"{t.name}{' (input)' if isinstance(t, Placeholder) else ''}")
+            self.buf[t.uid] = b
+            self.dims[t.uid] = t.dims
+            if isinstance(t, Compute) and t.self_ref is not None:
+                self.buf[t.self_ref.uid] = b
+                self.dims[t.self_ref.uid] = t.dims
+        self.sizes = {name: Var(f"n{k}", I64) for k, name in enumerate(sig.size_names)}
+
+    def fresh(self, prefix: str, dtype: str) -> Var:
+        k = self.counters.get(prefix, 0)
+        self.counters[prefix] = k + 1
+        return Var(f"{prefix}{k}", dtype)
+
+    def program(self) -> Program:
+        body: List[Stmt] = []
+        for t in self.tensors:
+            if isinstance(t, Placeholder):
+                continue
+            self._owner = t
+            if isinstance(t, ScatterAdd):
+                stmts = self.scatter(t)
+            elif isinstance(t, Compute):
+                stmts = self.compute(t)
+            else:
+                raise TypeError(f"the C backend cannot lower {t!r}")
+            body.append(Block((Comment(str(t)),) + tuple(stmts)))
+        kernel = Kernel(self.title, tuple((v, n) for n, v in self.sizes.items()),
+                        tuple(self.buf[t.uid] for t in self.tensors), tuple(body))
+        return Program(kernel, self.tensors, self.sites)
+
+    # {{{ tensors
+
+    def offset(self, uid: int, idx: Sequence[CExpr]) -> CExpr:
+        """Row-major element offset of ``idx`` in the buffer of tensor ``uid``."""
+        dims = self.dims[uid]
+        if not idx:
+            return Lit(0, I64)
+        out = idx[0]
+        for d, x in zip(dims[1:], idx[1:]):
+            out = _add(_mul(out, self.size_expr(d)), x)
+        return out
+
+    def size_expr(self, d: Expr) -> CExpr:
+        """A size (constant or expression of size variables) as a C expression."""
+        return self.expr(d, _Scope({}, (), (), {}), [])
+
+    def compute(self, t: Compute) -> List[Stmt]:
+        axes = list(t.axes)
+        carry = t.carry.axis if t.carry is not None else None
+        order = ([carry] if carry is not None else []) + [k for k in range(len(axes)) if k != carry]
+        vars_ = {k: self.fresh("i", I64) for k in range(len(axes))}
+        scope = _Scope({axes[k].uid: vars_[k] for k in order}, tuple(axes), (), {})
+        stmts: List[Stmt] = []
+        value = self.expr(t.body, scope, stmts)
+        stmts.append(Store(self.buf[t.uid].name, self.offset(t.uid, [vars_[k] for k in range(len(axes))]),
+                           _cast(value, t.dtype)))
+        body = Block(tuple(stmts))
+        par = [k for k in order if k != carry]
+        work = self.work(t, [axes[k] for k in par])
+        for pos, k in reversed(list(enumerate(order))):
+            ax = axes[k]
+            parallel = bool(par) and k == par[0] and work is not False
+            body = Block((For(vars_[k], self.size_expr(ax.lo), self.size_expr(ax.hi), 1, body,
+                              descending=(k == carry and t.carry.step < 0),
+                              parallel=parallel, work=work if parallel else None,
+                              note=ax.name + (" (sequential)" if k == carry else "")),))
+        return list(body.stmts)
+
+    def work(self, t: Compute, axes: Sequence[Axis]):
+        """Estimated operations of one parallel loop nest: None (large), False (too small
+        to be worth threads) or a C expression for symbolic sizes."""
+        factors = [ax.hi for ax in axes]
+        for x in walk(t.body):
+            if isinstance(x, Reduce):
+                for ax in x.axes:
+                    lo, hi = _const(ax.lo), _const(ax.hi)
+                    factors.append(Const(hi - lo, I64) if lo is not None and hi is not None
+                                   else Binary("sub", ax.hi, ax.lo, I64))
+        static = 1
+        symbolic = []
+        for f in factors:
+            c = _const(f)
+            if c is None:
+                symbolic.append(f)
+            else:
+                static *= max(c, 1)
+        if not symbolic:
+            return None if static >= PARALLEL_WORK else False
+        out: CExpr = Lit(static, I64)
+        for f in symbolic:
+            out = _mul(out, self.size_expr(f))
+        return out
+
+    def scatter(self, t: ScatterAdd) -> List[Stmt]:
+        buf = self.buf[t.uid].name
+        total: CExpr = Lit(1, I64)
+        for d in t.dims:
+            total = _mul(total, self.size_expr(d))
+        z = self.fresh("i", I64)
+        zero = For(z, Lit(0, I64), total, 1, Block((Store(buf, z, identity("sum", t.dtype)),)),
+                   note="zero-fill")
+        site = self._site(t, None)
+        scope = _Scope({}, (), (), {})
+
+        def point(inner: _Scope, out: List[Stmt]):
+            value = _cast(self.expr(t.value, inner, out), t.dtype)
+            idx = []
+            for x in t.indices:
+                v = self.fresh("t", I64)
+                out.append(Decl(v, self.expr(x, inner, out)))
+                idx.append(v)
+            checks = [(d, v, self.size_expr(s)) for d, (v, s) in enumerate(zip(idx, t.dims))]
+            store = Store(buf, self.offset(t.uid, idx), value, add=True)
+            out.append(_checked(SCATTER_OUT_OF_RANGE, site, checks, [store]))
+
+        loops: List[Stmt] = []
+        self.loops(t.axes, t.where, scope, point, loops)
+        return [zero] + loops
+
+    # }}}
+
+    # {{{ loops over a (reduction or scatter) domain
+
+    def loops(self, axes: Sequence[Axis], where: Optional[Expr], scope: _Scope, point,
+              out: List[Stmt]) -> None:
+        """Emit loops over ``axes``' box where ``where`` holds; ``point(scope, out)``
+        emits the statements for one point."""
+        conds = polyhedral.conjuncts(where)
+        if conds:
+            tree, rest = polyhedral.loop_nest(axes, conds, scope.axes, scope.guards)
+        else:
+            tree, rest = LoopPoint(tuple(axes)), []
+            for ax in reversed(axes):
+                tree = LoopFor(ax, ax.lo, ax.hi, 1, tree)
+        affine = [c for c in conds if not any(c is r for r in rest)]
+        names = {ax.uid: ax.name for ax in axes}
+        self._tree(tree, axes, affine, rest, where, scope, {}, names, point, out)
+
+    def _tree(self, node, axes, affine, rest, where, scope: _Scope, iters: Dict[int, CExpr],
+              names, point, out: List[Stmt]) -> None:
+        # Loop bounds and conditions are pure integer expressions of the
+        # iterators, the enclosing axes and the sizes.
+        bscope = scope.child(env=iters)
+        match node:
+            case LoopBlock(items):
+                for item in items:
+                    self._tree(item, axes, affine, rest, where, scope, iters, names, point, out)
+            case LoopFor(it, lo, hi, step, body):
+                v = self.fresh("k", I64)
+                inner: List[Stmt] = []
+                self._tree(body, axes, affine, rest, where, scope, {**iters, it.uid: v},
+                           names, point, inner)
+                out.append(For(v, self.expr(lo, bscope, out), self.expr(hi, bscope, out), step,
+                               Block(tuple(inner)), note=names.get(it.uid, "")))
+            case LoopLet(it, value, body):
+                v = self.fresh("k", I64)
+                out.append(Decl(v, self.expr(value, bscope, out)))
+                self._tree(body, axes, affine, rest, where, scope, {**iters, it.uid: v},
+                           names, point, out)
+            case LoopIf(cond, then, orelse):
+                a: List[Stmt] = []
+                self._tree(then, axes, affine, rest, where, scope, iters, names, point, a)
+                b: Optional[List[Stmt]] = None
+                if orelse is not None:
+                    b = []
+                    self._tree(orelse, axes, affine, rest, where, scope, iters, names, point, b)
+                out.append(If(self.expr(cond, bscope, out), Block(tuple(a)),
+                              None if b is None else Block(tuple(b))))
+            case LoopPoint(values):
+                env: Dict[int, CExpr] = {}
+                stmts: List[Stmt] = []
+                for ax, val in zip(axes, values):
+                    if isinstance(val, Axis) and val.uid in iters:
+                        env[ax.uid] = iters[val.uid]
+                    else:
+                        v = self.fresh("k", I64)
+                        stmts.append(Decl(v, self.expr(val, bscope, stmts)))
+                        env[ax.uid] = v
+                if rest:
+                    cscope = scope.child(axes, affine, env)
+                    cond = self.expr(_conj(rest), cscope, stmts)
+                    body: List[Stmt] = []
+                    point(scope.child(axes, () if where is None else (where,), env), body)
+                    stmts.append(If(cond, Block(tuple(body))))
+                else:
+                    point(scope.child(axes, () if where is None else (where,), env), stmts)
+                out.append(Block(tuple(stmts)))
+            case _:
+                raise TypeError(f"unexpected loop tree node {node!r}")
+
+    # }}}
+
+    # {{{ expressions
+
+    def expr(self, e: Expr, scope: _Scope, out: List[Stmt]) -> CExpr:
+        """``e`` as a C expression; statements it needs first are appended to ``out``."""
+        match e:
+            case Const(v, dt):
+                return Lit(v, dt)
+            case SizeVar(name):
+                return self.sizes[name]
+            case Axis():
+                if e.uid not in scope.env:
+                    raise RuntimeError(f"internal error: axis {e.name} is not bound here")
+                return scope.env[e.uid]
+            case Cast(a, dt):
+                x = self.expr(a, scope, out)
+                return x if a.dtype == dt else Op("cast", (x,), dt)
+            case Unary(op, a, dt):
+                return Op(op, (_cast(self.expr(a, scope, out), dt if op != "not" else "bool"),), dt)
+            case Binary(op, a, b, dt):
+                x, y = self.expr(a, scope, out), self.expr(b, scope, out)
+                if op in ("and", "or"):
+                    return Op(op, (x, y), dt)
+                if a.dtype != b.dtype or op not in ("lt", "le", "eq", "ne", "gt", "ge"):
+                    t = dt if op not in ("lt", "le", "eq", "ne", "gt", "ge") else \
+                        _promote(a.dtype, b.dtype)
+                    x, y = _cast(x, t), _cast(y, t)
+                return Op(op, (x, y), dt)
+        if e in scope.memo:
+            return scope.memo[e]
+        match e:
+            case Select(c, a, b, dt):
+                res = self.select(e, scope, out)
+            case Read():
+                res = self.read(e, scope, out)
+            case Reduce():
+                res = self.reduce(e, scope, out)
+            case _:
+                raise TypeError(f"the C backend cannot lower {type(e).__name__}")
+        if isinstance(res, Var):
+            scope.memo[e] = res
+        return res
+
+    def select(self, e: Select, scope: _Scope, out: List[Stmt]) -> CExpr:
+        c = self.expr(e.cond, scope, out)
+        sa, sb = scope.child(guards=(e.cond,)), scope.child(guards=(Unary("not", e.cond, "bool"),))
+        la: List[Stmt] = []
+        lb: List[Stmt] = []
+        xa = _cast(self.expr(e.a, sa, la), e.dtype)
+        xb = _cast(self.expr(e.b, sb, lb), e.dtype)
+        if not la and not lb:
+            return Op("select", (c, xa, xb), e.dtype)
+        v = self.fresh("t", e.dtype)
+        out.append(Decl(v, None))
+        out.append(If(c, Block(tuple(la) + (Assign(v, xa),)), Block(tuple(lb) + (Assign(v, xb),))))
+        return v
+
+    def read(self, e: Read, scope: _Scope, out: List[Stmt]) -> CExpr:
+        t = e.tensor
+        if t.uid not in self.buf:
+            raise RuntimeError(f"internal error: {t.name!r} has no buffer")
+        idx: List[CExpr] = []
+        checks = []
+        for d, (x, size) in enumerate(zip(e.indices, self.dims[t.uid])):
+            cx = self.expr(x, scope, out)
+            if not scope.is_affine(x):
+                v = self.fresh("t", I64)
+                out.append(Decl(v, cx))
+                cx = v
+                checks.append((d, v, self.size_expr(size)))
+            idx.append(cx)
+        load = Load(self.buf[t.uid].name, self.offset(t.uid, idx), e.dtype)
+        if not checks:
+            return load
+        v = self.fresh("t", e.dtype)
+        out.append(Decl(v, identity("sum", e.dtype)))
+        out.append(_checked(READ_OUT_OF_RANGE, self._site(self._owner, e), checks,
+                            [Assign(v, load)]))
+        return v
+
+    def reduce(self, e: Reduce, scope: _Scope, out: List[Stmt]) -> CExpr:
+        acc = self.fresh("t", e.dtype)
+        out.append(Decl(acc, identity(e.op, e.dtype)))
+
+        def point(inner: _Scope, stmts: List[Stmt]):
+            v = _cast(self.expr(e.body, inner, stmts), e.dtype)
+            stmts.append(Accumulate(acc, e.op, v))
+
+        self.loops(e.axes, e.where, scope, point, out)
+        return acc
+
+    def _site(self, owner: Tensor, read: Optional[Read]) -> int:
+        self.sites.append(Site(owner, read))
+        return len(self.sites) - 1
+
+    # }}}
+
+
+def _promote(a: str, b: str) -> str:
+    from tensorexpr.ir import promote
+    return promote(a, b)
+
+
+def _cast(x: CExpr, dtype: str) -> CExpr:
+    return x if x.dtype == dtype else Op("cast", (x,), dtype)
+
+
+def _add(a: CExpr, b: CExpr) -> CExpr:
+    if isinstance(a, Lit) and a.value == 0:
+        return b
+    if isinstance(b, Lit) and b.value == 0:
+        return a
+    return Op("add", (a, b), I64)
+
+
+def _mul(a: CExpr, b: CExpr) -> CExpr:
+    if isinstance(a, Lit) and a.value == 1:
+        return b
+    if isinstance(b, Lit) and b.value == 1:
+        return a
+    if isinstance(a, Lit) and isinstance(b, Lit):
+        return Lit(a.value * b.value, I64)
+    return Op("mul", (a, b), I64)
+
+
+def _conj(conds: Sequence[Expr]) -> Expr:
+    out = conds[0]
+    for c in conds[1:]:
+        out = Binary("and", out, c, "bool")
+    return out
+
+
+def _checked(code: int, site: int, checks, ok: List[Stmt]) -> Stmt:
+    """``if (index 0 bad) fail; else if (index 1 bad) fail; ... else ok``."""
+    stmt: Stmt = Block(tuple(ok))
+    for d, v, size in reversed(checks):
+        bad = Op("or", (Op("lt", (v, Lit(0, I64)), "bool"), Op("ge", (v, size), "bool")), "bool")
+        stmt = If(bad, Block((Fail(code, site, d, v, size),)),
+                  stmt if isinstance(stmt, Block) else Block((stmt,)))
+    return stmt

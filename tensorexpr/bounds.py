@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import List, Tuple
 
 from .errors import BoundsError, describe
-from .ir import (Axis, Compute, Expr, Read, Reduce, ScatterAdd, Select, Tensor, Unary,
-                 children)
+from .ir import (Axis, Binary, Compute, Expr, Read, Reduce, ScatterAdd, Select, Tensor,
+                 Unary, children)
 from .polyhedral import NotAffine, Space, params_of
 
 
@@ -56,6 +56,34 @@ def _definitions(t: Tensor):
     return (), []
 
 
+def guard_set(space: Space, g: Expr, over: bool = True):
+    """A superset (``over``) or a subset of the points of ``space`` where ``g`` holds.
+
+    Parts isl cannot represent (data-dependent comparisons) are widened to
+    everything (or narrowed to nothing) one conjunct at a time, so that
+    ``(i + k < 8) & (A[...] > 0)`` still proves a read of ``A[i + k]`` in range.
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 1)
+    >>> X = te.placeholder((8,), name="X")
+    >>> print(guard_set(Space([i]), (i < 3) & (X[i] > 0)))
+    { [a1] : a1 <= 2 }
+    """
+    match g:
+        case Binary("and", a, b, _):
+            return guard_set(space, a, over) & guard_set(space, b, over)
+        case Binary("or", a, b, _):
+            return guard_set(space, a, over) | guard_set(space, b, over)
+        case Unary("not", a, _):
+            return guard_set(space, a, not over).complement()
+    try:
+        return space.cond(g)
+    except NotAffine:
+        everything = space.universe()
+        return everything if over else everything.complement()
+
+
 def check_tensor(t: Tensor) -> None:
     """Raise :class:`BoundsError` if some affine read of ``t`` can leave its target.
 
@@ -77,10 +105,7 @@ def _check_read(t: Tensor, read: Read, guards, axes) -> None:
     space = Space(axes, params_of(list(target.dims) + list(read.indices) + list(guards)))
     dom = space.box()
     for g in guards:
-        try:
-            dom = dom & space.cond(g)
-        except NotAffine:
-            pass  # evaluated under a data-dependent condition: check more, not less
+        dom = dom & guard_set(space, g)
     if dom.is_empty():
         return
     bad = None

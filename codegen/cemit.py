@@ -315,5 +315,6 @@ def emit(kernel: Kernel) -> str:
         head.append(_helper_src(name))
     head.append(f"int {ENTRY}(void *const *bufs, const int64_t *sizes, int64_t *err)")
     head.append("{")
-    tail = ["", "  (void)bufs; (void)sizes;", "  return (int)err[0];", "}", ""]
+    unused = [p for p, used in (("bufs", kernel.buffers), ("sizes", kernel.sizes)) if not used]
+    tail = [""] + [f"  (void){p};" for p in unused] + ["  return (int)err[0];", "}", ""]
     return "\n".join(head + em.lines + tail)

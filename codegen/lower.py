@@ -286,37 +286,36 @@ class Lowerer:
             for ax in reversed(axes):
                 tree = LoopFor(ax, ax.lo, ax.hi, 1, tree)
         affine = [c for c in conds if not any(c is r for r in rest)]
-        names = {ax.uid: ax.name for ax in axes}
-        self._tree(tree, axes, affine, rest, where, scope, {}, names, point, out)
+        self._tree(tree, axes, affine, rest, where, scope, {}, point, out)
 
     def _tree(self, node, axes, affine, rest, where, scope: _Scope, iters: Dict[int, CExpr],
-              names, point, out: List[Stmt]) -> None:
+              point, out: List[Stmt]) -> None:
         # Loop bounds and conditions are pure integer expressions of the
         # iterators, the enclosing axes and the sizes.
         bscope = scope.child(env=iters)
         match node:
             case LoopBlock(items):
                 for item in items:
-                    self._tree(item, axes, affine, rest, where, scope, iters, names, point, out)
+                    self._tree(item, axes, affine, rest, where, scope, iters, point, out)
             case LoopFor(it, lo, hi, step, body):
                 v = self.fresh("k", I64)
                 inner: List[Stmt] = []
                 self._tree(body, axes, affine, rest, where, scope, {**iters, it.uid: v},
-                           names, point, inner)
+                           point, inner)
                 out.append(For(v, self.expr(lo, bscope, out), self.expr(hi, bscope, out), step,
-                               Block(tuple(inner)), note=names.get(it.uid, "")))
+                               Block(tuple(inner)), note=it.name))
             case LoopLet(it, value, body):
                 v = self.fresh("k", I64)
                 out.append(Decl(v, self.expr(value, bscope, out)))
                 self._tree(body, axes, affine, rest, where, scope, {**iters, it.uid: v},
-                           names, point, out)
+                           point, out)
             case LoopIf(cond, then, orelse):
                 a: List[Stmt] = []
-                self._tree(then, axes, affine, rest, where, scope, iters, names, point, a)
+                self._tree(then, axes, affine, rest, where, scope, iters, point, a)
                 b: Optional[List[Stmt]] = None
                 if orelse is not None:
                     b = []
-                    self._tree(orelse, axes, affine, rest, where, scope, iters, names, point, b)
+                    self._tree(orelse, axes, affine, rest, where, scope, iters, point, b)
                 out.append(If(self.expr(cond, bscope, out), Block(tuple(a)),
                               None if b is None else Block(tuple(b))))
             case LoopPoint(values):
@@ -360,7 +359,10 @@ class Lowerer:
                 x = self.expr(a, scope, out)
                 return x if a.dtype == dt else Op("cast", (x,), dt)
             case Unary(op, a, dt):
-                return Op(op, (_cast(self.expr(a, scope, out), dt if op != "not" else "bool"),), dt)
+                x = _cast(self.expr(a, scope, out), dt if op != "not" else "bool")
+                if op == "neg" and isinstance(x, Lit) and dt in ("int32", "int64"):
+                    return Lit(_wrap_int(-int(x.value), dt), dt)
+                return Op(op, (x,), dt)
             case Binary(op, a, b, dt):
                 x, y = self.expr(a, scope, out), self.expr(b, scope, out)
                 if op in ("and", "or"):
@@ -369,7 +371,7 @@ class Lowerer:
                     t = dt if op not in ("lt", "le", "eq", "ne", "gt", "ge") else \
                         _promote(a.dtype, b.dtype)
                     x, y = _cast(x, t), _cast(y, t)
-                return Op(op, (x, y), dt)
+                return _fold(op, x, y, dt)
         if e in scope.memo:
             return scope.memo[e]
         match e:
@@ -443,6 +445,33 @@ class Lowerer:
 def _promote(a: str, b: str) -> str:
     from tensorexpr.ir import promote
     return promote(a, b)
+
+
+def _wrap_int(v: int, dtype: str) -> int:
+    half = 1 << (31 if dtype == "int32" else 63)
+    return (v + half) % (2 * half) - half
+
+
+_FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+         "max": max, "min": min,
+         "floordiv": lambda a, b: a // b if b else 0, "mod": lambda a, b: a % b if b else 0}
+
+
+def _fold(op: str, x: CExpr, y: CExpr, dtype: str) -> CExpr:
+    """``Op(op, (x, y))``, with integer constants folded and ``+ 0``, ``* 1`` dropped
+    (index arithmetic from user code and isl is full of them)."""
+    if dtype in ("int32", "int64") and op in _FOLD:
+        if isinstance(x, Lit) and isinstance(y, Lit):
+            return Lit(_wrap_int(_FOLD[op](int(x.value), int(y.value)), dtype), dtype)
+        if op in ("add", "mul"):
+            unit = 0 if op == "add" else 1
+            if isinstance(x, Lit) and x.value == unit:
+                return y
+            if isinstance(y, Lit) and y.value == unit:
+                return x
+        if op == "sub" and isinstance(y, Lit) and y.value == 0:
+            return x
+    return Op(op, (x, y), dtype)
 
 
 def _cast(x: CExpr, dtype: str) -> CExpr:

@@ -594,7 +594,8 @@ def loop_nest(axes: Sequence[Axis], conds: Sequence[Expr], outer: Sequence[Axis]
         ids = ids.add(isl.Id(f"{prefix}{k}"))
     build = isl.AstBuild.from_context(ctx).set_iterators(ids)
     node = build.node_from_schedule_map(isl.UnionMap.from_map(sched))
-    return _ast_tree(node, names), rest
+    shown = {f"{prefix}{k}": ax.name for k, ax in enumerate(axes)}  # loop k scans axes[k]
+    return _ast_tree(node, names, shown), rest
 
 
 _AST_BIN = {"add": "add", "sub": "sub", "mul": "mul", "min": "min", "max": "max",
@@ -628,29 +629,30 @@ def _ast_expr(e: "isl.AstExpr", names: Dict[str, Expr]) -> Expr:
     raise NotImplementedError(f"isl AST operation {op} in a loop nest")
 
 
-def _ast_tree(node: "isl.AstNode", names: Dict[str, Expr]) -> LoopTree:
+def _ast_tree(node: "isl.AstNode", names: Dict[str, Expr], shown: Dict[str, str]) -> LoopTree:
     t = node.get_type()
     if t == isl.ast_node_type.block:
         kids = node.block_get_children()
-        return LoopBlock(tuple(_ast_tree(kids.get_at(k), names)
+        return LoopBlock(tuple(_ast_tree(kids.get_at(k), names, shown)
                                for k in range(kids.n_ast_node())))
     if t == isl.ast_node_type.for_:
         it_name = node.for_get_iterator().get_id().get_name()
         lo = _ast_expr(node.for_get_init(), names)
-        it = Axis(it_name, lo, lo, _fresh_uid())
+        it = Axis(shown.get(it_name, it_name), lo, lo, _fresh_uid())
         inner = dict(names)
         inner[it_name] = it
         if node.for_is_degenerate():
-            return LoopLet(it, lo, _ast_tree(node.for_get_body(), inner))
+            return LoopLet(it, lo, _ast_tree(node.for_get_body(), inner, shown))
         hi = _upper(node.for_get_cond(), it_name, inner)
         step = node.for_get_inc().get_val().to_python()
-        it = Axis(it_name, lo, hi, it.uid)
+        it = Axis(it.name, lo, hi, it.uid)
         inner[it_name] = it
-        return LoopFor(it, lo, hi, step, _ast_tree(node.for_get_body(), inner))
+        return LoopFor(it, lo, hi, step, _ast_tree(node.for_get_body(), inner, shown))
     if t == isl.ast_node_type.if_:
-        orelse = _ast_tree(node.if_get_else_node(), names) if node.if_has_else_node() else None
+        orelse = (_ast_tree(node.if_get_else_node(), names, shown) if node.if_has_else_node()
+                  else None)
         return LoopIf(_ast_expr(node.if_get_cond(), names),
-                      _ast_tree(node.if_get_then_node(), names), orelse)
+                      _ast_tree(node.if_get_then_node(), names, shown), orelse)
     if t == isl.ast_node_type.user:
         call = node.user_get_expr()
         return LoopPoint(tuple(_ast_expr(call.get_op_arg(k), names)

@@ -9,6 +9,8 @@ import inspect
 import math
 from typing import Callable, Optional, Sequence, Union
 
+import numpy as np
+
 from . import ir
 from .errors import TensorExprError, describe, user_origin
 from .ir import (Axis, Binary, Carry, Cast, Compute, Const, Expr, Read, Reduce, Select,
@@ -28,12 +30,22 @@ ExprLike = Union[Expr, Scalar]
 def const(value: Scalar, dtype: Optional[str] = None) -> Const:
     """A literal of the given type (inferred from the Python value if omitted).
 
+    Integers must fit the type (no silent wrap-around); a ``float32`` literal is
+    rounded to float32 here, so every backend sees the same value.
+
     >>> import tensorexpr as te
     >>> te.const(2, "float32")
     2.0
+    >>> te.const(7).dtype, te.const(0.5).dtype, te.const(True).dtype
+    ('int64', 'float32', 'bool')
     """
     if isinstance(value, Const):
         value = value.value
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, (bool, int, float)):
+        raise TypeError(f"te.const takes a bool, int or float, not {type(value).__name__} "
+                        f"{value!r}")
     if dtype is None:
         dtype = ("bool" if isinstance(value, bool) else
                  "int64" if isinstance(value, int) else "float32")
@@ -44,9 +56,32 @@ def const(value: Scalar, dtype: Optional[str] = None) -> Const:
         if isinstance(value, float) and not value.is_integer():
             raise TypeError(f"{value!r} is not an integer; it cannot be a {dtype} constant")
         value = int(value)
+        lo, hi = _INT_RANGE[dtype]
+        if not lo <= value <= hi:
+            raise ValueError(f"{value} does not fit in {dtype} [{lo}, {hi}]; use a wider "
+                             f"type, e.g. te.const({value}, 'int64')"
+                             if dtype == "int32" else
+                             f"{value} does not fit in {dtype} [{lo}, {hi}]")
     else:
-        value = float(value)
+        value = _float(value, dtype)
     return Const(value, dtype)
+
+
+_INT_RANGE = {"int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1)}
+
+
+def _float(v, dtype: str) -> float:
+    """``v`` rounded to ``dtype`` (out-of-range float32 values become +-inf, as in C)."""
+    if dtype == "float32":
+        with np.errstate(over="ignore"):
+            return float(np.float32(v))
+    return float(v)
+
+
+def _wrap(v: int, dtype: str) -> int:
+    """``v`` reduced modulo 2**bits into ``dtype``'s range (integer casts wrap, as in numpy)."""
+    lo, hi = _INT_RANGE[dtype]
+    return (v - lo) % (hi - lo + 1) + lo
 
 
 def _is_scalar(x) -> bool:
@@ -59,12 +94,8 @@ def as_expr(x, like: Optional[str] = None) -> Expr:
         return x
     if isinstance(x, Tensor):
         raise TypeError(f"tensor {x.name!r} used as a scalar; index it (e.g. {x.name}[i])")
-    try:
-        import numpy as np
-        if isinstance(x, np.generic):
-            x = x.item()
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(x, np.generic):
+        x = x.item()
     if not _is_scalar(x):
         raise TypeError(f"cannot use {type(x).__name__} {x!r} in a tensor expression")
     if like is None:
@@ -103,10 +134,13 @@ def cast(x: ExprLike, dtype: str) -> Expr:
         if dtype == "bool":
             return Const(bool(v), dtype)
         if is_int(dtype):
-            if isinstance(v, float) and not math.isfinite(v):
-                return Cast(x, dtype)
-            return Const(int(v), dtype)
-        return Const(float(v), dtype)
+            if isinstance(v, float):
+                lo, hi = _INT_RANGE[dtype]
+                if not (math.isfinite(v) and lo - 1 < v < hi + 1):
+                    return Cast(x, dtype)  # NaN / out of range: the backends' rule applies
+                return Const(int(v), dtype)
+            return Const(_wrap(int(v), dtype), dtype)
+        return Const(_float(v, dtype), dtype)
     return Cast(x, dtype)
 
 
@@ -230,13 +264,8 @@ def var(name: str) -> SizeVar:
 
 
 def _size(d, what: str) -> Expr:
-    if isinstance(d, bool) or not isinstance(d, (int, Expr)):
-        try:
-            import numpy as np
-            if isinstance(d, np.integer):
-                d = int(d)
-        except ImportError:  # pragma: no cover
-            pass
+    if isinstance(d, np.integer):
+        d = int(d)
     if isinstance(d, int) and not isinstance(d, bool):
         if d < 0:
             raise ValueError(f"{what}: negative size {d}")
@@ -287,14 +316,34 @@ def reduce_axis(dom, name: Optional[str] = None) -> Axis:
     return Axis(name or f"r{uid}", _size(lo, "reduce_axis"), _size(hi, "reduce_axis"), uid)
 
 
-def _axis_names(fn: Callable, n: int, default: str = "i") -> list:
+def _axis_names(fn: Callable, n: int, skip: int = 0, default: str = "i") -> list:
+    """The names of ``fn``'s index parameters (after ``skip`` others), else i0, i1, ..."""
     try:
         params = [p.name for p in inspect.signature(fn).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         params = []
-    names = params[-n:] if len(params) >= n else []
+    names = params[skip:skip + n]
     return names if len(names) == n else [f"{default}{k}" for k in range(n)]
+
+
+def _check_arity(fn: Callable, n: int, name: str, origin: str, recurrence: bool) -> None:
+    """A clear error for ``te.compute((3, 4), lambda i: ...)`` instead of Python's own."""
+    if not callable(fn):
+        raise TypeError(f"tensor {name!r} (defined at {origin}): the definition must be a "
+                        f"function of the indices, not {type(fn).__name__}")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(*range(n))
+    except TypeError:
+        what = (f"the tensor itself and {n - 1} index argument(s)" if recurrence else
+                f"{n} index argument(s), one per dimension")
+        raise TypeError(f"tensor {name!r} (defined at {origin}) has {n - recurrence} "
+                        f"dimension(s), so its function must take {what}; it is "
+                        f"{getattr(fn, '__name__', 'fn')}{sig}") from None
 
 
 def _check_body(body: Expr, axes, name: str, origin: str, self_ref=None):
@@ -352,7 +401,8 @@ def _define(shape, fn, name, dtype, recurrence, checkpoints):
     uid = fresh_uid()
     name = name or f"compute{uid}"
     dims = _shape(shape, f"tensor {name!r}")
-    names = _axis_names(fn, len(dims))
+    _check_arity(fn, len(dims) + bool(recurrence), name, origin, recurrence)
+    names = _axis_names(fn, len(dims), skip=int(bool(recurrence)))
     axes = tuple(Axis(nm, Const(0, ir.INDEX_DTYPE), d, fresh_uid()) for nm, d in zip(names, dims))
     self_ref = None
     if recurrence:

@@ -139,6 +139,13 @@ def _binary(op: str, x, y):
             return np.floor(x / y)
         return x - y * np.floor(x / y)
     if op == "pow":
+        if np.issubdtype(np.result_type(x, y), np.integer):
+            # x ** -k is the integer part of 1 / x**k: only x == 1 and x == -1 survive
+            # (0 ** -k gives 0 too, so no backend can trap), as the IR's semantics say.
+            neg = y < 0
+            r = np.power(x, np.where(neg, 0, y))
+            small = np.where(x == 1, 1, np.where(x == -1, np.where(y % 2 == 1, -1, 1), 0))
+            return np.where(neg, small, r)
         return np.power(x, y)
     if op == "max":
         return np.maximum(x, y)

@@ -19,7 +19,9 @@ Index arithmetic
     floor modulo (the result has the sign of ``b``), exactly as in Python and
     isl: ``-7 // 2 == -4`` and ``-7 % 2 == 1``. Integer ``x // 0`` and ``x % 0``
     are defined as ``0`` (so no backend can trap); index expressions only ever
-    divide by positive constants.
+    divide by positive constants. Integer ``x ** y`` with ``y < 0`` is the
+    integer part of ``1 / x ** -y``: ``1`` for ``x == 1``, ``+-1`` for
+    ``x == -1`` and ``0`` otherwise (``0 ** -1`` included).
 
 Domains and what lies outside them
     A tensor of shape ``(n0, ..., nk)`` is defined on the box ``0 <= i_d < n_d``.
@@ -346,6 +348,8 @@ class Tensor(Node):
     origin: str
 
     def __eq__(self, other):
+        if isinstance(other, (Expr, bool, int, float)):
+            self._no_arith()  # `T == 0` would silently be False: a forgotten index
         return isinstance(other, Tensor) and other.uid == self.uid
 
     def __hash__(self):
@@ -373,12 +377,20 @@ class Tensor(Node):
 
     # Arithmetic on tensors is not elementwise broadcasting: say so clearly.
     def _no_arith(self, *_):
+        example = ", ".join("ijklmn"[:self.ndim]) if self.ndim else "()"
         raise TypeError(
             f"tensor {self.name!r} is not a scalar expression; index it first "
-            f"(e.g. {self.name}[i, j]) inside te.compute")
+            f"(e.g. {self.name}[{example}]) inside te.compute")
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _no_arith
     __truediv__ = __rtruediv__ = __neg__ = _no_arith
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = _no_arith
+    __lt__ = __le__ = __gt__ = __ge__ = __and__ = __rand__ = __or__ = __ror__ = _no_arith
+    __invert__ = __abs__ = _no_arith
+
+    def __iter__(self):
+        # Without this, ``for x in T`` (or list(T)) would call T[0], T[1], ... forever.
+        raise TypeError(f"tensor {self.name!r} is not iterable; index it inside te.compute")
 
 
 @dataclass(frozen=True, eq=False, repr=False)

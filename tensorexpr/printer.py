@@ -1,6 +1,8 @@
 """Readable, math-like text for expressions and tensor definitions (``str(tensor)``)."""
 from __future__ import annotations
 
+import numpy as np
+
 from .ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read, Reduce,
                  ScatterAdd, Select, SelfRef, SizeVar, Tensor, Unary)
 
@@ -12,8 +14,10 @@ _SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod":
 def _const(c: Const) -> str:
     if c.dtype == "bool":
         return "true" if c.value else "false"
+    if c.dtype == "float32":
+        return str(np.float32(c.value))  # the shortest text of the float32 value: 0.1, not 0.100000001
     if isinstance(c.value, float):
-        return repr(c.value) + ("" if c.dtype == "float32" else "d")
+        return repr(c.value) + "d"
     return str(c.value)
 
 

@@ -70,6 +70,9 @@ class Signature:
                 f"size {missing[0]!r} cannot be bound at call time: no input has a dimension "
                 f"that is exactly {missing[0]!r}; give some input that dimension or use a constant")
         self.input_names = [t.name for t in self.inputs]
+        # Computed tensors whose shape depends on sizes: e.g. (n - 3,) is negative for n = 2.
+        self._sized = [t for t in self.order if not isinstance(t, Placeholder)
+                       and any(not isinstance(d, Const) for d in t.dims)]
 
     def shape(self, t: Tensor, sizes: Dict[str, int]) -> Tuple[int, ...]:
         """The concrete shape of ``t`` once sizes are known."""
@@ -113,6 +116,13 @@ class Signature:
         for name, v in sizes.items():
             if v < 1:
                 raise ValueError(f"size {name!r} is {v}; symbolic sizes must be at least 1")
+        for t in self._sized:
+            shape = self.shape(t, sizes)
+            if any(d < 0 for d in shape):
+                raise ValueError(
+                    f"{describe(t)} would have the negative shape {shape} with "
+                    f"{', '.join(f'{k}={v}' for k, v in sizes.items())}; pass larger inputs "
+                    f"or clamp the shape (e.g. te.maximum(n - 3, 0))")
         return arrays, sizes
 
     def _array(self, t: Tensor, v) -> np.ndarray:

@@ -31,7 +31,11 @@ def _and(m: Optional[np.ndarray], c: np.ndarray) -> np.ndarray:
 
 
 def identity(op: str, dtype: str):
-    """The value of an empty reduction."""
+    """The value of an empty reduction: 0, or the least / greatest value of the type.
+
+    >>> float(identity("max", "float32")), int(identity("min", "int32"))
+    (-inf, 2147483647)
+    """
     if op == "sum":
         return _NP[dtype](0)
     if dtype.startswith("float"):
@@ -167,7 +171,14 @@ def _unary(op: str, x):
 
 
 def evaluate(t: Tensor, env: Dict[int, np.ndarray], sizes: Dict[str, int], shape) -> np.ndarray:
-    """Evaluate one tensor definition given its producers' values in ``env``."""
+    """Evaluate one tensor definition given its producers' values in ``env`` (by uid).
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((3,), name="X")
+    >>> Y = te.compute((3,), lambda i: X[2 - i] * 2.0, name="Y")
+    >>> evaluate(Y, {X.uid: np.arange(3, dtype=np.float32)}, {}, (3,))
+    array([4., 2., 0.], dtype=float32)
+    """
     ev = _Eval(env, sizes, t)
     dt = _NP[t.dtype]
     n = len(shape)
@@ -217,7 +228,14 @@ def evaluate(t: Tensor, env: Dict[int, np.ndarray], sizes: Dict[str, int], shape
 
 
 def run(outputs, inputs, arrays, sizes, shape_of) -> List[np.ndarray]:
-    """Evaluate ``outputs`` given input arrays; ``shape_of(t)`` gives concrete shapes."""
+    """Evaluate ``outputs`` given input arrays; ``shape_of(t)`` gives concrete shapes.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((2,), name="X")
+    >>> Y = te.compute((2,), lambda i: X[i] + 1.0, name="Y")
+    >>> run([Y], [X], [np.ones(2, np.float32)], {}, lambda t: (2,))
+    [array([2., 2.], dtype=float32)]
+    """
     env: Dict[int, np.ndarray] = {t.uid: a for t, a in zip(inputs, arrays)}
     with np.errstate(all="ignore"):
         for t in topo_order(outputs):

@@ -34,8 +34,10 @@ class CompilerError(TensorExprError, RuntimeError):
 def user_origin() -> str:
     """``file:line: code`` of the innermost stack frame outside this project's packages.
 
-    >>> user_origin()  # doctest: +SKIP
-    'model.py:12: C = te.compute(...)'
+    In a script this reads like ``model.py:12: C = te.compute(...)``.
+
+    >>> user_origin().startswith("<doctest tensorexpr.errors.user_origin")
+    True
     """
     frame = sys._getframe(1)
     while frame is not None:
@@ -54,5 +56,10 @@ def _source_line(path: str, lineno: int) -> str:
 
 
 def describe(tensor) -> str:
-    """``tensor 'C' (defined at model.py:12: C = te.compute(...))``."""
+    """``tensor 'C' (defined at model.py:12: C = te.compute(...))``, for error messages.
+
+    >>> import tensorexpr as te
+    >>> describe(te.placeholder((2,), name="A"))  # doctest: +ELLIPSIS
+    "tensor 'A' (defined at <doctest ...)"
+    """
     return f"tensor {tensor.name!r} (defined at {tensor.origin})"

@@ -1,0 +1,109 @@
+"""The numpy reference backend: masks, identities, scatter-add, and its run-time checks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorexpr as te
+from codegen import reference
+from tensorexpr.ir import Axis, Const, ScatterAdd, fresh_uid
+
+BACKENDS = ["numpy", "c"]
+
+
+@pytest.mark.parametrize("dtype, op, value", [
+    ("float32", "sum", 0.0), ("float64", "max", -np.inf), ("float32", "min", np.inf),
+    ("int32", "max", -2**31), ("int32", "min", 2**31 - 1), ("int64", "max", -2**63),
+    ("int64", "min", 2**63 - 1), ("int64", "sum", 0),
+])
+def test_identities_of_empty_reductions(dtype, op, value):
+    got = reference.identity(op, dtype)
+    assert got.dtype == np.dtype(dtype) and got == value
+
+
+def test_reads_are_checked_only_where_evaluated():
+    """A data-dependent read outside a where / untaken branch is neither checked nor done."""
+    X = te.placeholder((4,), name="X")
+    I = te.placeholder((4,), dtype="int64", name="I")
+    k = te.reduce_axis(3, name="k")
+    ok = te.compute((4,), lambda i: te.sum(X[I[i] + k], axis=k, where=I[i] + k < 4), name="ok")
+    sel = te.compute((4,), lambda i: te.select(I[i] < 4, X[I[i]], 0.0), name="sel")
+    f = te.build([ok, sel], backend="numpy")
+    x = np.array([1, 2, 4, 8], np.float32)
+    idx = np.array([0, 3, 7, 1])
+    a, b = f(x, idx)
+    np.testing.assert_array_equal(a, [7, 8, 0, 14])
+    np.testing.assert_array_equal(b, [1, 8, 0, 2])
+
+
+def test_run_time_index_error_message():
+    X = te.placeholder((4, 5), name="X")
+    I = te.placeholder((3,), dtype="int32", name="I")
+    Y = te.compute((3,), lambda i: X[1, I[i]], name="picked")
+    f = te.build(Y, backend="numpy")
+    with pytest.raises(IndexError) as info:
+        f(np.zeros((4, 5), np.float32), np.array([0, 5, 1], np.int32))
+    msg = str(info.value)
+    assert "'picked'" in msg and "test_reference.py" in msg  # the tensor and its line
+    assert "'X' at index 5 in dimension 1, outside its size 5" in msg
+
+
+def test_nan_outside_the_domain_never_reaches_a_result():
+    X = te.placeholder((5,), name="X")
+    k = te.reduce_axis(5, name="k")
+    L = te.compute((), lambda: te.sum(te.log(X[k]), axis=k, where=X[k] > 0), name="L")
+    x = np.array([1.0, -1.0, np.e, 0.0, np.nan], np.float32)
+    assert te.build(L, backend="numpy")(x) == pytest.approx(1.0)
+
+
+def test_placeholder_outputs_are_copies():
+    X = te.placeholder((3,), name="X")
+    x = np.ones(3, np.float32)
+    out = te.build(X, backend="numpy")(x)
+    out[:] = 0
+    np.testing.assert_array_equal(x, 1)
+
+
+def scatter(n_src=6, n_out=4, where=None):
+    idx = te.placeholder((n_src,), dtype="int64", name="idx")
+    V = te.placeholder((n_src,), name="V")
+    i = Axis("i", Const(0, "int64"), Const(n_src, "int64"), fresh_uid())
+    cond = None if where is None else where(i, idx)
+    S = ScatterAdd("S", (Const(n_out, "int64"),), "float32", fresh_uid(), "test_reference.py",
+                   axes=(i,), where=cond, indices=(idx[i],), value=V[i] * 2.0)
+    return idx, V, S
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scatter_add_accumulates_repeated_indices(backend):
+    idx, V, S = scatter()
+    ids = np.array([0, 2, 2, 3, 0, 2])
+    v = np.arange(1, 7, dtype=np.float32)
+    want = np.zeros(4, np.float32)
+    np.add.at(want, ids, 2 * v)
+    np.testing.assert_allclose(te.build(S, inputs=[idx, V], backend=backend)(ids, v), want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scatter_add_where_and_bad_target(backend):
+    idx, V, S = scatter(where=lambda i, idx: idx[i] < 4)
+    f = te.build(S, inputs=[idx, V], backend=backend)
+    ids = np.array([0, 9, 2, 3, 9, 2])  # 9 is outside, but excluded by where
+    v = np.ones(6, np.float32)
+    np.testing.assert_allclose(f(ids, v), [2, 0, 4, 2])
+    idx2, V2, S2 = scatter()
+    g = te.build(S2, inputs=[idx2, V2], backend=backend)
+    with pytest.raises(IndexError):
+        g(np.array([0, 1, 2, 3, 4, 0]), v)
+    with pytest.raises(IndexError):
+        g(np.array([0, 1, -1, 3, 0, 0]), v)
+
+
+def test_evaluate_one_tensor_given_its_producers():
+    X = te.placeholder((2, 3), name="X")
+    k = te.reduce_axis(3, name="k")
+    S = te.compute((2,), lambda i: te.max(X[i, k], axis=k), name="S")
+    x = np.array([[1, 5, 2], [-1, -3, -2]], np.float32)
+    out = reference.evaluate(S, {X.uid: x}, {}, (2,))
+    np.testing.assert_array_equal(out, [5, -1])
+    assert out.dtype == np.float32

@@ -1,0 +1,53 @@
+"""The benchmark suite: the 14 cases of ``shared/benchmark-suite.md``, side by side.
+
+Run it as ``python -m benchmarks`` (``--help`` lists the options). For every case
+and every installed system (tensorexpr, PyTorch eager autograd, JAX, hand-written
+numpy) it reports build time, forward and VJP medians, their ratio, the gradient's
+error against a float64 reference, a status, and how far each timing is from the
+machine's measured peak FLOP/s or memory bandwidth.
+
+Layout, one concern per module:
+
+- ``cases``: what each case is (sizes, inputs, which inputs are differentiated,
+  analytic work); data, not code per system.
+- ``systems/``: one module per system defining the 14 forward functions, and the
+  common interface the runner drives (``systems.prepare``).
+- ``reference``: the float64 reference gradient and the error measure.
+- ``timing``: interleaved median timing and the machine's peak figures.
+- ``report``: the terminal table, the JSON file and the PNG chart.
+- ``runner``: the run itself; ``rebuild``: the cached rebuild in a new process.
+
+>>> from benchmarks.cases import CASES
+>>> len(CASES), CASES[0].title
+(14, 'matmul')
+"""
+
+#: Every system runs with this many threads (torch.set_num_threads, XLA flags,
+#: OMP/BLAS environment variables), so timings compare like with like.
+THREADS = 2
+
+
+def pin_threads(env=None) -> dict:
+    """Set every thread-count knob to :data:`THREADS` in ``env`` (default ``os.environ``),
+    and keep idle OpenBLAS threads from spinning.
+
+    Must run before numpy, torch or jax are imported: their thread pools read
+    these variables once. ``torch.set_num_threads`` is called where torch is used.
+
+    >>> pin_threads({})["OMP_NUM_THREADS"]
+    '2'
+    """
+    import os
+    env = os.environ if env is None else env
+    n = str(THREADS)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = n
+    # OpenBLAS workers otherwise spin for ~2**28 cycles after each call, holding the
+    # cores while the next system runs: measured here, that made the other systems'
+    # calls 10-50x slower in interleaved timing. 2**4 cycles: they sleep at once.
+    env["OPENBLAS_THREAD_TIMEOUT"] = "4"
+    xla = env.get("XLA_FLAGS", "")
+    if "intra_op_parallelism_threads" not in xla:
+        env["XLA_FLAGS"] = (xla + " --xla_cpu_multi_thread_eigen=true "
+                            f"intra_op_parallelism_threads={n}").strip()
+    return env

@@ -1,0 +1,73 @@
+"""``python -m benchmarks``: run the suite and print, save and plot the results.
+
+    python -m benchmarks                       # every case, every installed system
+    python -m benchmarks --quick               # reduced sizes, under a minute
+    python -m benchmarks --case 1 --case 8 --systems te,torch
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from benchmarks import pin_threads
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def parse(argv=None) -> argparse.Namespace:
+    from benchmarks.cases import CASES
+    from benchmarks.systems import ORDER
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="tensorexpr's benchmark suite: forward and VJP of 14 cases, side by side "
+                    "with PyTorch, JAX and hand-written numpy gradients.")
+    parser.add_argument("--quick", action="store_true",
+                        help="reduced sizes and fewer rounds (the whole suite in under a minute)")
+    parser.add_argument("--case", type=int, action="append", metavar="N",
+                        choices=[c.id for c in CASES],
+                        help="run case N (1-14); repeatable; default: all")
+    parser.add_argument("--systems", default=",".join(ORDER),
+                        help=f"comma-separated systems among {','.join(ORDER)} (default: all)")
+    parser.add_argument("--json", default=os.path.join(HERE, "results", "latest.json"),
+                        metavar="PATH", help="where to write the results (default: %(default)s)")
+    parser.add_argument("--png", default=os.path.join(HERE, "results", "latest.png"),
+                        metavar="PATH", help="where to draw the chart (default: %(default)s)")
+    parser.add_argument("--te-backend", choices=("c", "numpy"), default="c",
+                        help="tensorexpr backend to measure (default: c)")
+    parser.add_argument("--cache-dir", metavar="DIR",
+                        help="tensorexpr compile cache to use (default: a fresh temporary one, "
+                             "so the first build is a cold compile)")
+    parser.add_argument("--no-rebuild", action="store_true",
+                        help="skip the cached rebuild of tensorexpr programs in a new process")
+    args = parser.parse_args(argv)
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = [s for s in systems if s not in ORDER]
+    if unknown or not systems:
+        parser.error(f"unknown system(s) {', '.join(unknown) or '(none given)'}; "
+                     f"choose among {','.join(ORDER)}")
+    args.systems = [s for s in ORDER if s in systems]
+    args.case = sorted(set(args.case)) if args.case else [c.id for c in CASES]
+    return args
+
+
+def main(argv=None) -> int:
+    pin_threads()  # before numpy, torch or jax start their thread pools
+    args = parse(argv)
+    from benchmarks import report
+    from benchmarks.runner import Options, run
+
+    opts = Options(cases=args.case, systems=args.systems, quick=args.quick,
+                   te_backend=args.te_backend, cache_dir=args.cache_dir,
+                   rebuild=not args.no_rebuild)
+    results = run(opts, log=lambda s: print(s, file=sys.stderr, flush=True))
+    print(report.table(results))
+    report.write_json(results, args.json)
+    print(f"\nresults: {args.json}")
+    note = report.write_png(results, args.png)
+    print(note or f"chart: {args.png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Presenting results: the terminal table, the JSON file, the PNG chart.
+
+>>> _num(None), _num(0.01234), _num(1234.5), _num(3e-7, err=True), _pair(0.000537, None)
+('-', '0.0123', '1234', '3.0e-07', '0.00054/-')
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import List, Optional
+
+from benchmarks.systems import ORDER
+
+COLUMNS = [("system", 7), ("build_s f/v", 15), ("cached f/v", 15), ("fwd_ms", 9),
+           ("vjp_ms", 9), ("vjp/fwd", 7), ("err", 8), ("fwd%pk", 7), ("vjp%pk", 7),
+           ("te/x fwd", 8), ("te/x vjp", 8), ("status", 0)]
+
+
+def _num(x: Optional[float], err: bool = False) -> str:
+    if x is None:
+        return "-"
+    if err:
+        return "inf" if x == float("inf") else f"{x:.1e}"
+    if x == 0:
+        return "0"
+    if abs(x) >= 100:
+        return f"{x:.0f}"
+    if abs(x) >= 1:
+        return f"{x:.3g}" if abs(x) < 10 else f"{x:.1f}"
+    return f"{x:.3g}"
+
+
+def _seconds(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.2g}"
+
+
+def _pair(a: Optional[float], b: Optional[float]) -> str:
+    return "-" if a is None and b is None else f"{_seconds(a)}/{_seconds(b)}"
+
+
+def _status(row: dict) -> str:
+    if row["fwd_status"] == row["status"] or row["fwd_status"] == "ok":
+        return row["status"]
+    return f"{row['status']}; forward {row['fwd_status']}"
+
+
+def table(results: dict) -> str:
+    """The results as a fixed-width text table, followed by the notes that define it."""
+    meta = results["meta"]
+    head = "".join(f"{name:<{w}} " if w else name for name, w in COLUMNS)
+    lines = [head, "-" * len(head)]
+    for case in results["cases"]:
+        unit = "FLOP/s" if case["work"]["unit"] == "flop" else "bandwidth"
+        sizes = " ".join(f"{k}={v}" for k, v in case["params"].items())
+        lines.append(f"{case['id']}. {case['title']}  ({sizes}; %pk = % of peak {unit})")
+        for name in [n for n in ORDER if n in case["systems"]]:
+            row = case["systems"][name]
+            ratio = case["ratios"].get(f"te/{name}", {})
+            cells = [name, _pair(row.get("fwd_build_s"), row.get("build_s")),
+                     _pair(row.get("fwd_build_cached_s"), row.get("build_cached_s")),
+                     _num(row.get("fwd_ms")), _num(row.get("vjp_ms")), _num(row.get("vjp_fwd")),
+                     _num(row.get("err"), err=True), _pct(row.get("fwd_peak_pct")),
+                     _pct(row.get("vjp_peak_pct")), _num(ratio.get("fwd")),
+                     _num(ratio.get("vjp")), _status(row)]
+            lines.append("".join(f"{c:<{w}} " if w else c for c, (_, w) in zip(cells, COLUMNS)))
+    lines += [""] + notes(meta)
+    return "\n".join(lines)
+
+
+def _pct(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.1f}%" if x < 10 else f"{x:.0f}%"
+
+
+def notes(meta: dict) -> List[str]:
+    """What the figures mean, for the reader of the table."""
+    peak = meta["peak"]
+    out = [
+        f"threads: {meta['threads']} for every system; "
+        f"{'quick (reduced) sizes' if meta['quick'] else 'full sizes'}; "
+        f"tensorexpr backend: {meta['te_backend']} ({meta['te_cache']})",
+        f"fwd_ms: {meta['fwd_includes']}",
+        "vjp_ms: the gradient of sum(H * Y) w.r.t. the inputs, given the inputs and H:",
+    ]
+    out += [f"  {name}: {text}" for name, text in meta["vjp_includes"].items()]
+    out += [
+        f"build_s f/v: forward/VJP programs; {meta['build']}",
+        f"timing: {meta['timing']}; te/x = tensorexpr time / that system's time (<1: te faster)",
+        f"{meta['err']}",
+        f"%pk: {meta['work']}: peak {peak['gflops']:.1f} GFLOP/s, {peak['gbps']:.1f} GB/s "
+        f"({peak['how']})",
+    ]
+    out += [f"skipped {name}: {why}" for name, why in meta["skipped"].items()]
+    if "cached_rebuild_error" in meta:
+        out.append(f"cached rebuild: {meta['cached_rebuild_error']}")
+    return out
+
+
+def write_json(results: dict, path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as fh:
+        json.dump(results, fh, indent=1, allow_nan=True)
+        fh.write("\n")
+
+
+def write_png(results: dict, path: str) -> Optional[str]:
+    """Grouped bars of forward and VJP medians (log scale); returns a note if skipped."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib not installed: no chart (pip install -e '.[bench]')"
+    cases = results["cases"]
+    systems = [n for n in ORDER if any(n in c["systems"] for c in cases)]
+    fig, axes = plt.subplots(2, 1, figsize=(max(8, 1.1 * len(cases) + 3), 8), sharex=True)
+    width = 0.8 / max(len(systems), 1)
+    for ax, part in zip(axes, ("fwd", "vjp")):
+        for k, name in enumerate(systems):
+            xs, ys = [], []
+            for j, c in enumerate(cases):
+                ms = c["systems"].get(name, {}).get(f"{part}_ms")
+                if ms:
+                    xs.append(j + (k - (len(systems) - 1) / 2) * width)
+                    ys.append(ms)
+            ax.bar(xs, ys, width=width, label=name)
+        ax.set_yscale("log")
+        ax.set_ylabel(f"{part} ms (median, log)")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(ncol=len(systems))
+    axes[1].set_xticks(range(len(cases)))
+    axes[1].set_xticklabels([f"{c['id']}. {c['title']}" for c in cases], rotation=30, ha="right")
+    meta = results["meta"]
+    fig.suptitle(f"tensorexpr benchmark suite ({'quick' if meta['quick'] else 'full'} sizes, "
+                 f"{meta['threads']} threads, {meta['date']})")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None

@@ -1,0 +1,217 @@
+"""The run: per case, build every system, check it against the reference, time it.
+
+Timings of the systems are interleaved (``timing.interleaved``) and the
+tensorexpr/peer ratios are taken round by round. The tensorexpr programs are
+compiled into a fresh on-disk cache (``$TENSOREXPR_CACHE_DIR``) unless one is
+given, so the first build is a cold compile; after all cases, a new process
+builds them again with that cache warm (``benchmarks.rebuild``).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from benchmarks import THREADS
+from benchmarks.cases import CASES, Case, by_id
+from benchmarks.reference import DEFINITION, TOLERANCE, reference, rel_err
+from benchmarks.systems import ORDER, Prepared, first_line, module
+from benchmarks.timing import FULL, QUICK, interleaved, machine_peak, median, paired_ratio
+
+FWD_INCLUDES = ("one call of the forward on given inputs, output materialised (torch under "
+                "no_grad, JAX jitted, tensorexpr the built forward program)")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass
+class Options:
+    """What to run (the command line, parsed)."""
+
+    cases: Sequence[int] = tuple(c.id for c in CASES)
+    systems: Sequence[str] = ORDER
+    quick: bool = False
+    te_backend: str = "c"
+    cache_dir: Optional[str] = None  # None: a fresh temporary cache, removed afterwards
+    rebuild: bool = True
+
+
+def run(opts: Options, log: Callable[[str], None] = lambda s: None) -> dict:
+    """Run the selected cases on the selected systems; returns the results document."""
+    skipped, systems = {}, []
+    for name in opts.systems:
+        why = module(name).missing()
+        if why:
+            skipped[name] = why
+            log(f"skipping {name}: {why}")
+        else:
+            systems.append(name)
+    log("measuring the machine's peak FLOP/s and bandwidth ...")
+    peak = machine_peak(opts.quick)
+    own_cache = opts.cache_dir is None and "te" in systems and opts.te_backend == "c"
+    cache = tempfile.mkdtemp(prefix="te-bench-cache-") if own_cache else opts.cache_dir
+    if cache:
+        os.environ["TENSOREXPR_CACHE_DIR"] = cache
+    try:
+        meta = _meta(opts, systems, skipped, peak, cache, own_cache)
+        if "te" in systems:
+            meta["te_warm_up_s"] = _warm_up_compiler(opts.te_backend)
+        results = []
+        for case_id in opts.cases:
+            case = by_id(case_id)
+            log(f"case {case.id}: {case.title} ...")
+            results.append(run_case(case, systems, opts))
+        if "te" in systems and opts.rebuild and results:
+            log("cached rebuild of the tensorexpr programs in a new process ...")
+            _add_cached_rebuild(results, opts, meta)
+    finally:
+        if own_cache:
+            shutil.rmtree(cache, ignore_errors=True)
+    _add_peak_fractions(results, peak)
+    return {"meta": meta, "cases": results}
+
+
+def run_case(case: Case, systems: Sequence[str], opts: Options) -> dict:
+    """Build, check and time one case on every system; one entry of ``cases``."""
+    p = case.params(opts.quick)
+    inputs = case.inputs(p)
+    Y, H, grads = reference(case, p, inputs)
+    preps: Dict[str, Prepared] = {}
+    rows: Dict[str, dict] = {}
+    for name in systems:
+        preps[name], rows[name] = _prepare_and_check(name, case, p, inputs, H, Y, grads, opts)
+    budget = QUICK if opts.quick else FULL
+    samples = {}
+    for part in ("fwd", "vjp"):
+        fns = {n: getattr(pr, part) for n, pr in preps.items() if getattr(pr, part) is not None}
+        samples[part] = interleaved(fns, budget) if fns else {}
+        for n, xs in samples[part].items():
+            rows[n][f"{part}_ms"] = median(xs) * 1e3
+            rows[n][f"{part}_rounds"] = len(xs)
+    for row in rows.values():
+        if row.get("fwd_ms") and row.get("vjp_ms"):
+            row["vjp_fwd"] = row["vjp_ms"] / row["fwd_ms"]
+    ratios = {}
+    for peer in systems:
+        if peer == "te":
+            continue
+        pair = {part: paired_ratio(samples[part]["te"], samples[part][peer])
+                if "te" in samples[part] and peer in samples[part] else None
+                for part in ("fwd", "vjp")}
+        ratios[f"te/{peer}"] = pair
+    return {"id": case.id, "key": case.key, "title": case.title, "params": p,
+            "work": vars(case.work(p, inputs, Y.size * np.dtype(np.float32).itemsize)),
+            "systems": rows, "ratios": ratios}
+
+
+def _prepare_and_check(name, case, p, inputs, H, Y, grads, opts):
+    sysmod = module(name)
+    row = {"label": sysmod.LABEL}
+    try:
+        prep = (sysmod.prepare(case, p, inputs, H, backend=opts.te_backend) if name == "te"
+                else sysmod.prepare(case, p, inputs, H))
+    except Exception as exc:  # one system failing must not stop the others
+        why = f"unsupported ({first_line(exc)})"
+        prep = Prepared(fwd=None, vjp=None, fwd_status=why, vjp_status=why)
+    row["fwd_build_s"], row["build_s"] = prep.fwd_build_s, prep.build_s
+    if prep.fwd is not None:
+        try:
+            row["fwd_err"] = rel_err([prep.forward_output()], [Y])
+            if not row["fwd_err"] <= TOLERANCE:
+                prep.fwd_status = f"wrong (forward max rel err {row['fwd_err']:.2g})"
+        except Exception as exc:
+            prep.fwd, prep.fwd_status = None, f"unsupported (running: {first_line(exc)})"
+    if prep.vjp is not None:
+        try:
+            row["err"] = rel_err(prep.gradients(), grads)
+            if not row["err"] <= TOLERANCE:
+                prep.vjp_status = f"wrong (max rel err {row['err']:.2g})"
+        except Exception as exc:
+            prep.vjp, prep.vjp_status = None, f"unsupported (running: {first_line(exc)})"
+    row["fwd_status"], row["status"] = prep.fwd_status, prep.vjp_status
+    return prep, row
+
+
+def _warm_up_compiler(backend: str) -> Optional[float]:
+    """Build one tiny program so that finding the compiler and probing OpenMP (once per
+    process and cache) is not charged to the first case's build time."""
+    import tensorexpr as te
+    from benchmarks.systems import timed
+    x = te.placeholder((4,), name="x")
+    y = te.compute((4,), lambda i: x[i] + 1.0, name="y")
+    try:
+        return timed(lambda: te.build(y, backend=backend)(np.zeros(4, np.float32)))[1]
+    except Exception:
+        return None  # the cases will report the failure themselves
+
+
+def _add_cached_rebuild(results: List[dict], opts: Options, meta: dict) -> None:
+    cmd = [sys.executable, "-m", "benchmarks.rebuild", "--te-backend", opts.te_backend]
+    cmd += ["--quick"] if opts.quick else []
+    cmd += [str(r["id"]) for r in results]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([ROOT] + [x for x in [env.get("PYTHONPATH")] if x])
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        meta["cached_rebuild_error"] = f"the rebuild process failed: {tail}"
+        return
+    times = json.loads(proc.stdout.strip().splitlines()[-1])
+    for r in results:
+        got = times.get(str(r["id"]), {})
+        row = r["systems"]["te"]
+        row["fwd_build_cached_s"] = got.get("fwd_build_s")
+        row["build_cached_s"] = got.get("build_s")
+
+
+def _add_peak_fractions(results: List[dict], peak: dict) -> None:
+    for r in results:
+        work = r["work"]
+        rate = peak["gflops"] if work["unit"] == "flop" else peak["gbps"]
+        for row in r["systems"].values():
+            for part in ("fwd", "vjp"):
+                ms = row.get(f"{part}_ms")
+                if ms:
+                    row[f"{part}_peak_pct"] = 100 * work[part] / (ms * 1e-3) / (rate * 1e9)
+
+
+def _meta(opts, systems, skipped, peak, cache, own_cache) -> dict:
+    versions = {"python": platform.python_version(), "numpy": np.__version__}
+    for name in systems:
+        if name in ("torch", "jax"):
+            versions[name] = __import__(name).__version__
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                         capture_output=True, text=True)
+    versions["tensorexpr"] = git.stdout.strip() or "unknown"
+    return {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "processor": platform.machine(),
+                    "cpus": os.cpu_count()},
+        "versions": versions,
+        "threads": THREADS,
+        "quick": opts.quick,
+        "systems": list(systems),
+        "skipped": skipped,
+        "te_backend": opts.te_backend,
+        "te_cache": ("fresh temporary cache: first build is a cold compile" if own_cache else
+                     f"cache {cache or 'default'}: first build may hit it"),
+        "err": DEFINITION,
+        "fwd_includes": FWD_INCLUDES,
+        "vjp_includes": {n: module(n).VJP_INCLUDES for n in systems},
+        "build": ("build_s: VJP program (differentiate + compile, or trace + jit) with its "
+                  "first call; fwd_build_s: forward program with its first call; *_cached_s: "
+                  "the same in a new process with tensorexpr's on-disk cache warm"),
+        "timing": ("medians over interleaved rounds after a warm-up call; te/peer ratios are "
+                   "medians of per-round ratios"),
+        "work": ("matmul, conv and MLP: analytic FLOPs; the others: bytes of the arrays that "
+                 "must be read and written once; as a % of the peak below"),
+        "peak": peak,
+    }

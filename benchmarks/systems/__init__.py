@@ -1,0 +1,67 @@
+"""The systems compared, behind one interface the runner drives.
+
+Each system module (``te_sys``, ``torch_sys``, ``jax_sys``, ``numpy_sys``) has
+``LABEL``, ``VJP_INCLUDES`` (what its VJP time covers, printed with the results),
+``missing()`` (None, or why the system cannot run here) and
+``prepare(case, p, inputs, H) -> Prepared``. Forward definitions inside a module
+are keyed by ``Case.key``, so a case is written once per system.
+
+>>> sorted(SYSTEMS)
+['jax', 'numpy', 'te', 'torch']
+"""
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+import numpy as np
+
+SYSTEMS = {"te": "te_sys", "torch": "torch_sys", "jax": "jax_sys", "numpy": "numpy_sys"}
+#: The order systems are listed and measured in; tensorexpr first.
+ORDER = ("te", "torch", "jax", "numpy")
+
+
+def module(name: str):
+    """The module implementing system ``name`` (imports only that module)."""
+    return importlib.import_module(f"{__name__}.{SYSTEMS[name]}")
+
+
+@dataclass
+class Prepared:
+    """One case built for one system, ready to be timed.
+
+    ``fwd()`` and ``vjp()`` run once each and return the system's own arrays
+    (already computed: asynchronous systems block inside); ``to_numpy`` turns
+    one such array into numpy. A part that cannot run has ``None`` and a status
+    ``"unsupported (why)"``. Build times are seconds (None: not applicable).
+    """
+
+    fwd: Optional[Callable[[], object]]
+    vjp: Optional[Callable[[], object]]
+    to_numpy: Callable[[object], np.ndarray] = np.asarray
+    fwd_status: str = "ok"
+    vjp_status: str = "ok"
+    fwd_build_s: Optional[float] = None
+    build_s: Optional[float] = None
+
+    def forward_output(self) -> np.ndarray:
+        return self.to_numpy(self.fwd())
+
+    def gradients(self) -> List[np.ndarray]:
+        out = self.vjp()
+        return [self.to_numpy(g) for g in (out if isinstance(out, (tuple, list)) else (out,))]
+
+
+def timed(fn: Callable[[], object]):
+    """``(result, seconds)`` of one call."""
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type name if it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

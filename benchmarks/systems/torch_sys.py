@@ -1,0 +1,125 @@
+"""The 14 cases in PyTorch eager mode; gradients by autograd.
+
+The forward is timed under ``torch.no_grad()``; the VJP is
+``torch.autograd.grad(Y, wrt, H, retain_graph=True)`` on a graph recorded once,
+i.e. the backward pass alone with the forward's saved tensors given.
+
+>>> sorted(FORWARD) == sorted(__import__("benchmarks.systems.te_sys", fromlist=["x"]).FORWARD)
+True
+"""
+from __future__ import annotations
+
+from benchmarks import THREADS
+from benchmarks.systems import Prepared, first_line, timed
+
+LABEL = "PyTorch eager autograd"
+VJP_INCLUDES = ("torch.autograd.grad alone on a graph recorded once (the forward's saved "
+                "tensors given)")
+
+
+def missing():
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        return f"torch not installed ({first_line(exc)}); pip install -e '.[bench]'"
+    return None
+
+
+# {{{ the cases (imports inside: this module must import without torch)
+
+
+def _matmul(p, A, B):
+    return A @ B
+
+
+def _conv2d(p, X, W):
+    import torch.nn.functional as F
+    return F.conv2d(X, W, stride=p["stride"], padding=p["pad"], dilation=p["dil"])
+
+
+def _maxpool(p, X):
+    import torch.nn.functional as F
+    return F.max_pool2d(X, p["k"], stride=p["k"])
+
+
+def _avgpool(p, X):
+    import torch.nn.functional as F
+    return F.avg_pool2d(X, p["k"], stride=1)
+
+
+def _flatten(p, X):
+    return X.reshape(X.shape[0], -1)
+
+
+def _softmax(p, X):
+    import torch
+    return torch.softmax(X, dim=-1)
+
+
+def _layernorm(p, X, gamma, beta):
+    import torch.nn.functional as F
+    return F.layer_norm(X, (p["D"],), gamma, beta, eps=p["eps"])
+
+
+def _bias_transpose(p, X, b):
+    return (X + b).t().contiguous()
+
+
+def _ewma(p, d):
+    e = d[:, 0]
+    for t in range(1, p["T"]):
+        e = 0.5 * d[:, t] + 0.5 * e
+    return e
+
+
+def _mlp(p, X, W1, b1, W2, b2):
+    import torch
+    return torch.tanh(X @ W1 + b1) @ W2 + b2
+
+
+def _embedding(p, E, idx):
+    import torch.nn.functional as F
+    return F.embedding(idx, E)
+
+
+def _blur(p, X):
+    import torch
+    Xp = torch.cat([X[:1], X, X[-1:]])  # clamped boundary
+    return (Xp[:-2] + Xp[1:-1] + Xp[2:]) / 3
+
+
+FORWARD = {
+    "matmul": _matmul, "conv2d": _conv2d, "maxpool": _maxpool, "avgpool": _avgpool,
+    "flatten": _flatten, "softmax": _softmax, "layernorm": _layernorm,
+    "bias_transpose": _bias_transpose, "ewma": _ewma, "mlp": _mlp, "embedding": _embedding,
+    "blur": _blur,
+}
+
+# }}}
+
+
+def prepare(case, p, inputs, H) -> Prepared:
+    import torch
+    torch.set_num_threads(THREADS)
+    f = FORWARD[case.key]
+    plain = {k: torch.from_numpy(v) for k, v in inputs.items()}
+    tracked = {k: (v.clone().requires_grad_(True) if k in case.wrt else v)
+               for k, v in plain.items()}
+    wrt = [tracked[n] for n in case.wrt]
+    head = torch.from_numpy(H)
+
+    def forward():
+        with torch.no_grad():
+            return f(p, **plain)
+
+    prep = Prepared(fwd=forward, vjp=None, to_numpy=lambda t: t.detach().numpy())
+    _, prep.fwd_build_s = timed(forward)  # eager: nothing to build, first call only
+    try:
+        def record_and_grad():
+            Y = f(p, **tracked)
+            return Y, torch.autograd.grad(Y, wrt, head, retain_graph=True)
+        (Y, _), prep.build_s = timed(record_and_grad)
+        prep.vjp = lambda: torch.autograd.grad(Y, wrt, head, retain_graph=True)
+    except Exception as exc:
+        prep.vjp_status = f"unsupported ({first_line(exc)})"
+    return prep

@@ -1,0 +1,63 @@
+"""Every system's definition of every case computes the same function as the reference.
+
+tensorexpr's forwards run on the numpy reference backend here (fast to build);
+PyTorch and JAX are checked only where installed (they are the ``bench`` extra).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorexpr as te
+from benchmarks.cases import CASES, by_id
+from benchmarks.reference import TOLERANCE, reference, rel_err
+from benchmarks.systems import module, te_sys
+
+IDS = lambda c: f"{c.id}-{c.key}"  # noqa: E731
+
+
+def _setup(case):
+    p = case.params(quick=True)
+    inputs = case.inputs(p)
+    Y, H, grads = reference(case, p, inputs)
+    return p, inputs, Y, H, grads
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_tensorexpr_forward_matches_reference(case):
+    p, inputs, Y, H, _ = _setup(case)
+    prep = te_sys.prepare(case, p, inputs, H, backend="numpy")
+    assert prep.fwd_status == "ok"
+    assert rel_err([prep.forward_output()], [Y]) < 1e-5
+
+
+@pytest.mark.parametrize("name", ["torch", "jax"])
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_peer_forward_and_gradient_match_reference(name, case):
+    pytest.importorskip(name)
+    p, inputs, Y, H, grads = _setup(case)
+    prep = module(name).prepare(case, p, inputs, H)
+    assert (prep.fwd_status, prep.vjp_status) == ("ok", "ok")
+    assert rel_err([prep.forward_output()], [Y]) < 1e-5
+    assert rel_err(prep.gradients(), grads) < TOLERANCE
+
+
+def test_without_differentiate_the_forward_still_runs(monkeypatch):
+    if hasattr(te, "differentiate"):
+        monkeypatch.delattr(te, "differentiate")
+    case = by_id(14)
+    p, inputs, Y, H, _ = _setup(case)
+    prep = te_sys.prepare(case, p, inputs, H, backend="numpy")
+    assert prep.vjp is None and prep.vjp_status == te_sys.NO_DIFFERENTIATE
+    assert prep.fwd_status == "ok" and prep.fwd_build_s > 0
+
+
+def test_a_failing_differentiate_is_reported_with_its_message(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise NotImplementedError("no adjoint for this read\nsecond line")
+    monkeypatch.setattr(te, "differentiate", refuse, raising=False)
+    case = by_id(1)
+    p, inputs, Y, H, _ = _setup(case)
+    prep = te_sys.prepare(case, p, inputs, H, backend="numpy")
+    assert prep.vjp_status == "unsupported (no adjoint for this read)"
+    assert prep.fwd is not None

@@ -124,7 +124,7 @@ def _check_read(t: Tensor, read: Read, guards, axes) -> None:
     d, outside = bad
     pt = outside.sample_point()
     vals = space.point_values(pt)
-    from .printer import expr_str
+    from .printer import _fmt, expr_str
     from .transform import substitute
     from .ir import Const, SizeVar
     binding = {ax: Const(vals[ax.name], "int64") for ax in axes}
@@ -136,8 +136,8 @@ def _check_read(t: Tensor, read: Read, guards, axes) -> None:
         at = f" (index {idx_vals})"
     except Exception:
         at = ""
-    shape = tuple(expr_str(s) for s in target.dims)
+    shape = ", ".join(_fmt(s, True) for s in target.dims) + ("," if target.ndim == 1 else "")
     raise BoundsError(
         f"{describe(t)} reads {expr_str(read)} outside {target.name!r} "
-        f"(shape ({', '.join(shape)})) at {where}{at}. Guard the read with "
+        f"(shape ({shape})) at {where}{at}. Guard the read with "
         f"te.select(...) or where=..., shrink the domain, or pad the input")

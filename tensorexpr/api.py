@@ -274,6 +274,14 @@ def _size(d, what: str) -> Expr:
         for x in ir.walk(d):
             if isinstance(x, (Axis, Read)):
                 raise TypeError(f"{what}: a size may use te.var sizes and constants only, not {x}")
+        # Domains are isl sets with the sizes as parameters: n * n or n ** 2 cannot be one.
+        from .polyhedral import NotAffine, Space, params_of
+        try:
+            Space([], params_of([d])).aff(d)
+        except NotAffine:
+            raise TypeError(f"{what}: the size {d} is not affine in the te.var sizes; use +, -, "
+                            f"* by a constant, // and % by a positive constant and "
+                            f"te.maximum/te.minimum (or a new te.var)") from None
         return d
     raise TypeError(f"{what}: a size must be an int or an integer te.var expression, not {d!r}")
 

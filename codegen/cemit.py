@@ -174,9 +174,12 @@ class _Emitter:
             return s, _COND, sa[2] or sb[2]
         if op == "neg":
             a = self.ex(args[0])
+            inner = _wrap(a, _UNARY)
+            if inner.startswith("-"):  # `--x` would be a decrement
+                inner = f"({inner})"
             if wide and not a[2]:
-                return f"-(int64_t){_wrap(a, _UNARY)}", _UNARY, True
-            return f"-{_wrap(a, _UNARY)}", _UNARY, wide
+                return f"-(int64_t){inner}", _UNARY, True
+            return f"-{inner}", _UNARY, wide
         if op == "not":
             return f"!{self.text(args[0], _UNARY)}", _UNARY, False
         if op in _MATH and isf:

@@ -1,0 +1,70 @@
+"""The C emitter on hand-made loop-AST: literals, widening, helpers, sanitizing."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from codegen import compiler
+from codegen.cemit import ENTRY, emit, sanitize
+from codegen.loopast import Buffer, Kernel, Lit, Op, Store, Var
+
+
+def _kernel(*values, dtype="int64"):
+    """A kernel storing each value into out[k]."""
+    body = tuple(Store("b0", Lit(k, "int64"), v) for k, v in enumerate(values))
+    return Kernel("test", (), (Buffer("b0", dtype, False, "out"),), body)
+
+
+def _run(kernel, n, dtype):
+    lib = compiler.load(compiler.compile_shared(emit(kernel)))
+    fn = getattr(lib, ENTRY)
+    fn.argtypes = (ctypes.c_void_p,) * 3
+    out = np.zeros(n, dtype)
+    err = np.zeros(5, np.int64)
+    ptrs = (ctypes.c_void_p * 1)(out.ctypes.data)
+    assert fn(ptrs, None, err.ctypes.data) == 0
+    return out
+
+
+def test_sanitize_removes_comment_delimiters_and_control_characters():
+    s = sanitize("x */ y /* z\n\tw\x00\x1b[31m é")
+    assert "*/" not in s and "/*" not in s
+    assert all(32 <= ord(c) < 127 for c in s)
+    assert sanitize("*/*/").count("*/") == 0
+    assert len(sanitize("a" * 1000)) == 400
+
+
+def test_literals_round_trip_exactly():
+    vals = [0.1, -2.5e-8, 3.4e38, 1e-45, float("inf"), -float("inf")]
+    k = _kernel(*(Lit(v, "float32") for v in vals), dtype="float32")
+    np.testing.assert_array_equal(_run(k, len(vals), np.float32), np.array(vals, np.float32))
+    ints = [-(1 << 63), (1 << 63) - 1, -(1 << 31), 1 << 40, -7]
+    np.testing.assert_array_equal(_run(_kernel(*(Lit(v, "int64") for v in ints)), 5, np.int64),
+                                  np.array(ints, np.int64))
+    nan = _run(_kernel(Lit(float("nan"), "float64"), dtype="float64"), 1, np.float64)
+    assert np.isnan(nan[0])
+
+
+def test_int64_arithmetic_of_small_literals_is_not_done_in_int():
+    # 100000 * 100000 overflows a 32-bit int; the emitter must widen first
+    big = Op("mul", (Lit(100000, "int64"), Lit(100000, "int64")), "int64")
+    neg = Op("neg", (Op("select", (Lit(True, "bool"), Lit(-5, "int64"), Lit(2, "int64")), "int64"),),
+             "int64")
+    src = emit(_kernel(big, neg))
+    assert "(int64_t)100000 * 100000" in src
+    np.testing.assert_array_equal(_run(_kernel(big, neg), 2, np.int64), [10**10, 5])
+
+
+def test_negating_a_negative_literal_is_not_a_decrement():
+    k = _kernel(Op("neg", (Lit(-0.5, "float32"),), "float32"), dtype="float32")
+    assert "--" not in emit(k)
+    assert _run(k, 1, np.float32)[0] == 0.5
+
+
+def test_only_used_helpers_are_printed():
+    x = Var("n0", "int64")
+    plain = emit(_kernel(Op("add", (x, Lit(1, "int64")), "int64")))
+    assert "te_floordiv" not in plain and "te_fail" not in plain
+    div = emit(_kernel(Op("floordiv", (x, Lit(2, "int64")), "int64")))
+    assert div.count("static inline int64_t te_floordiv_i64") == 1

@@ -366,6 +366,13 @@ def _check_body(body: Expr, axes, name: str, origin: str, self_ref=None):
             f"tensor {name!r} (defined at {origin}) uses axis {ax.name!r} outside its scope: "
             f"a te.reduce_axis must be bound by te.sum/te.max/te.min(..., axis={ax.name}) "
             f"around its use, and another compute's axes cannot be used here")
+    for x in ir.walk(body):
+        if isinstance(x, Reduce):
+            for ax in x.axes:
+                if ax.uid in own:
+                    raise TensorExprError(
+                        f"tensor {name!r} (defined at {origin}) reduces over its own axis "
+                        f"{ax.name!r}; reduce over a te.reduce_axis instead")
     for r in ir.reads(body):
         if isinstance(r.tensor, SelfRef) and (self_ref is None or r.tensor.uid != self_ref.uid):
             raise TensorExprError(
@@ -476,6 +483,14 @@ def _reduce(op: str, expr: ExprLike, axis, where) -> Reduce:
         where = as_expr(where)
         if where.dtype != "bool":
             raise TypeError(f"where= must be a boolean condition; got {where.dtype}")
+    uids = {a.uid for a in axes}
+    for part in (body,) if where is None else (body, where):
+        for x in ir.walk(part):
+            if isinstance(x, Reduce) and any(a.uid in uids for a in x.axes):
+                ax = next(a for a in x.axes if a.uid in uids)
+                raise ValueError(f"reduce axis {ax.name!r} is bound twice: by this te.{op} and "
+                                 f"by a reduction inside it; give each reduction its own "
+                                 f"te.reduce_axis")
     dtype = body.dtype
     if dtype == "bool":
         body, dtype = cast(body, "int64"), "int64"

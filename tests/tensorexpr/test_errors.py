@@ -150,9 +150,15 @@ def test_bad_sizes_and_reductions():
     te.placeholder((2 * n + 1, n // 2, te.maximum(n - 3, 0)), name="P")  # affine: fine
     with pytest.raises(TypeError, match="te.var needs a non-empty name"):
         te.var("")
-    k = te.reduce_axis(4)
+    k = te.reduce_axis(4, name="k")
     with pytest.raises(ValueError, match="appears twice"):
         te.sum(X[0, k], axis=[k, k])
+    with pytest.raises(ValueError, match="reduce axis 'k' is bound twice"):
+        te.sum(te.sum(V[k], axis=k) + V[k], axis=k)
+    with pytest.raises(te.TensorExprError, match="'Own'.*reduces over its own axis 'i'"):
+        te.compute((4,), lambda i: te.sum(V[i], axis=i), name="Own")
+    # one axis in two sibling reductions is fine
+    te.compute((3,), lambda i: te.sum(X[i, k], axis=k) - te.max(X[i, k], axis=k), name="Ok")
     with pytest.raises(TypeError, match="axis= takes a te.reduce_axis"):
         te.sum(X[0, 1], axis=1)
     with pytest.raises(TypeError, match="axis= takes a te.reduce_axis"):

@@ -25,8 +25,15 @@ class Function:
 
     def __call__(self, *args, **kwargs):
         arrays, sizes = self.signature.bind(args, kwargs)
-        outs = self._impl(arrays, sizes)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        outs = list(self._impl(arrays, sizes))
+        if len(outs) == 1:
+            return outs[0]
+        seen = set()
+        for k, a in enumerate(outs):  # te.build([C, C]): two arrays, not one aliased twice
+            if id(a) in seen:
+                outs[k] = a.copy()
+            seen.add(id(a))
+        return tuple(outs)
 
     def __repr__(self):
         ins = ", ".join(t.name for t in self.inputs)
@@ -60,7 +67,12 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
                         key=lambda t: t.uid)
     elif isinstance(inputs, Tensor):
         inputs = [inputs]
-    sig = Signature(outs, list(inputs))
+    inputs = list(inputs)
+    bad = [x for x in inputs if not isinstance(x, Tensor)]
+    if bad:
+        raise TypeError(f"inputs= takes the placeholders of the program, not "
+                        f"{type(bad[0]).__name__}; pass arrays when calling the built function")
+    sig = Signature(outs, inputs)
     if backend == "numpy":
         from codegen import reference
         from .printer import program_str

@@ -181,6 +181,8 @@ def test_build_arguments():
         te.build("Y", backend="numpy")
     with pytest.raises(TypeError, match="inputs must be placeholders; tensor 'Y'"):
         te.build(Y, inputs=[Y], backend="numpy")
+    with pytest.raises(TypeError, match="inputs= takes the placeholders"):
+        te.build(Y, inputs=[np.ones(4)], backend="numpy")
     with pytest.raises(ValueError, match="listed twice"):
         te.build(Y, inputs=[V, V], backend="numpy")
     with pytest.raises(te.TensorExprError, match=r"'V'.*not among inputs= \(X\)"):

@@ -38,7 +38,7 @@ def check_grads(L, inputs, arrays, wrt=None, backend="numpy", tol=1e-6):
     return grads
 
 
-def second_order(L, inputs, arrays, wrt=None, seed=1, tol=1e-5):
+def second_order(L, inputs, arrays, wrt=None, seed=1, tol=1e-5, backend="numpy"):
     """Differentiate ``sum_k <dL/dx_k, V_k>`` again and compare with finite differences.
 
     This is a Hessian-vector product (and the pattern of a gradient penalty): the
@@ -59,7 +59,7 @@ def second_order(L, inputs, arrays, wrt=None, seed=1, tol=1e-5):
         L2 = te.compute((), lambda a=L2, b=t: a[()] + b[()])
     all_inputs = list(inputs) + vs
     all_arrays = list(arrays) + v_arrays
-    return check_grads(L2, all_inputs, all_arrays, wrt=wrt, tol=tol)
+    return check_grads(L2, all_inputs, all_arrays, wrt=wrt, tol=tol, backend=backend)
 
 
 def sum_of_squares(Y, head=None):

@@ -151,21 +151,23 @@ def _float_inputs(inputs):
 # }}}
 
 
+@pytest.mark.parametrize("backend", ["numpy", "c"])
 @pytest.mark.parametrize("name", sorted(PATTERNS))
-def test_first_order(name):
+def test_first_order(name, backend):
     inputs, Y, arrays, _ = PATTERNS[name]()
     H = te.placeholder(Y.shape, F, "H")
     L = sum_of_squares(Y) if name != "softmax" else sum_of_squares(Y, H)
     ins, arrs = (inputs + [H], arrays + [rand(*Y.shape, seed=9)]) if name == "softmax" \
         else (inputs, arrays)
-    check_grads(L, ins, arrs, wrt=_float_inputs(inputs))
+    check_grads(L, ins, arrs, wrt=_float_inputs(inputs), backend=backend)
 
 
+@pytest.mark.parametrize("backend", ["numpy", "c"])
 @pytest.mark.parametrize("name", sorted(PATTERNS))
-def test_second_order(name):
+def test_second_order(name, backend):
     inputs, Y, arrays, _ = PATTERNS[name]()
     L = sum_of_squares(Y)
-    second_order(L, inputs, arrays, wrt=_float_inputs(inputs))
+    second_order(L, inputs, arrays, wrt=_float_inputs(inputs), backend=backend)
 
 
 @pytest.mark.parametrize("name", sorted(k for k in PATTERNS if PATTERNS[k]()[3]))

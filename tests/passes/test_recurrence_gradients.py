@@ -16,13 +16,14 @@ def ewma(T, R, dtype="float64"):
     return d, e
 
 
-def test_seed_case_imperative_systems_got_wrong():
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_seed_case_imperative_systems_got_wrong(backend):
     # e0 = d0, e1 = 0.5 d0 + 0.5 d1, loss e1**2: both gradients equal e1.
     d, e = ewma(2, 1, "float32")
     L = te.compute((), lambda: e[1, 0] ** 2, name="L")
     (dd,) = te.differentiate(L, [d])
     data = np.array([[0.417022, 0.72032449]], np.float32)
-    g = te.build(dd, inputs=[d], backend="numpy")(data)
+    g = te.build(dd, inputs=[d], backend=backend)(data)
     e1 = 0.5 * data[0, 0] + 0.5 * data[0, 1]
     assert abs(e1 - 0.568673) < 1e-6
     np.testing.assert_allclose(g, [[e1, e1]], rtol=1e-6)
@@ -41,13 +42,14 @@ def _last_step_loss(e, T, R):
     return te.compute((), lambda: te.sum(e[T - 1, r] * e[T - 1, r], axis=r), name="L")
 
 
-def test_ewma_long_against_finite_differences():
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_ewma_long_against_finite_differences(backend):
     T, R = 512, 1
     d, e = ewma(T, R)
     L = _last_step_loss(e, T, R)
     (dd,) = te.differentiate(L, [d])
     data = np.random.default_rng(0).standard_normal((R, T))
-    g = te.build(dd, inputs=[d], backend="numpy")(data)
+    g = te.build(dd, inputs=[d], backend=backend)(data)
     # closed form: e[T-1] = sum_t w_t d_t with w_0 = 0.5^(T-1), w_t = 0.5^(T-t)
     w = np.array([0.5 ** (T - 1)] + [0.5 ** (T - t) for t in range(1, T)])
     eT = (w * data[0]).sum()
@@ -69,7 +71,8 @@ def test_ewma_second_order():
     second_order(L, [d], [np.random.default_rng(1).standard_normal((R, T))])
 
 
-def test_alpha_compositing():
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_alpha_compositing(backend):
     # front-to-back: acc[s] = (1 - acc[s-1]) * x[s] + acc[s-1]
     S, R = 5, 3
     x = te.placeholder((R, S), "float64", "x")
@@ -77,11 +80,12 @@ def test_alpha_compositing():
         s == 0, x[r, 0], (1.0 - a[s - 1, r]) * x[r, s] + a[s - 1, r]), name="acc", dtype="float64")
     L = _last_step_loss(acc, S, R)
     arr = np.random.default_rng(2).uniform(0, 0.5, (R, S))
-    check_grads(L, [x], [arr])
-    second_order(L, [x], [arr])
+    check_grads(L, [x], [arr], backend=backend)
+    second_order(L, [x], [arr], backend=backend)
 
 
-def test_tanh_rnn_cell():
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_tanh_rnn_cell(backend):
     T, B, H = 4, 2, 3
     x = te.placeholder((T, B, H), "float64", "x")
     W = te.placeholder((H, H), "float64", "W")
@@ -91,7 +95,8 @@ def test_tanh_rnn_cell():
     r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
     L = te.compute((), lambda: te.sum(h[T - 1, r1, r2] ** 2, axis=[r1, r2]), name="L")
     rng = np.random.default_rng(3)
-    check_grads(L, [x, W], [rng.standard_normal((T, B, H)), 0.5 * rng.standard_normal((H, H))])
+    check_grads(L, [x, W], [rng.standard_normal((T, B, H)), 0.5 * rng.standard_normal((H, H))],
+                backend=backend)
 
 
 @pytest.mark.parametrize("offset", [0, 1])

@@ -228,4 +228,87 @@ def test_static_check_agrees_with_enumeration(e0, e1, size0, size1, guard):
         te.compute((I_EXT, J_EXT), body, name="Y")
 
 
+def _combine(children):
+    return st.one_of(st.tuples(st.sampled_from(["and", "or"]), children, children),
+                     st.tuples(st.just("not"), children))
+
+
+# ("data",) stands for a data-dependent condition (D[k] > 0): true or false at run time.
+conditions = st.recursive(
+    st.one_of(st.tuples(st.sampled_from(["lt", "eq"]), index_exprs, st.integers(-2, 6)),
+              st.just(("data",))), _combine, max_leaves=4)
+
+
+def build_cond(c, env, D, counter):
+    if c[0] == "data":
+        counter.append(None)
+        return D[len(counter) - 1] > 0
+    if c[0] == "not":
+        return ~build_cond(c[1], env, D, counter)
+    if c[0] in ("and", "or"):
+        a, b = build_cond(c[1], env, D, counter), build_cond(c[2], env, D, counter)
+        return a & b if c[0] == "and" else a | b
+    x = build(c[1], env)
+    return x < c[2] if c[0] == "lt" else x == c[2]
+
+
+def holds(c, env, data):
+    """``c`` at a point, the data conditions taking the values ``data`` (consumed in order)."""
+    if c[0] == "data":
+        return next(data)
+    if c[0] == "not":
+        return not holds(c[1], env, data)
+    if c[0] in ("and", "or"):
+        a, b = holds(c[1], env, data), holds(c[2], env, data)
+        return (a and b) if c[0] == "and" else (a or b)
+    x = value(c[1], env)
+    return x < c[2] if c[0] == "lt" else x == c[2]
+
+
+def n_data(c):
+    return 1 if c[0] == "data" else 0 if c[0] in ("lt", "eq") else \
+        sum(n_data(x) for x in c[1:])
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(e0=index_exprs, e1=index_exprs, size0=st.integers(1, 9), size1=st.integers(1, 6),
+       cond=conditions, in_where=st.booleans())
+def test_guards_with_logic_and_data_agree_with_enumeration(e0, e1, size0, size1, cond,
+                                                           in_where):
+    """Guards built from & | ~, affine and data-dependent comparisons, in select or where=.
+
+    A read is evaluated at a point if some values of the data conditions make the
+    guard hold there; the check must raise exactly when such a point reads outside.
+    """
+    X = te.placeholder((size0, size1), name="X")
+    D = te.placeholder((8,), name="D")
+    m = n_data(cond)
+    out_of_range = False
+    for i, j in itertools.product(range(I_EXT), range(J_EXT)):
+        env = {"i": i, "j": j}
+        if not any(holds(cond, env, iter(vals))
+                   for vals in itertools.product([False, True], repeat=m)):
+            continue
+        p, q = value(e0, env), value(e1, env)
+        out_of_range |= not (0 <= p < size0 and 0 <= q < size1)
+
+    def define():
+        if in_where:
+            r = te.reduce_axis(J_EXT, name="j")
+            return te.compute((I_EXT,), lambda i: te.sum(
+                X[build(e0, {"i": i, "j": r}), build(e1, {"i": i, "j": r})], axis=r,
+                where=build_cond(cond, {"i": i, "j": r}, D, [])), name="Y")
+
+        def body(i, j):
+            env = {"i": i, "j": j}
+            return te.select(build_cond(cond, env, D, []), X[build(e0, env), build(e1, env)], 0.0)
+        return te.compute((I_EXT, J_EXT), body, name="Y")
+
+    if out_of_range:
+        with pytest.raises(te.BoundsError):
+            define()
+    else:
+        define()
+
+
 # }}}

@@ -9,6 +9,8 @@ _PACKAGE_DIRS = tuple(
     for p in (__file__,
               os.path.join(os.path.dirname(__file__), "..", "passes", "x"),
               os.path.join(os.path.dirname(__file__), "..", "codegen", "x")))
+# With the separator: a user's `tensorexpr_demo/model.py` is not inside `tensorexpr/`.
+_PACKAGE_PREFIXES = tuple(d + os.sep for d in _PACKAGE_DIRS)
 
 
 class TensorExprError(Exception):
@@ -42,7 +44,7 @@ def user_origin() -> str:
     frame = sys._getframe(1)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_PACKAGE_DIRS):
+        if not path.startswith(_PACKAGE_PREFIXES):
             line = _source_line(path, frame.f_lineno)
             where = f"{os.path.relpath(path) if not path.startswith('<') else path}:{frame.f_lineno}"
             return f"{where}: {line}" if line else where

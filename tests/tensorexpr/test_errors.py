@@ -232,3 +232,15 @@ def test_integer_power_with_negative_exponent(backend):
     b = np.array([2, -1, -1, 1, 0, -2], np.int32)
     e = np.array([-1, -1, -2, -5, -1, 3], np.int32)
     check(run(backend, P, b, e), np.array([0, -1, 1, 1, 0, -8], np.int32))
+
+
+def test_origin_is_the_users_line():
+    import os
+    here = te.placeholder((2,), name="here")
+    assert "test_errors.py:" in here.origin
+    assert here.origin.endswith(': here = te.placeholder((2,), name="here")')
+    # a user directory whose name merely starts like the package's is the user's code
+    fake = os.path.join(os.path.dirname(te.__file__) + "_demo", "model.py")
+    ns = {"te": te}
+    exec(compile("X = te.placeholder((3,), name='X')", fake, "exec"), ns)
+    assert ns["X"].origin.endswith(os.path.join("tensorexpr_demo", "model.py") + ":1")

@@ -11,27 +11,11 @@ added between lowering and emission, on the loop-AST:
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Set, Tuple
-
-from tensorexpr import bounds
-from tensorexpr.ir import Placeholder
+from typing import Callable, List, Optional, Tuple
 
 from . import compiler, runtime
 from .cemit import emit
 from .lower import Lowerer
-
-# Tensors are immutable and uids unique per process: one static check each.
-_checked: Set[int] = set()
-
-
-def _check_bounds(sig) -> None:
-    """Prove every affine read in range (te.compute did for its own tensors; tensors built
-    directly from the IR, e.g. by passes, are checked here). Lowering relies on it: only
-    non-affine indices get run-time checks."""
-    for t in sig.order:
-        if not isinstance(t, Placeholder) and t.uid not in _checked:
-            bounds.check_tensor(t)
-            _checked.add(t.uid)
 
 
 def generate(sig, name: Optional[str] = None):
@@ -45,7 +29,6 @@ def generate(sig, name: Optional[str] = None):
     >>> "b1[i0] = b0[i0] + 1.0f;" in src
     True
     """
-    _check_bounds(sig)
     title = name if name is not None else ", ".join(t.name for t in sig.outputs)
     program = Lowerer(sig, title).program()
     return program, emit(program.kernel)

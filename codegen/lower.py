@@ -10,9 +10,10 @@ it is not:
   bounds and strides, the other conjuncts are tested at each point;
 * a ``select`` whose branches need statements becomes an ``if`` (only the
   taken branch runs, so its reductions and reads run only when taken);
-* a read whose index is data-dependent (not affine) is checked against the
-  size of the tensor read; a bad index records an error site and the read
-  yields 0. Affine reads need no check: ``bounds.check_tensor`` proved them.
+* a read is checked against the size of the tensor read unless isl proves
+  it in range wherever it runs (under the enclosing boxes, ``where`` and
+  ``select`` conditions): data-dependent indices are always checked. A bad
+  index records an error site and the read yields 0.
 
 A recurrence runs its carried axis sequentially (outermost, in its direction)
 and the others in parallel within a step; a scatter-add zero-fills, then
@@ -26,8 +27,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorexpr import polyhedral
 from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read, Reduce,
-                           ScatterAdd, Select, SelfRef, SizeVar, Tensor, Unary, INDEX_DTYPE,
-                           is_float, walk)
+                           ScatterAdd, Select, SizeVar, Tensor, Unary, INDEX_DTYPE, is_float,
+                           same, walk)
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
 from .loopast import (Accumulate, Assign, Block, Buffer, CExpr, Comment, Decl, Fail, For, If,
@@ -93,7 +94,7 @@ class _Scope:
         self.axes: Tuple[Axis, ...] = axes
         self.guards: Tuple[Expr, ...] = guards
         self.memo: Dict[Expr, CExpr] = memo
-        self._spaces: Dict[tuple, polyhedral.Space] = {}
+        self._points: Optional[polyhedral.PointSet] = None
 
     def child(self, axes=(), guards=(), env=None) -> "_Scope":
         new_env = dict(self.env)
@@ -101,31 +102,16 @@ class _Scope:
         return _Scope(new_env, self.axes + tuple(axes), self.guards + tuple(guards),
                       dict(self.memo))
 
-    def is_affine(self, e: Expr) -> bool:
-        """Is the index ``e`` quasi-affine here (then ``bounds.check_tensor`` proved it)?"""
-        if _plainly_affine(e):
-            return True
-        params = tuple(polyhedral.params_of([e]))
-        if params not in self._spaces:
-            self._spaces[params] = polyhedral.Space(self.axes, params)
-        return polyhedral.is_affine(e, self._spaces[params])
-
-
-def _plainly_affine(e: Expr) -> bool:
-    """A quick syntactic yes for the common indices (``i + k - 1``, ``2 * h``)."""
-    match e:
-        case Const(_, dt):
-            return dt in ("int32", "int64")
-        case Axis() | SizeVar():
-            return True
-        case Cast(a, _) | Unary("neg", a, _):
-            return a.dtype in ("int32", "int64") and _plainly_affine(a)
-        case Binary("add" | "sub", a, b, _):
-            return _plainly_affine(a) and _plainly_affine(b)
-        case Binary("mul", a, b, _):
-            return ((isinstance(a, Const) and _plainly_affine(b))
-                    or (isinstance(b, Const) and _plainly_affine(a)))
-    return False
+    def proves_inside(self, index: Expr, size: Expr, params: Sequence[str]) -> bool:
+        """Does ``0 <= index < size`` hold wherever this code runs (no check needed)?"""
+        if isinstance(index, Axis):  # the common case needs no isl
+            lo, hi, n = _const(index.lo), _const(index.hi), _const(size)
+            if lo is not None and lo >= 0 and (same(index.hi, size) or
+                                               (hi is not None and n is not None and hi <= n)):
+                return True
+        if self._points is None:
+            self._points = polyhedral.PointSet(self.axes, self.guards, params)
+        return self._points.within(index, size)
 
 
 class Lowerer:
@@ -409,7 +395,7 @@ class Lowerer:
         checks = []
         for d, (x, size) in enumerate(zip(e.indices, self.dims[t.uid])):
             cx = self.expr(x, scope, out)
-            if not scope.is_affine(x):
+            if not scope.proves_inside(x, size, self.sig.size_names):
                 v = self.fresh("t", I64)
                 out.append(Decl(v, cx))
                 cx = v

@@ -13,7 +13,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from tensorexpr.errors import describe
-from tensorexpr.ir import Placeholder
+from tensorexpr.ir import Placeholder, Read, walk
 from tensorexpr.printer import expr_str
 
 from . import compiler
@@ -61,10 +61,11 @@ class KernelFunction:
                                 f"unknown site {site} (a bug in tensorexpr)")
         s = self.program.sites[site]
         if code == READ_OUT_OF_RANGE:
+            data = any(isinstance(x, Read) for x in walk(s.read.indices[dim]))
+            hint = "; the index comes from data: check the index tensor's values" if data else ""
             return IndexError(
                 f"{describe(s.owner)} reads {s.read.tensor.name!r} at index {index} in dimension "
-                f"{dim}, outside its size {size} (in {expr_str(s.read)}); the index comes from "
-                f"data: check the values of the index tensor")
+                f"{dim}, outside its size {size} (in {expr_str(s.read)}){hint}")
         if code == SCATTER_OUT_OF_RANGE:
             return IndexError(f"{describe(s.owner)} scatters to index {index} in dimension {dim}, "
                               f"outside its size {size}")

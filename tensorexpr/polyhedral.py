@@ -542,6 +542,41 @@ def conjuncts(cond: Optional[Expr]) -> List[Expr]:
     return [cond]
 
 
+class PointSet:
+    """The points of ``axes``' boxes where the affine conjuncts of ``guards`` hold.
+
+    It contains every point where code guarded by ``guards`` runs (dropping the
+    data-dependent conjuncts only enlarges it), so what holds on it holds there.
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 5)
+    >>> ps = PointSet([i], [i >= 1])
+    >>> ps.within(i - 1, Const(8, "int64")), ps.within(i + 1, Const(8, "int64"))
+    (True, False)
+    """
+
+    def __init__(self, axes: Sequence[Axis], guards: Sequence[Expr] = (),
+                 params: Sequence[str] = ()):
+        self.space = Space(axes, sorted(set(params) | set(params_of(list(guards)))))
+        dom = self.space.box()
+        for g in guards:
+            for c in conjuncts(g):
+                try:
+                    dom = dom & self.space.cond(c)
+                except NotAffine:
+                    pass
+        self.set = dom
+
+    def within(self, index: Expr, size: Expr) -> bool:
+        """Is ``0 <= index < size`` at every point? False if either is not affine here."""
+        try:
+            pa, hi = self.space.aff(index), self.space.aff(size)
+        except NotAffine:
+            return False
+        return (self.set & (pa.lt_set(self.space.vars[0]) | pa.ge_set(hi))).is_empty()
+
+
 def loop_nest(axes: Sequence[Axis], conds: Sequence[Expr], outer: Sequence[Axis] = (),
               facts: Sequence[Expr] = ()) -> Tuple[LoopTree, List[Expr]]:
     """Loops that visit exactly the points of ``axes``' box where the affine ``conds`` hold.

@@ -343,6 +343,30 @@ def test_untaken_select_branch_is_never_evaluated():
         f(rand(4), ids, np.array([True, True, True]))
 
 
+def test_affine_read_that_isl_cannot_prove_is_checked_at_run_time():
+    # Passes build tensors from the IR directly (te.compute would reject this
+    # statically): the guard of X[i - 1] is data-dependent, so the read is checked.
+    X = te.placeholder((4,), name="X")
+    flag = te.placeholder((4,), "bool", name="flag")
+    i = Axis("i", Const(0, "int64"), Const(4, "int64"), fresh_uid())
+    T = Compute("shift", (Const(4, "int64"),), "float32", fresh_uid(), "test", axes=(i,),
+                body=te.select(flag[i], X[i - 1], te.const(0.0)))
+    f, _ = agree([T], [X, flag], rand(4), np.array([False, True, True, True]))
+    assert "te_fail" in f.source
+    with pytest.raises(IndexError, match=r"'shift'.*'X' at index -1 in dimension 0, outside its "
+                                         r"size 4 \(in X\[i - 1\]\)$"):
+        f(rand(4), np.array([True, True, False, False]))
+
+
+def test_proven_reads_are_not_checked():
+    X = te.placeholder((6, 5), name="X")
+    k = te.reduce_axis(5, name="k")
+    S = te.compute((6,), lambda i: te.sum(te.select(i > 0, X[i - 1, k], 0.0), axis=k, where=k < i)
+                   + X[te.minimum(i + 1, 5), 0], name="S")
+    f, _ = agree([S], [X], rand((6, 5)))
+    assert "te_fail" not in f.source
+
+
 def test_padding_by_select_reads_outside_only_in_the_untaken_branch():
     X = te.placeholder((5,), name="X")
     P = te.compute((9,), lambda i: te.select((i >= 2) & (i < 7), X[i - 2], 0.0), name="pad")

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
-from tensorexpr.errors import CompilerError, CompilerNotFoundError
+from tensorexpr.errors import CompilerError, CompilerNotFoundError, TensorExprError
 
 #: IEEE semantics are promised: no -ffast-math, no contraction into FMA; signed
 #: integer overflow wraps as in numpy.
@@ -35,6 +35,10 @@ CACHE_FORMAT = "1"
 
 #: what this process did, for tests and curious users: compilations and cache hits
 stats: Dict[str, int] = {"compiled": 0, "cache_hits": 0}
+
+
+class CacheDirError(TensorExprError, OSError):
+    """The kernel cache directory cannot be written."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,10 @@ def _probe_openmp(argv: Tuple[str, ...], identity: str) -> bool:
                 ok = ctypes.CDLL(so).te_probe(10) == 45
         except (OSError, subprocess.SubprocessError, AttributeError):
             ok = False
-    _write_atomic(marker, "yes\n" if ok else "no\n")
+    try:
+        _write_atomic(marker, "yes\n" if ok else "no\n")
+    except OSError:
+        pass  # an unwritable cache only costs probing again; compile_shared says why
     return ok
 
 
@@ -189,9 +196,14 @@ def compile_shared(source: str, compiler: Optional[Compiler] = None) -> str:
         stats["cache_hits"] += 1
         return so
     src = os.path.join(d, f"te_{key[:40]}.c")
-    _write_atomic(src, source)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".so")
-    os.close(fd)
+    try:
+        _write_atomic(src, source)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".so")
+        os.close(fd)
+    except OSError as exc:
+        raise CacheDirError(
+            f"cannot write compiled kernels to {d} ({exc}); set $TENSOREXPR_CACHE_DIR to a "
+            f"writable directory") from None
     cmd = list(compiler.argv) + list(flags) + ["-o", tmp, src] + list(LIBS)
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

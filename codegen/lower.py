@@ -272,9 +272,9 @@ class Lowerer:
             for ax in reversed(axes):
                 tree = LoopFor(ax, ax.lo, ax.hi, 1, tree)
         affine = [c for c in conds if not any(c is r for r in rest)]
-        self._tree(tree, axes, affine, rest, where, scope, {}, point, out)
+        self._tree(tree, axes, affine, rest, scope, {}, point, out)
 
-    def _tree(self, node, axes, affine, rest, where, scope: _Scope, iters: Dict[int, CExpr],
+    def _tree(self, node, axes, affine, rest, scope: _Scope, iters: Dict[int, CExpr],
               point, out: List[Stmt]) -> None:
         # Loop bounds and conditions are pure integer expressions of the
         # iterators, the enclosing axes and the sizes.
@@ -282,26 +282,26 @@ class Lowerer:
         match node:
             case LoopBlock(items):
                 for item in items:
-                    self._tree(item, axes, affine, rest, where, scope, iters, point, out)
+                    self._tree(item, axes, affine, rest, scope, iters, point, out)
             case LoopFor(it, lo, hi, step, body):
                 v = self.fresh("k", I64)
                 inner: List[Stmt] = []
-                self._tree(body, axes, affine, rest, where, scope, {**iters, it.uid: v},
+                self._tree(body, axes, affine, rest, scope, {**iters, it.uid: v},
                            point, inner)
                 out.append(For(v, self.expr(lo, bscope, out), self.expr(hi, bscope, out), step,
                                Block(tuple(inner)), note=it.name))
             case LoopLet(it, value, body):
                 v = self.fresh("k", I64)
                 out.append(Decl(v, self.expr(value, bscope, out)))
-                self._tree(body, axes, affine, rest, where, scope, {**iters, it.uid: v},
+                self._tree(body, axes, affine, rest, scope, {**iters, it.uid: v},
                            point, out)
             case LoopIf(cond, then, orelse):
                 a: List[Stmt] = []
-                self._tree(then, axes, affine, rest, where, scope, iters, point, a)
+                self._tree(then, axes, affine, rest, scope, iters, point, a)
                 b: Optional[List[Stmt]] = None
                 if orelse is not None:
                     b = []
-                    self._tree(orelse, axes, affine, rest, where, scope, iters, point, b)
+                    self._tree(orelse, axes, affine, rest, scope, iters, point, b)
                 out.append(If(self.expr(cond, bscope, out), Block(tuple(a)),
                               None if b is None else Block(tuple(b))))
             case LoopPoint(values):
@@ -314,14 +314,14 @@ class Lowerer:
                         v = self.fresh("k", I64)
                         stmts.append(Decl(v, self.expr(val, bscope, stmts)))
                         env[ax.uid] = v
-                if rest:
-                    cscope = scope.child(axes, affine, env)
-                    cond = self.expr(_conj(rest), cscope, stmts)
+                inner = scope.child(axes, affine, env)
+                if rest:  # tested at each point, where the affine conjuncts hold
+                    cond = self.expr(_conj(rest), inner, stmts)
                     body: List[Stmt] = []
-                    point(scope.child(axes, () if where is None else (where,), env), body)
+                    point(inner.child(guards=rest), body)
                     stmts.append(If(cond, Block(tuple(body))))
                 else:
-                    point(scope.child(axes, () if where is None else (where,), env), stmts)
+                    point(inner, stmts)
                 out.append(Block(tuple(stmts)))
             case _:
                 raise TypeError(f"unexpected loop tree node {node!r}")

@@ -126,3 +126,12 @@ def test_cc_may_carry_arguments(monkeypatch):
     A = te.placeholder((2,), name="A")
     f = te.build(te.compute((2,), lambda i: A[i] * 3.0, name="B"))
     np.testing.assert_array_equal(f(np.ones(2, np.float32)), 3.0)
+
+
+@needs_cc
+def test_unwritable_cache_dir_is_a_clear_error(monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("TENSOREXPR_CACHE_DIR", str(blocker / "kernels"))
+    with pytest.raises(compiler.CacheDirError, match="TENSOREXPR_CACHE_DIR"):
+        compiler.compile_shared("int te_kernel(void) { return 1; }\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
@@ -253,6 +254,9 @@ def select(cond: ExprLike, a: ExprLike, b: ExprLike) -> Expr:
 def var(name: str) -> SizeVar:
     """A symbolic size, bound from the shapes of the arrays passed at call time.
 
+    Any name works except one that starts like a number (isl refuses it) and
+    ``a`` followed by digits (isl's names of the axes).
+
     >>> import tensorexpr as te
     >>> n = te.var("n")
     >>> te.placeholder((n, 3), name="A").shape
@@ -260,6 +264,9 @@ def var(name: str) -> SizeVar:
     """
     if not isinstance(name, str) or not name:
         raise TypeError("te.var needs a non-empty name")
+    if re.match(r"\s*[+-]?[0-9]", name) or re.fullmatch(r"a[0-9]+", name):
+        raise ValueError(f"te.var({name!r}): a size name must not start like a number, and "
+                         f"a<digits> is reserved for axes; use e.g. 'n' or 'batch'")
     return SizeVar(name)
 
 

@@ -148,6 +148,9 @@ def test_bad_sizes_and_reductions():
         with pytest.raises(TypeError, match="not affine in the te.var sizes"):
             te.reduce_axis((0, size))
     te.placeholder((2 * n + 1, n // 2, te.maximum(n - 3, 0)), name="P")  # affine: fine
+    for name in ("0n", " 5", "-1", "a12"):  # isl refuses numbers; a<digits> name its axes
+        with pytest.raises(ValueError, match="must not start like a number"):
+            te.var(name)
     with pytest.raises(TypeError, match="te.var needs a non-empty name"):
         te.var("")
     k = te.reduce_axis(4, name="k")

@@ -192,7 +192,8 @@ class _Emitter:
             return f"{self.text(args[0], prec)} {sym} {self.text(args[1], prec + 1)}", prec, False
         if op == "floordiv" and isf:
             fn = "floorf" if adt == "float32" else "floor"
-            return f"{fn}({self.text(args[0], _MUL)} / {self.text(args[1], _MUL + 1)})", _ATOM, False
+            q = f"{self.text(args[0], _MUL)} / {self.text(args[1], _MUL + 1)}"
+            return f"{fn}({q})", _ATOM, False
         if op in ("floordiv", "mod", "max", "min", "pow"):
             return self.call(self.use(f"te_{op}_{_SUF[adt]}"), args, wide)
         if op in _INFIX:
@@ -238,7 +239,8 @@ class _Emitter:
                     rhs = self.text(Op(op, (var, value), var.dtype))
                     self.line(ind, f"{var.name} = {rhs};")
             case Store(buf, off, value, add):
-                self.line(ind, f"{buf}[{self.text(off)}] {'+=' if add else '='} {self.text(value)};")
+                sym = "+=" if add else "="
+                self.line(ind, f"{buf}[{self.text(off)}] {sym} {self.text(value)};")
             case Fail(code, site, dim, index, size):
                 self.use("te_fail")
                 self.line(ind, f"te_fail(err, {code}, {site}, {dim}, {self.text(index)}, "
@@ -308,7 +310,8 @@ def emit(kernel: Kernel) -> str:
     for k, b in enumerate(kernel.buffers):
         t = CTYPE[b.dtype]
         q = "const " if b.readonly else ""
-        em.line(1, f"{q}{t} *restrict {b.name} = ({q}{t} *)bufs[{k}];  /* {sanitize(b.note, 80)} */")
+        em.line(1, f"{q}{t} *restrict {b.name} = ({q}{t} *)bufs[{k}];  "
+                   f"/* {sanitize(b.note, 80)} */")
     for s in kernel.body:
         em.lines.append("")
         em.stmt(s, 1)

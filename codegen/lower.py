@@ -21,7 +21,6 @@ accumulates serially with a checked target index.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -144,6 +143,7 @@ class Lowerer:
                 self.buf[t.self_ref.uid] = b
                 self.dims[t.self_ref.uid] = t.dims
         self.sizes = {name: Var(f"n{k}", I64) for k, name in enumerate(sig.size_names)}
+        self._owner: Optional[Tensor] = None  # the tensor being lowered (for error sites)
 
     def fresh(self, prefix: str, dtype: str) -> Var:
         k = self.counters.get(prefix, 0)
@@ -191,12 +191,12 @@ class Lowerer:
         scope = _Scope({axes[k].uid: vars_[k] for k in order}, tuple(axes), (), {})
         stmts: List[Stmt] = []
         value = self.expr(t.body, scope, stmts)
-        stmts.append(Store(self.buf[t.uid].name, self.offset(t.uid, [vars_[k] for k in range(len(axes))]),
-                           _cast(value, t.dtype)))
+        offset = self.offset(t.uid, [vars_[k] for k in range(len(axes))])
+        stmts.append(Store(self.buf[t.uid].name, offset, _cast(value, t.dtype)))
         body = Block(tuple(stmts))
         par = [k for k in order if k != carry]
         work = self.work(t, [axes[k] for k in par])
-        for pos, k in reversed(list(enumerate(order))):
+        for k in reversed(order):
             ax = axes[k]
             parallel = bool(par) and k == par[0] and work is not False
             body = Block((For(vars_[k], self.size_expr(ax.lo), self.size_expr(ax.hi), 1, body,
@@ -361,7 +361,7 @@ class Lowerer:
         if e in scope.memo:
             return scope.memo[e]
         match e:
-            case Select(c, a, b, dt):
+            case Select():
                 res = self.select(e, scope, out)
             case Read():
                 res = self.read(e, scope, out)

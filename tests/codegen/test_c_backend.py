@@ -126,8 +126,8 @@ def test_reductions_of_other_types(dt):
     x = rand((4, 5), dt, seed=2)
     X = te.placeholder((4, 5), dt, name="X")
     k = te.reduce_axis(5, name="k")
-    outs = [te.compute((4,), lambda i, op=op: op(X[i, k], axis=k, where=k < i + 1), name=op.__name__)
-            for op in (te.sum, te.max, te.min)]
+    outs = [te.compute((4,), lambda i, op=op: op(X[i, k], axis=k, where=k < i + 1),
+                       name=op.__name__) for op in (te.sum, te.max, te.min)]
     outs.append(te.compute((4,), lambda i: te.max(X[i, k], axis=k, where=k > 9), name="empty"))
     agree(outs, [X], x)
 
@@ -142,7 +142,8 @@ def test_reductions_nested_anywhere_in_a_body():
         te.compute((5,), lambda i: -te.sum(X[i, k] * X[i, k], axis=k), name="neg_sum"),
         te.compute((5,), lambda i: te.max(X[i, k], axis=k) - te.min(X[i, k], axis=k), name="range"),
         # the inner reduction uses the outer reduction's axis
-        te.compute((5,), lambda i: te.sum(X[i, k] * te.max(X[l, k], axis=l), axis=k), name="nested"),
+        te.compute((5,), lambda i: te.sum(X[i, k] * te.max(X[l, k], axis=l), axis=k),
+                   name="nested"),
         te.compute((5, 6), lambda i, j: te.exp(X[i, j] - te.max(X[i, m], axis=m)), name="shifted"),
     ]
     agree(outs, [X], x)
@@ -214,13 +215,15 @@ def _conv2d(X, Wt, stride, pad, dil, padding_by):
     O, _, KH, KW = Wt.shape
     OH = (H + 2 * pad - dil * (KH - 1) - 1) // stride + 1
     OW = (Wd + 2 * pad - dil * (KW - 1) - 1) // stride + 1
-    c, kh, kw = te.reduce_axis(C, name="c"), te.reduce_axis(KH, name="kh"), te.reduce_axis(KW, name="kw")
+    c, kh, kw = (te.reduce_axis(C, name="c"), te.reduce_axis(KH, name="kh"),
+                 te.reduce_axis(KW, name="kw"))
 
     def body(n, o, y, x):
         h, w = y * stride + kh * dil - pad, x * stride + kw * dil - pad
         inside = (h >= 0) & (h < H) & (w >= 0) & (w < Wd)
         if padding_by == "select":
-            return te.sum(te.select(inside, X[n, c, h, w] * Wt[o, c, kh, kw], 0.0), axis=[c, kh, kw])
+            return te.sum(te.select(inside, X[n, c, h, w] * Wt[o, c, kh, kw], 0.0),
+                          axis=[c, kh, kw])
         return te.sum(X[n, c, h, w] * Wt[o, c, kh, kw], axis=[c, kh, kw], where=inside)
     return te.compute((N, O, OH, OW), body, name="conv")
 
@@ -335,7 +338,8 @@ def test_untaken_select_branch_is_never_evaluated():
     k = te.reduce_axis(2, name="k")
     # both the data-dependent read and the reduction are only evaluated where taken
     G = te.compute((3,), lambda i: te.select(idx[i, 0] >= 0, E[idx[i, 0]], -1.0), name="guarded")
-    R = te.compute((3,), lambda i: te.select(take[i], te.sum(E[idx[i, k]], axis=k), 0.0), name="red")
+    R = te.compute((3,), lambda i: te.select(take[i], te.sum(E[idx[i, k]], axis=k), 0.0),
+                   name="red")
     ids = np.array([[0, 3], [-1, 9], [2, 2]], np.int64)
     f, (g, r) = agree([G, R], [E, idx, take], rand(4), ids, np.array([True, False, True]))
     assert g[1] == -1.0 and r[1] == 0.0
@@ -417,7 +421,8 @@ def test_recurrence_runs_its_other_axis_in_parallel():
 def _scatter(G, idx, V, D, where=None):
     L = G.shape[0]
     z = Const(0, "int64")
-    l, d = Axis("l", z, Const(L, "int64"), fresh_uid()), Axis("d", z, Const(D, "int64"), fresh_uid())
+    l = Axis("l", z, Const(L, "int64"), fresh_uid())
+    d = Axis("d", z, Const(D, "int64"), fresh_uid())
     return ScatterAdd("S", (Const(V, "int64"), Const(D, "int64")), "float32", fresh_uid(), "test",
                       axes=(l, d), where=None if where is None else where(l, d),
                       indices=(idx[l], d), value=G[l, d] * 2.0)

@@ -140,8 +140,9 @@ def _check(tree, dtype, seed):
     b = _Builder(X, Y, I, dtype)
     R = te.compute((ROWS, COLS), lambda i, j: b.build(tree, [i], [j]), name="R")
     rng = np.random.default_rng(seed)
-    x = (rng.integers(-6, 7, (ROWS, COLS)) / (2 if dtype.startswith("float") else 1)).astype(NP[dtype])
-    y = (rng.integers(-6, 7, COLS) / (2 if dtype.startswith("float") else 1)).astype(NP[dtype])
+    den = 2 if dtype.startswith("float") else 1
+    x = (rng.integers(-6, 7, (ROWS, COLS)) / den).astype(NP[dtype])
+    y = (rng.integers(-6, 7, COLS) / den).astype(NP[dtype])
     ids = rng.integers(0, COLS, ROWS).astype(np.int32)
     want = te.build(R, inputs=[X, Y, I], backend="numpy")(x, y, ids)
     got = te.build(R, inputs=[X, Y, I])(x, y, ids)

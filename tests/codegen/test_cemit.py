@@ -49,8 +49,8 @@ def test_literals_round_trip_exactly():
 def test_int64_arithmetic_of_small_literals_is_not_done_in_int():
     # 100000 * 100000 overflows a 32-bit int; the emitter must widen first
     big = Op("mul", (Lit(100000, "int64"), Lit(100000, "int64")), "int64")
-    neg = Op("neg", (Op("select", (Lit(True, "bool"), Lit(-5, "int64"), Lit(2, "int64")), "int64"),),
-             "int64")
+    pick = Op("select", (Lit(True, "bool"), Lit(-5, "int64"), Lit(2, "int64")), "int64")
+    neg = Op("neg", (pick,), "int64")
     src = emit(_kernel(big, neg))
     assert "(int64_t)100000 * 100000" in src
     np.testing.assert_array_equal(_run(_kernel(big, neg), 2, np.int64), [10**10, 5])

@@ -206,9 +206,9 @@ tanh = _math("tanh", "hyperbolic tangent")
 sigmoid = _math("sigmoid", "logistic sigmoid 1/(1+exp(-x))")
 sin = _math("sin", "sine")
 cos = _math("cos", "cosine")
-abs = _math("abs", "absolute value")  # noqa: A001 - mirrors numpy's name
-floor = _math("floor", "floor (largest integer <= x, as a float)")
-ceil = _math("ceil", "ceiling (smallest integer >= x, as a float)")
+abs = _math("abs", "absolute value (of the same type for integers)")  # noqa: A001 - numpy's name
+floor = _math("floor", "floor (largest integer <= x, as a float; an integer is kept)")
+ceil = _math("ceil", "ceiling (smallest integer >= x, as a float; an integer is kept)")
 
 
 def maximum(a: ExprLike, b: ExprLike) -> Expr:

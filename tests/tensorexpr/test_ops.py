@@ -85,8 +85,11 @@ def program(dtype):
         ("sigmoid", lambda i: te.sigmoid(A[i]), lambda a, b, p, e: 1 / (1 + np.exp(-fl(a)))),
         ("sin", lambda i: te.sin(A[i]), lambda a, b, p, e: np.sin(fl(a))),
         ("cos", lambda i: te.cos(A[i]), lambda a, b, p, e: np.cos(fl(a))),
-        ("floor", lambda i: te.floor(A[i]), lambda a, b, p, e: np.floor(a)),
-        ("ceil", lambda i: te.ceil(A[i]), lambda a, b, p, e: np.ceil(a)),
+        # integers are their own floor and ceiling (and keep their type)
+        ("floor", lambda i: te.floor(A[i]), lambda a, b, p, e: a if a.dtype.kind == "i" else
+         np.floor(a)),
+        ("ceil", lambda i: te.ceil(A[i]), lambda a, b, p, e: a if a.dtype.kind == "i" else
+         np.ceil(a)),
     ]
     outs = [(nm, te.compute((N,), fn, name=nm), want) for nm, fn, want in cases]
     return [A, B, P, E], outs

@@ -10,9 +10,9 @@ Values and types
     float meeting an integer expression gives ``float32``). ``a / b`` is true
     division; on two integers it gives ``float32``. Comparisons give ``bool``;
     ``&``, ``|`` and ``~`` take booleans only. Math functions applied to integers
-    first convert them to ``float32``. Float arithmetic follows IEEE 754 in the
-    element type (no fast-math reassociation is promised; reductions may be
-    summed in any order).
+    first convert them to ``float32`` (``abs``, ``floor`` and ``ceil`` keep
+    integers). Float arithmetic follows IEEE 754 in the element type (no
+    fast-math reassociation is promised; reductions may be summed in any order).
 
 Index arithmetic
     Indices and axes are ``int64``. ``a // b`` is floor division and ``a % b`` is

@@ -36,7 +36,7 @@ def test_positional_keyword_and_mixed_calls(program):
     f, A, B = program
     a, b = arrays()
     for c, d in (f(a, b), f(A=a, B=b), f(a, B=b), f(B=b, A=a)):
-        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(d, a[:, 0] * 2)
     assert [t.name for t in f.inputs] == ["A", "B"]
 
@@ -110,7 +110,7 @@ def test_one_build_runs_at_several_sizes(backend):
         a, b = arrays(n, m, seed=n * 10 + m)
         c = f(a, b)
         assert c.shape == (n, m)
-        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -85,7 +85,7 @@ def test_pooling(backend):
     for dy in range(3):
         for dx in range(3):
             want += x[:, :, dy:dy + 4, dx:dx + 6]
-    np.testing.assert_allclose(ga, want / 9, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ga, want / 9, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -70,14 +70,25 @@ class Signature:
                 f"size {missing[0]!r} cannot be bound at call time: no input has a dimension "
                 f"that is exactly {missing[0]!r}; give some input that dimension or use a constant")
         self.input_names = [t.name for t in self.inputs]
+        self._shapes: Dict[tuple, Tuple[int, ...]] = {}
         # Computed tensors whose shape depends on sizes: e.g. (n - 3,) is negative for n = 2.
         self._sized = [t for t in self.order if not isinstance(t, Placeholder)
                        and any(not isinstance(d, Const) for d in t.dims)]
 
     def shape(self, t: Tensor, sizes: Dict[str, int]) -> Tuple[int, ...]:
         """The concrete shape of ``t`` once sizes are known."""
-        binding = {SizeVar(n): Const(v, "int64") for n, v in sizes.items()}
-        return tuple(int(eval_int(substitute(d, binding))) for d in t.dims)
+        if all(isinstance(d, Const) for d in t.dims):
+            return tuple(d.value for d in t.dims)
+        # Evaluating the size expressions costs ~20 us per tensor; calls repeat sizes.
+        key = (t.uid, tuple(sizes.items()))
+        shape = self._shapes.get(key)
+        if shape is None:
+            if len(self._shapes) > 4096:
+                self._shapes.clear()
+            binding = {SizeVar(n): Const(v, "int64") for n, v in sizes.items()}
+            shape = tuple(int(eval_int(substitute(d, binding))) for d in t.dims)
+            self._shapes[key] = shape
+        return shape
 
     def bind(self, args: tuple, kwargs: dict) -> Tuple[List[np.ndarray], Dict[str, int]]:
         """Validate a call and return (input arrays in order, size values)."""

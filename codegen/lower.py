@@ -27,9 +27,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from tensorexpr import polyhedral
 from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read, Reduce,
                            ScatterAdd, Select, SizeVar, Tensor, Unary, INDEX_DTYPE, is_float,
-                           same, walk)
+                           promote, same, walk)
+from tensorexpr.transform import const_value
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
+from . import reference
 from .loopast import (Accumulate, Assign, Block, Buffer, CExpr, Comment, Decl, Fail, For, If,
                       Kernel, Lit, Load, Op, Stmt, Store, Var)
 
@@ -61,23 +63,17 @@ class Program:
 
 
 def identity(op: str, dtype: str) -> Lit:
-    """The value of an empty ``op`` reduction: 0, the least or the greatest value.
+    """The value of an empty ``op`` reduction (the reference backend's definition).
 
     >>> identity("max", "int32").value
     -2147483648
     """
-    if op == "sum":
-        return Lit(0.0 if is_float(dtype) else (False if dtype == "bool" else 0), dtype)
-    if is_float(dtype):
-        return Lit(float("-inf") if op == "max" else float("inf"), dtype)
-    if dtype == "bool":
-        return Lit(op != "max", dtype)
-    bits = 31 if dtype == "int32" else 63
-    return Lit(-(1 << bits) if op == "max" else (1 << bits) - 1, dtype)
+    return Lit(reference.identity(op, dtype).item(), dtype)
 
 
-def _const(e: Expr) -> Optional[int]:
-    return e.value if isinstance(e, Const) and not isinstance(e.value, float) else None
+def zero(dtype: str) -> Lit:
+    """0 of ``dtype`` (False for bool)."""
+    return Lit(0.0 if is_float(dtype) else (False if dtype == "bool" else 0), dtype)
 
 
 class _Scope:
@@ -104,7 +100,7 @@ class _Scope:
     def proves_inside(self, index: Expr, size: Expr, params: Sequence[str]) -> bool:
         """Does ``0 <= index < size`` hold wherever this code runs (no check needed)?"""
         if isinstance(index, Axis):  # the common case needs no isl
-            lo, hi, n = _const(index.lo), _const(index.hi), _const(size)
+            lo, hi, n = const_value(index.lo), const_value(index.hi), const_value(size)
             if lo is not None and lo >= 0 and (same(index.hi, size) or
                                                (hi is not None and n is not None and hi <= n)):
                 return True
@@ -212,13 +208,13 @@ class Lowerer:
         for x in walk(t.body):
             if isinstance(x, Reduce):
                 for ax in x.axes:
-                    lo, hi = _const(ax.lo), _const(ax.hi)
+                    lo, hi = const_value(ax.lo), const_value(ax.hi)
                     factors.append(Const(hi - lo, I64) if lo is not None and hi is not None
                                    else Binary("sub", ax.hi, ax.lo, I64))
         static = 1
         symbolic = []
         for f in factors:
-            c = _const(f)
+            c = const_value(f)
             if c is None:
                 symbolic.append(f)
             else:
@@ -236,7 +232,7 @@ class Lowerer:
         for d in t.dims:
             total = _mul(total, self.size_expr(d))
         z = self.fresh("i", I64)
-        zero = For(z, Lit(0, I64), total, 1, Block((Store(buf, z, identity("sum", t.dtype)),)),
+        fill = For(z, Lit(0, I64), total, 1, Block((Store(buf, z, zero(t.dtype)),)),
                    note="zero-fill")
         site = self._site(t, None)
         scope = _Scope({}, (), (), {})
@@ -254,7 +250,7 @@ class Lowerer:
 
         loops: List[Stmt] = []
         self.loops(t.axes, t.where, scope, point, loops)
-        return [zero] + loops
+        return [fill] + loops
 
     # }}}
 
@@ -355,7 +351,7 @@ class Lowerer:
                     return Op(op, (x, y), dt)
                 if a.dtype != b.dtype or op not in ("lt", "le", "eq", "ne", "gt", "ge"):
                     t = dt if op not in ("lt", "le", "eq", "ne", "gt", "ge") else \
-                        _promote(a.dtype, b.dtype)
+                        promote(a.dtype, b.dtype)
                     x, y = _cast(x, t), _cast(y, t)
                 return _fold(op, x, y, dt)
         if e in scope.memo:
@@ -405,7 +401,7 @@ class Lowerer:
         if not checks:
             return load
         v = self.fresh("t", e.dtype)
-        out.append(Decl(v, identity("sum", e.dtype)))
+        out.append(Decl(v, zero(e.dtype)))
         out.append(_checked(READ_OUT_OF_RANGE, self._site(self._owner, e), checks,
                             [Assign(v, load)]))
         return v
@@ -426,11 +422,6 @@ class Lowerer:
         return len(self.sites) - 1
 
     # }}}
-
-
-def _promote(a: str, b: str) -> str:
-    from tensorexpr.ir import promote
-    return promote(a, b)
 
 
 def _wrap_int(v: int, dtype: str) -> int:

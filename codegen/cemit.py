@@ -120,9 +120,11 @@ class _Emitter:
             return ("true" if v else "false"), _ATOM, False
         if dt in ("int32", "int64"):
             v = int(v)
+            if dt == "int32":  # a literal of the type holds its value modulo 2**32
+                v = (v + (1 << 31)) % (1 << 32) - (1 << 31)
             if -(1 << 31) < v < (1 << 31):
                 return (str(v), _ATOM if v >= 0 else _UNARY, False)
-            if dt == "int32" or v == -(1 << 31):
+            if v == -(1 << 31):
                 return "(-2147483647 - 1)", _ATOM, False
             if v == -(1 << 63):
                 return "(-INT64_C(9223372036854775807) - 1)", _ATOM, True

@@ -27,25 +27,38 @@ Layout, one concern per module:
 THREADS = 2
 
 
+#: How idle worker threads wait (set unless the environment already says): see pin_threads.
+IDLE_THREADS = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def pin_threads(env=None) -> dict:
     """Set every thread-count knob to :data:`THREADS` in ``env`` (default ``os.environ``),
-    and keep idle OpenBLAS threads from spinning.
+    and make idle OpenMP threads sleep instead of spinning (:data:`IDLE_THREADS`).
 
     Must run before numpy, torch or jax are imported: their thread pools read
     these variables once. ``torch.set_num_threads`` is called where torch is used.
 
-    >>> pin_threads({})["OMP_NUM_THREADS"]
-    '2'
+    Why the idle policy: tensorexpr and PyTorch each bring an OpenMP runtime, and
+    by default their idle threads spin, holding the 2 cores while another system
+    (or the other runtime) runs. Measured on this project's 2-core machine, calls
+    then stalled by 4-16 ms (scheduler ticks), 10-100x their time, even with one
+    system alone; with passive waiting most of those stalls were gone. Small
+    kernels pay some wake-up latency instead. OpenBLAS (numpy) keeps its default:
+    its idle threads yield the CPU, and shorter OPENBLAS_THREAD_TIMEOUTs made two
+    successive matmuls wait ~8 ms for a sleeping thread. A value already in the
+    environment is kept, so a run can choose.
+
+    >>> env = pin_threads({"OMP_WAIT_POLICY": "ACTIVE"})
+    >>> env["OMP_NUM_THREADS"], env["OMP_WAIT_POLICY"], pin_threads({})["OMP_WAIT_POLICY"]
+    ('2', 'ACTIVE', 'PASSIVE')
     """
     import os
     env = os.environ if env is None else env
     n = str(THREADS)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = n
-    # OpenBLAS workers otherwise spin for ~2**28 cycles after each call, holding the
-    # cores while the next system runs: measured here, that made the other systems'
-    # calls 10-50x slower in interleaved timing. 2**4 cycles: they sleep at once.
-    env["OPENBLAS_THREAD_TIMEOUT"] = "4"
+    for var, value in IDLE_THREADS.items():
+        env.setdefault(var, value)
     xla = env.get("XLA_FLAGS", "")
     if "intra_op_parallelism_threads" not in xla:
         env["XLA_FLAGS"] = (xla + " --xla_cpu_multi_thread_eigen=true "

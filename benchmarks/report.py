@@ -6,14 +6,15 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import List, Optional
 
 from benchmarks.systems import ORDER
 
 COLUMNS = [("system", 7), ("build_s f/v", 15), ("cached f/v", 15), ("fwd_ms", 9),
-           ("vjp_ms", 9), ("vjp/fwd", 7), ("err", 8), ("fwd%pk", 7), ("vjp%pk", 7),
-           ("te/x fwd", 8), ("te/x vjp", 8), ("status", 0)]
+           ("vjp_ms", 9), ("vjp/fwd", 7), ("err", 8), ("fwd G/s (%pk)", 14),
+           ("vjp G/s (%pk)", 14), ("te/x fwd", 8), ("te/x vjp", 8), ("status", 0)]
 
 
 def _num(x: Optional[float], err: bool = False) -> str:
@@ -50,32 +51,45 @@ def table(results: dict) -> str:
     head = "".join(f"{name:<{w}} " if w else name for name, w in COLUMNS)
     lines = [head, "-" * len(head)]
     for case in results["cases"]:
-        unit = "FLOP/s" if case["work"]["unit"] == "flop" else "bandwidth"
+        unit = "GFLOP/s" if case["work"]["unit"] == "flop" else "GB/s"
         sizes = " ".join(f"{k}={v}" for k, v in case["params"].items())
-        lines.append(f"{case['id']}. {case['title']}  ({sizes}; %pk = % of peak {unit})")
+        lines.append(f"{case['id']}. {case['title']}  ({sizes}; G/s = {unit})")
         for name in [n for n in ORDER if n in case["systems"]]:
             row = case["systems"][name]
             ratio = case["ratios"].get(f"te/{name}", {})
             cells = [name, _pair(row.get("fwd_build_s"), row.get("build_s")),
                      _pair(row.get("fwd_build_cached_s"), row.get("build_cached_s")),
-                     _num(row.get("fwd_ms")), _num(row.get("vjp_ms")), _num(row.get("vjp_fwd")),
-                     _num(row.get("err"), err=True), _pct(row.get("fwd_peak_pct")),
-                     _pct(row.get("vjp_peak_pct")), _num(ratio.get("fwd")),
+                     _ms(row, "fwd"), _ms(row, "vjp"), _num(row.get("vjp_fwd")),
+                     _num(row.get("err"), err=True), _rate(row, "fwd"), _rate(row, "vjp"),
+                     _num(ratio.get("fwd")),
                      _num(ratio.get("vjp")), _status(row)]
             lines.append("".join(f"{c:<{w}} " if w else c for c, (_, w) in zip(cells, COLUMNS)))
     lines += [""] + notes(meta)
     return "\n".join(lines)
 
 
-def _pct(x: Optional[float]) -> str:
-    return "-" if x is None else f"{x:.1f}%" if x < 10 else f"{x:.0f}%"
+#: A median this many times the fastest call is flagged: the machine was noisy then.
+NOISY = 2.0
+
+
+def _ms(row: dict, part: str) -> str:
+    ms, fastest = row.get(f"{part}_ms"), row.get(f"{part}_min_ms")
+    return _num(ms) + ("*" if ms and fastest and ms > NOISY * fastest else "")
+
+
+def _rate(row: dict, part: str) -> str:
+    rate, pct = row.get(f"{part}_rate"), row.get(f"{part}_peak_pct")
+    if rate is None:
+        return "-"
+    return f"{_num(rate)} ({pct:.1f}%)" if pct < 10 else f"{_num(rate)} ({pct:.0f}%)"
 
 
 def notes(meta: dict) -> List[str]:
     """What the figures mean, for the reader of the table."""
     peak = meta["peak"]
+    idle = ", ".join(f"{k}={v}" for k, v in meta["idle_threads"].items())
     out = [
-        f"threads: {meta['threads']} for every system; "
+        f"threads: {meta['threads']} for every system, idle OpenMP threads sleep ({idle}); "
         f"{'quick (reduced) sizes' if meta['quick'] else 'full sizes'}; "
         f"tensorexpr backend: {meta['te_backend']} ({meta['te_cache']})",
         f"fwd_ms: {meta['fwd_includes']}",
@@ -84,10 +98,11 @@ def notes(meta: dict) -> List[str]:
     out += [f"  {name}: {text}" for name, text in meta["vjp_includes"].items()]
     out += [
         f"build_s f/v: forward/VJP programs; {meta['build']}",
-        f"timing: {meta['timing']}; te/x = tensorexpr time / that system's time (<1: te faster)",
+        f"timing: {meta['timing']}; te/x = tensorexpr time / that system's time (<1: te faster); "
+        f"* = median over {NOISY:g}x the fastest call (a noisy measurement)",
         f"{meta['err']}",
-        f"%pk: {meta['work']}: peak {peak['gflops']:.1f} GFLOP/s, {peak['gbps']:.1f} GB/s "
-        f"({peak['how']})",
+        f"G/s (%pk): {meta['work']}. Peak {peak['gflops']:.1f} GFLOP/s, DRAM "
+        f"{peak['gbps']:.1f} GB/s ({peak['how']})",
     ]
     out += [f"skipped {name}: {why}" for name, why in meta["skipped"].items()]
     if "cached_rebuild_error" in meta:
@@ -95,10 +110,22 @@ def notes(meta: dict) -> List[str]:
     return out
 
 
+def _strict(x):
+    """``x`` with non-finite floats as the strings "inf"/"nan" (strict JSON has neither)."""
+    if isinstance(x, dict):
+        return {k: _strict(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_strict(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return x
+
+
 def write_json(results: dict, path: str) -> None:
+    """Write the results document (strict JSON) to ``path``, creating its directory."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as fh:
-        json.dump(results, fh, indent=1, allow_nan=True)
+        json.dump(_strict(results), fh, indent=1, allow_nan=False)
         fh.write("\n")
 
 
@@ -126,7 +153,7 @@ def write_png(results: dict, path: str) -> Optional[str]:
         ax.set_yscale("log")
         ax.set_ylabel(f"{part} ms (median, log)")
         ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(ncol=len(systems))
+    axes[0].legend(ncol=len(systems), loc="lower right", bbox_to_anchor=(1, 1), frameon=False)
     axes[1].set_xticks(range(len(cases)))
     axes[1].set_xticklabels([f"{c['id']}. {c['title']}" for c in cases], rotation=30, ha="right")
     meta = results["meta"]

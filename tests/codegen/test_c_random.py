@@ -83,8 +83,8 @@ def recipe(draw, depth: int, nrow: int, ncol: int, dtype: str):
 
 
 class _Builder:
-    def __init__(self, X, Y, I, dtype):
-        self.X, self.Y, self.I, self.dtype = X, Y, I, dtype
+    def __init__(self, X, Y, I, dtype, rows):
+        self.X, self.Y, self.I, self.dtype, self.rows = X, Y, I, dtype, rows
 
     def build(self, r, rows, cols):
         X, Y, dt = self.X, self.Y, self.dtype
@@ -102,7 +102,7 @@ class _Builder:
         if kind == "guarded":  # padding: the read outside X is in the untaken branch
             _, ri, s, ci, fill = r
             h = rows[ri] + s
-            return te.select((h >= 0) & (h < ROWS), X[h, cols[ci]], te.const(fill, dt))
+            return te.select((h >= 0) & (h < self.rows), X[h, cols[ci]], te.const(fill, dt))
         if kind == "bin":
             a, b = self.build(r[2], rows, cols), self.build(r[3], rows, cols)
             return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
@@ -120,11 +120,11 @@ class _Builder:
             return te.select(c, self.build(r[3], rows, cols), self.build(r[4], rows, cols))
         if kind == "shiftsum":  # a shifted window kept inside X by an affine where
             _, op, s, ci, ri = r
-            k = te.reduce_axis(ROWS, name="ks")
+            k = te.reduce_axis(self.rows, name="ks")
             return getattr(te, op)(X[k + s, cols[ci]], axis=k,
-                                   where=(k + s >= 0) & (k + s < ROWS) & (k <= rows[ri] + 1))
+                                   where=(k + s >= 0) & (k + s < self.rows) & (k <= rows[ri] + 1))
         _, op, on_rows, where, outer, body = r
-        k = te.reduce_axis(ROWS if on_rows else COLS, name="k")
+        k = te.reduce_axis(self.rows if on_rows else COLS, name="k")
         rows2, cols2 = (rows + [k], cols) if on_rows else (rows, cols + [k])
         o = (rows if on_rows else cols)[outer]
         data = (X[k, cols[0]] if on_rows else X[rows[0], k]) > 0
@@ -133,21 +133,23 @@ class _Builder:
         return getattr(te, op)(self.build(body, rows2, cols2), axis=k, where=cond)
 
 
-def _check(tree, dtype, seed):
-    X = te.placeholder((ROWS, COLS), dtype, name="X")
+def _check(tree, dtype, seed, symbolic_rows=False):
+    """Build the program of ``tree`` (with a symbolic row count: run it at 1..4 rows)."""
+    rows = te.var("n") if symbolic_rows else ROWS
+    X = te.placeholder((rows, COLS), dtype, name="X")
     Y = te.placeholder((COLS,), dtype, name="Y")
-    I = te.placeholder((ROWS,), "int32", name="I")
-    b = _Builder(X, Y, I, dtype)
-    R = te.compute((ROWS, COLS), lambda i, j: b.build(tree, [i], [j]), name="R")
+    I = te.placeholder((rows,), "int32", name="I")
+    b = _Builder(X, Y, I, dtype, rows)
+    R = te.compute((rows, COLS), lambda i, j: b.build(tree, [i], [j]), name="R")
+    fn, fc = te.build(R, inputs=[X, Y, I], backend="numpy"), te.build(R, inputs=[X, Y, I])
     rng = np.random.default_rng(seed)
     den = 2 if dtype.startswith("float") else 1
-    x = (rng.integers(-6, 7, (ROWS, COLS)) / den).astype(NP[dtype])
-    y = (rng.integers(-6, 7, COLS) / den).astype(NP[dtype])
-    ids = rng.integers(0, COLS, ROWS).astype(np.int32)
-    want = te.build(R, inputs=[X, Y, I], backend="numpy")(x, y, ids)
-    got = te.build(R, inputs=[X, Y, I])(x, y, ids)
-    # float32 math functions may differ from numpy's in the last bits
-    assert_same(got, want, rtol=1e-5 if dtype == "float32" else 1e-9)
+    for n in (range(1, 5) if symbolic_rows else [ROWS]):
+        x = (rng.integers(-6, 7, (n, COLS)) / den).astype(NP[dtype])
+        y = (rng.integers(-6, 7, COLS) / den).astype(NP[dtype])
+        ids = rng.integers(0, COLS, n).astype(np.int32)
+        # float32 math functions may differ from numpy's in the last bits
+        assert_same(fc(x, y, ids), fn(x, y, ids), rtol=1e-5 if dtype == "float32" else 1e-9)
 
 
 _SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -165,6 +167,13 @@ def test_random_float64_programs(data):
 def test_random_float32_programs(data):
     tree, _ = data.draw(recipe(3, 1, 1, "float32"))
     _check(tree, "float32", data.draw(st.integers(0, 99)))
+
+
+@settings(max_examples=20, **_SETTINGS)
+@given(st.data())
+def test_random_programs_with_a_symbolic_size(data):
+    tree, _ = data.draw(recipe(3, 1, 1, "float64"))
+    _check(tree, "float64", data.draw(st.integers(0, 99)), symbolic_rows=True)
 
 
 @settings(max_examples=20, **_SETTINGS)

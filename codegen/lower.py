@@ -456,21 +456,11 @@ def _cast(x: CExpr, dtype: str) -> CExpr:
 
 
 def _add(a: CExpr, b: CExpr) -> CExpr:
-    if isinstance(a, Lit) and a.value == 0:
-        return b
-    if isinstance(b, Lit) and b.value == 0:
-        return a
-    return Op("add", (a, b), I64)
+    return _fold("add", a, b, I64)
 
 
 def _mul(a: CExpr, b: CExpr) -> CExpr:
-    if isinstance(a, Lit) and a.value == 1:
-        return b
-    if isinstance(b, Lit) and b.value == 1:
-        return a
-    if isinstance(a, Lit) and isinstance(b, Lit):
-        return Lit(a.value * b.value, I64)
-    return Op("mul", (a, b), I64)
+    return _fold("mul", a, b, I64)
 
 
 def _conj(conds: Sequence[Expr]) -> Expr:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import doctest
 import importlib
 
-import numpy as np
 import pytest
 
 from benchmarks import runner, timing

@@ -5,7 +5,6 @@ PyTorch and JAX are checked only where installed (they are the ``bench`` extra).
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import tensorexpr as te

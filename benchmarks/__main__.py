@@ -16,6 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def parse(argv=None) -> argparse.Namespace:
+    """The command line: cases and systems validated, in the suite's order."""
     from benchmarks.cases import CASES
     from benchmarks.systems import ORDER
     parser = argparse.ArgumentParser(
@@ -52,6 +53,7 @@ def parse(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
+    """Run, print the table, write the JSON and the chart; the process exit code."""
     pin_threads()  # before numpy, torch or jax start their thread pools
     args = parse(argv)
     from benchmarks import report

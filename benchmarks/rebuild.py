@@ -17,6 +17,7 @@ from benchmarks import pin_threads
 
 
 def main(argv=None) -> None:
+    """Build the given cases' programs and print their build times as one JSON line."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.rebuild")
     parser.add_argument("cases", type=int, nargs="+")
     parser.add_argument("--quick", action="store_true")

@@ -47,9 +47,11 @@ class Prepared:
     build_s: Optional[float] = None
 
     def forward_output(self) -> np.ndarray:
+        """One forward call, as a numpy array."""
         return self.to_numpy(self.fwd())
 
     def gradients(self) -> List[np.ndarray]:
+        """One VJP call, as numpy arrays in the case's ``wrt`` order."""
         out = self.vjp()
         return [self.to_numpy(g) for g in (out if isinstance(out, (tuple, list)) else (out,))]
 

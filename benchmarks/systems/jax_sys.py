@@ -17,6 +17,7 @@ VJP_INCLUDES = ("jax.jit(jax.vjp(f, *inputs)[1](H)) called with the inputs and H
 
 
 def missing():
+    """None if jax imports, else why not and how to install it."""
     try:
         import jax  # noqa: F401
     except ImportError as exc:
@@ -112,6 +113,15 @@ FORWARD = {
 
 
 def prepare(case, p, inputs, H) -> Prepared:
+    """Compile or record the case, time its first calls; failures become statuses.
+
+    >>> from benchmarks.cases import CASES
+    >>> p = CASES[0].params(quick=True)
+    >>> H = CASES[0].head((64, 64))
+    >>> prep = prepare(CASES[0], p, CASES[0].inputs(p), H)  # doctest: +SKIP
+    >>> [g.shape for g in prep.gradients()]  # doctest: +SKIP
+    [(64, 128), (128, 64)]
+    """
     import jax
     import jax.numpy as jnp
     import numpy as np

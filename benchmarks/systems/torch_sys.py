@@ -18,6 +18,7 @@ VJP_INCLUDES = ("torch.autograd.grad alone on a graph recorded once (the forward
 
 
 def missing():
+    """None if torch imports, else why not and how to install it."""
     try:
         import torch  # noqa: F401
     except ImportError as exc:
@@ -99,6 +100,15 @@ FORWARD = {
 
 
 def prepare(case, p, inputs, H) -> Prepared:
+    """Compile or record the case, time its first calls; failures become statuses.
+
+    >>> from benchmarks.cases import CASES
+    >>> p = CASES[0].params(quick=True)
+    >>> H = CASES[0].head((64, 64))
+    >>> prep = prepare(CASES[0], p, CASES[0].inputs(p), H)  # doctest: +SKIP
+    >>> [g.shape for g in prep.gradients()]  # doctest: +SKIP
+    [(64, 128), (128, 64)]
+    """
     import torch
     torch.set_num_threads(THREADS)
     f = FORWARD[case.key]

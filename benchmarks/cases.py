@@ -49,7 +49,8 @@ class Case:
     ``wrt`` names the differentiated inputs (gradients come in this order).
     ``flops(p)`` gives (forward, VJP) FLOPs for compute-bound cases; the others
     are measured in bytes: every input and output once, the VJP reading only
-    ``vjp_reads`` of the forward inputs (plus ``H``) and writing the gradients.
+    ``vjp_reads`` of the forward inputs (plus ``H``) and writing the gradients;
+    ``nbytes(p)`` replaces that count where it would overstate the least traffic.
     """
 
     id: int
@@ -61,6 +62,7 @@ class Case:
     wrt: Tuple[str, ...]
     vjp_reads: Tuple[str, ...] = ()
     flops: Optional[Callable[[dict], Tuple[int, int]]] = None
+    nbytes: Optional[Callable[[dict], Tuple[int, int]]] = None
     extra: Dict[str, object] = field(default_factory=dict)
 
     def params(self, quick: bool = False) -> dict:
@@ -89,6 +91,9 @@ class Case:
         if self.flops is not None:
             fwd, vjp = self.flops(p)
             return Work("flop", int(fwd), int(vjp))
+        if self.nbytes is not None:
+            fwd, vjp = self.nbytes(p)
+            return Work("byte", int(fwd), int(vjp))
         ins = sum(a.nbytes for a in inputs.values())
         reads = sum(inputs[n].nbytes for n in self.vjp_reads)
         grads = sum(inputs[n].nbytes for n in self.wrt)
@@ -129,6 +134,13 @@ def _conv(id: int, title: str, hw: int, quick_hw: int, stride: int, pad: int, di
 def _mlp_flops(p):
     fwd = 2 * p["B"] * (p["I"] * p["Hd"] + p["Hd"] * p["O"])
     return fwd, 2 * fwd  # weight gradients and input gradients each cost one forward
+
+
+def _embedding_bytes(p):
+    rows = 4 * p["I"] * p["D"]  # float32 rows gathered (read) = Y (written) = H (read)
+    idx = 8 * p["I"]
+    # the forward reads only the gathered rows of E; the VJP writes all of dE
+    return idx + 2 * rows, idx + rows + 4 * p["V"] * p["D"]
 
 
 def _nchw(p):
@@ -178,7 +190,7 @@ CASES: Tuple[Case, ...] = (
          full=dict(V=10000, D=128, I=4096), quick=dict(V=500, D=16, I=256),
          args=(Arg("E", lambda p: (p["V"], p["D"])),
                Arg("idx", lambda p: (p["I"],), dtype="int64", high=lambda p: p["V"])),
-         wrt=("E",), vjp_reads=("idx",)),
+         wrt=("E",), nbytes=_embedding_bytes),
     Case(14, "blur", "1D blur, clamped",
          full=dict(n=1_000_000), quick=dict(n=10_000),
          args=(Arg("X", lambda p: (p["n"],)),), wrt=("X",)),

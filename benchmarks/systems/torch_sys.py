@@ -49,7 +49,8 @@ def _avgpool(p, X):
 
 
 def _flatten(p, X):
-    return X.reshape(X.shape[0], -1)
+    # materialised like every other system's output (a view would cost nothing)
+    return X.reshape(X.shape[0], -1).clone()
 
 
 def _softmax(p, X):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -54,6 +54,22 @@ class Prepared:
         """One VJP call, as numpy arrays in the case's ``wrt`` order."""
         out = self.vjp()
         return [self.to_numpy(g) for g in (out if isinstance(out, (tuple, list)) else (out,))]
+
+
+def forward_table(namespace: dict) -> Dict[str, Callable]:
+    """Every case key mapped to the function ``_<key>`` of a system module's namespace
+    (a KeyError at import time if the module misses a case)."""
+    from benchmarks.cases import CASES
+    return {key: namespace[f"_{key}"] for key in dict.fromkeys(c.key for c in CASES)}
+
+
+def missing_module(name: str) -> Optional[str]:
+    """None if the peer package ``name`` imports, else why not and how to install it."""
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:
+        return f"{name} not installed ({first_line(exc)}); pip install -e '.[bench]'"
+    return None
 
 
 def timed(fn: Callable[[], object]):

@@ -14,11 +14,11 @@ with every forward input and ``H`` as inputs.
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, List, Tuple
+from typing import List, Tuple
 
 import tensorexpr as te
 from benchmarks.cases import conv_out
-from benchmarks.systems import Prepared, first_line, timed
+from benchmarks.systems import Prepared, first_line, forward_table, timed
 
 LABEL = "tensorexpr"
 VJP_INCLUDES = ("the built gradient program called with the inputs and H; forward "
@@ -128,12 +128,7 @@ def _blur(p, X):
                                        + X[te.minimum(i + 1, n - 1)]) / 3.0, name="Y")
 
 
-FORWARD: Dict[str, Callable] = {
-    "matmul": _matmul, "conv2d": _conv2d, "maxpool": _maxpool, "avgpool": _avgpool,
-    "flatten": _flatten, "softmax": _softmax, "layernorm": _layernorm,
-    "bias_transpose": _bias_transpose, "ewma": _ewma, "mlp": _mlp, "embedding": _embedding,
-    "blur": _blur,
-}
+FORWARD = forward_table(globals())
 
 # }}}
 

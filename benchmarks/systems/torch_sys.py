@@ -4,13 +4,13 @@ The forward is timed under ``torch.no_grad()``; the VJP is
 ``torch.autograd.grad(Y, wrt, H, retain_graph=True)`` on a graph recorded once,
 i.e. the backward pass alone with the forward's saved tensors given.
 
->>> sorted(FORWARD) == sorted(__import__("benchmarks.systems.te_sys", fromlist=["x"]).FORWARD)
-True
+>>> len(FORWARD), FORWARD["conv2d"].__name__  # one function per case key
+(12, '_conv2d')
 """
 from __future__ import annotations
 
 from benchmarks import THREADS
-from benchmarks.systems import Prepared, first_line, timed
+from benchmarks.systems import Prepared, first_line, forward_table, missing_module, timed
 
 LABEL = "PyTorch eager autograd"
 VJP_INCLUDES = ("torch.autograd.grad alone on a graph recorded once (the forward's saved "
@@ -19,11 +19,7 @@ VJP_INCLUDES = ("torch.autograd.grad alone on a graph recorded once (the forward
 
 def missing():
     """None if torch imports, else why not and how to install it."""
-    try:
-        import torch  # noqa: F401
-    except ImportError as exc:
-        return f"torch not installed ({first_line(exc)}); pip install -e '.[bench]'"
-    return None
+    return missing_module("torch")
 
 
 # {{{ the cases (imports inside: this module must import without torch)
@@ -90,12 +86,7 @@ def _blur(p, X):
     return (Xp[:-2] + Xp[1:-1] + Xp[2:]) / 3
 
 
-FORWARD = {
-    "matmul": _matmul, "conv2d": _conv2d, "maxpool": _maxpool, "avgpool": _avgpool,
-    "flatten": _flatten, "softmax": _softmax, "layernorm": _layernorm,
-    "bias_transpose": _bias_transpose, "ewma": _ewma, "mlp": _mlp, "embedding": _embedding,
-    "blur": _blur,
-}
+FORWARD = forward_table(globals())
 
 # }}}
 

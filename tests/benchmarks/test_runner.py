@@ -67,3 +67,14 @@ MODULES = ["benchmarks", "benchmarks.cases", "benchmarks.reference", "benchmarks
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name))
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_a_missing_peer_is_skipped_with_a_note(monkeypatch):
+    from benchmarks import systems
+    assert systems.missing_module("numpy") is None
+    note = systems.missing_module("no_such_peer_package")
+    assert note.startswith("no_such_peer_package not installed (") and "[bench]" in note
+    monkeypatch.setattr(systems.module("jax"), "missing", lambda: "jax not installed (x)")
+    res = runner.run(runner.Options(cases=[7], systems=["jax", "numpy"], quick=True))
+    assert res["meta"]["skipped"] == {"jax": "jax not installed (x)"}
+    assert list(res["cases"][0]["systems"]) == ["numpy"]

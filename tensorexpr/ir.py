@@ -46,7 +46,9 @@ Recurrences
     by ``Compute.carry``: the axis ``carry.axis`` runs sequentially in direction
     ``carry.step`` (+1 ascending, -1 descending) and the other axes are
     independent (parallel) within one step. Points are evaluated in that order,
-    so a self-read sees the final value of the point it reads.
+    so a self-read sees the final value of the point it reads. A user's
+    ``te.recurrence`` always runs ascending (a read at ``t + 1`` is refused);
+    descending recurrences are the adjoints built by ``te.differentiate``.
 
 Scatter-add
     :class:`ScatterAdd` starts from zeros and, for every point of its iteration

@@ -30,7 +30,7 @@ from tensorexpr.errors import describe
 from tensorexpr.ir import (Axis, Compute, Const, Expr, Placeholder, Read, Reduce, ScatterAdd,
                            SelfRef, Tensor, fresh_uid, is_float, same, topo_order,
                            tensor_inputs, INDEX_DTYPE)
-from tensorexpr.polyhedral import NotAffine, Space, params_of, solve_fiber
+from tensorexpr.polyhedral import NotAffine, Space, params_of, simplify_affine, solve_fiber
 from tensorexpr.transform import rebuild, replace_subexpr, substitute
 
 from .normalize import normalize
@@ -343,10 +343,10 @@ class _Differentiator:
         total = None
         for p in pieces:
             sub = {ax: p.subst[ax.uid] for ax in domain}
-            body = api.cast(substitute(g, sub), dtype)
+            body = _tidy_indices(api.cast(substitute(g, sub), dtype))
             cond = p.cond
             for c in other:
-                c2 = substitute(c, sub)
+                c2 = _tidy_indices(substitute(c, sub))
                 cond = c2 if cond is None else (cond & c2)
             if p.free:
                 term = Reduce("sum", body, tuple(p.free), cond, dtype)
@@ -433,3 +433,20 @@ def _merge_two(a: Expr, b: Expr) -> Optional[Expr]:
             (where is not None and a.where is not None and same(where, a.where))):
         return None
     return Reduce("sum", a.body + substitute(b.body, sub), a.axes, a.where, a.dtype)
+
+
+def _tidy_indices(e: Expr) -> Expr:
+    """Let isl simplify substituted read indices (``2*(i//2) + i%2`` is just ``i``)."""
+    memo: Dict[int, Expr] = {}
+
+    def go(x: Expr) -> Expr:
+        if id(x) not in memo:
+            y = rebuild(x, go)
+            if isinstance(y, Read):
+                idx = tuple(simplify_affine(i) for i in y.indices)
+                if any(a is not b for a, b in zip(idx, y.indices)):
+                    y = Read(y.tensor, idx, y.dtype)
+            memo[id(x)] = y
+        return memo[id(x)]
+
+    return go(e)

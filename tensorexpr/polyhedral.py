@@ -363,6 +363,30 @@ def _single_aff(pa: isl.PwAff, params) -> Optional[Expr]:
     return _aff_expr(pieces[0], [], params)
 
 
+def simplify_affine(e: Expr) -> Expr:
+    """``e`` rewritten by isl when it is one affine piece: ``2*(i//2) + i%2`` becomes ``i``.
+
+    Expressions that are not affine, or are piecewise, come back unchanged.
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 1)
+    >>> simplify_affine((i // 2) * 2 + (i - 2 * (i // 2)))
+    i
+    """
+    from .transform import free_axes
+    axes = free_axes(e)
+    params = params_of([e])
+    try:
+        pa = Space(axes, params).aff(e)
+    except NotAffine:
+        return e
+    pieces = []
+    pa.foreach_piece(lambda s, a: pieces.append(a))
+    if len(pieces) != 1:
+        return e
+    return _aff_expr(pieces[0], axes, params)
+
+
 def _lin(aff: isl.Aff, names, params) -> Tuple[Dict, int, int]:
     """``aff`` as ({term: coefficient}, constant, denominator); terms are IR expressions."""
     den = aff.get_denominator_val().to_python()

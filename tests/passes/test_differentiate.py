@@ -300,3 +300,23 @@ def test_strided_conv_gradient_prints_its_gather():
     dX, _ = te.differentiate(Y, inputs, head=H)
     text = str(dX)
     assert "sum_{" in text and "% 2) == 0" in text and "kh in [0, 3)" in text
+
+
+def test_override_one_edge_under_second_order():
+    X = te.placeholder((3,), F, "X")
+    W = te.placeholder((3,), F, "W")
+    Y = te.compute((3,), lambda i: te.sin(X[i]) * W[i], name="Y")
+    i = te.reduce_axis(3)
+    L = te.compute((), lambda: te.sum(Y[i], axis=i), name="L")
+    # hand-written edge Y -> X: cos(x) * w * head, the true rule, written by the user
+    edge = {(Y, X): lambda Y_, X_, h: te.compute(
+        X_.shape, lambda j: h[j] * te.cos(X_[j]) * W[j], name="edge")}
+    dX, dW = te.differentiate(L, [X, W], override=edge)
+    j = te.reduce_axis(3)
+    G = te.compute((), lambda: te.sum(dX[j] * dX[j], axis=j), name="G")
+    ddX, ddW = te.differentiate(G, [X, W])
+    x, w = rand(3), rand(3, seed=2)
+    gx, gw = te.build([ddX, ddW], inputs=[X, W], backend="numpy")(x, w)
+    # G = sum (cos x * w)^2: dG/dx = -2 cos x sin x w^2, dG/dw = 2 cos^2 x w
+    np.testing.assert_allclose(gx, -2 * np.cos(x) * np.sin(x) * w ** 2)
+    np.testing.assert_allclose(gw, 2 * np.cos(x) ** 2 * w)

@@ -733,3 +733,47 @@ def _upper(cond: "isl.AstExpr", it_name: str, names: Dict[str, Expr]) -> Expr:
     raise NotImplementedError(f"loop condition {cond} is not an upper bound on {it_name}")
 
 # }}}
+
+
+# {{{ recurrence windows (checkpointing; used by codegen/checkpoint.py)
+
+
+def offset_range(axes: Sequence[Axis], guards: Sequence[Expr], index: Expr, base: Expr,
+                 params: Sequence[str] = ()) -> Optional[Tuple[int, ...]]:
+    """The least and greatest value of ``index - base`` over the points of ``axes``'
+    boxes where the affine conjuncts of ``guards`` hold, for every value of the sizes.
+
+    ``()`` when there is no such point (the read never runs), None when the range
+    is unbounded or not affine. Dropping non-affine guards only enlarges the set,
+    so the answer is a sound bound on where a read can go.
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import Axis, Const
+    >>> n = te.var("n")
+    >>> t = Axis("t", Const(0, "int64"), n, 11)
+    >>> offset_range([t], [t >= 2], t - 2, t), offset_range([t], [t == n - 1], t, n - 1)
+    ((-2, -2), (0, 0))
+    >>> offset_range([t], [], n - 1, t) is None  # the last row, read from every step
+    True
+    """
+    ps = PointSet(axes, guards, sorted(set(params) | set(params_of([index, base]))))
+    sp = ps.space
+    try:
+        pa = sp.aff(index) - sp.aff(base)
+    except NotAffine:
+        return None
+    if ps.set.is_empty():
+        return ()
+    vals = isl.Map.from_pw_aff(pa.intersect_domain(ps.set)).range()
+    vals = vals.project_out(isl.dim_type.param, 0, vals.dim(isl.dim_type.param))
+    if vals.is_empty():
+        return ()
+    if not vals.is_bounded():
+        return None
+
+    def end(s: isl.Set) -> int:
+        return s.sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
+
+    return end(vals.lexmin()), end(vals.lexmax())
+
+# }}}

@@ -25,9 +25,10 @@ from typing import Dict, Optional, Tuple
 from tensorexpr.errors import CompilerError, CompilerNotFoundError, TensorExprError
 
 #: IEEE semantics are promised: no -ffast-math, no contraction into FMA; signed
-#: integer overflow wraps as in numpy.
-FLAGS = ("-O3", "-std=gnu11", "-fPIC", "-shared", "-fno-math-errno", "-fwrapv",
-         "-ffp-contract=off")
+#: integer overflow wraps as in numpy. ``-march=native`` lets loops use this CPU's
+#: vector units, so the cache key names the CPU (``_machine``).
+FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fno-math-errno",
+         "-fwrapv", "-ffp-contract=off")
 OPENMP_FLAG = "-fopenmp"
 LIBS = ("-lm",)
 #: bump when the calling convention or file layout of cached libraries changes
@@ -112,7 +113,32 @@ def find_compiler() -> Compiler:
 
 
 def _machine() -> str:
-    return f"{sys.platform} {platform.machine()} {ctypes.sizeof(ctypes.c_void_p) * 8}bit"
+    return (f"{sys.platform} {platform.machine()} {ctypes.sizeof(ctypes.c_void_p) * 8}bit "
+            f"{_cpu()}")
+
+
+_cpu_text: Optional[str] = None
+
+
+def _cpu() -> str:
+    """This CPU's model and feature flags: code built with -march=native for one CPU
+    may not run on another, so cached libraries are keyed by it."""
+    global _cpu_text
+    if _cpu_text is None:
+        keep = []
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    key = line.split(":", 1)[0].strip()
+                    if key in ("vendor_id", "model name", "flags", "Features", "CPU part",
+                               "CPU implementer") and line not in keep:
+                        keep.append(line)
+                    if not line.strip() and keep:
+                        break  # the first processor describes them all
+        except OSError:
+            keep = [platform.processor(), platform.version()]
+        _cpu_text = "".join(keep)
+    return _cpu_text
 
 
 def _digest(*parts: str) -> str:

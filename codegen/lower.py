@@ -147,6 +147,10 @@ class Lowerer:
         return Var(f"{prefix}{k}", dtype)
 
     def program(self) -> Program:
+        from . import checkpoint  # rolling state and checkpointed recurrences (issue 4)
+        bounded = checkpoint.lower(self)
+        if bounded is not None:
+            return bounded
         body: List[Stmt] = []
         for t in self.tensors:
             if isinstance(t, Placeholder):

@@ -1,0 +1,534 @@
+"""Bounded-memory recurrences in the C backend: rolling state and checkpointed gradients.
+
+A recurrence ``e[t, r]`` kept whole costs ``T`` rows of memory. Two program
+shapes need far less, and :func:`lower` lowers them specially (everything else
+keeps the full tape, exactly as :class:`codegen.lower.Lowerer` does):
+
+Rolling state (any recurrence, forward or adjoint)
+    If ``e`` is not an output, its self-reads reach back at most ``w`` steps along
+    its carried axis, and every other reader only reads the last ``m`` steps
+    (``t >= T - m`` for an ascending recurrence, ``t < m`` for a descending one),
+    ``e`` lives in a ring of ``max(w + 1, m)`` rows: carry index ``t`` is stored at
+    row ``t mod rows``. The carried loop is sequential, so when step ``t`` is
+    computed the rows it overwrites are no longer needed.
+
+Checkpointed gradient (``te.recurrence(..., checkpoints=k)``)
+    The supported pattern is the one ``te.differentiate`` produces for a loss of
+    the last steps: a forward recurrence ``e`` (ascending, carried axis first,
+    ``e.checkpoints = k``), a descending recurrence ``de`` reading ``e`` (its
+    adjoint) with the same number of steps, and *per-step consumers*: tensors
+    after ``de`` with an axis ``a`` of length ``T`` such that every read of ``e``
+    and ``de`` is within a constant distance of ``a`` (the input gradient
+    ``dd[r, t]``). Execution is segment-wise with segments of ``S = max(ceil(T/k),
+    W)`` steps:
+
+    1. the forward sweep computes ``e`` in a ring and copies, for each segment
+       start ``s``, the ``W`` rows before ``s`` (the recurrence's window, or
+       farther if a reader looks back farther) into a checkpoint store of
+       ``k * W`` rows; tensors reading only the last rows of ``e`` are computed
+       from the ring right after it;
+    2. for each segment from the last to the first: restore its checkpoint rows
+       into the ring, recompute ``e`` over the segment (plus ``H`` steps after it
+       when readers look ahead, e.g. ``tanh'`` at ``t + 1``), run ``de``
+       backwards over the segment in its own ring of ``S + window`` rows, and
+       compute the consumers' rows ``a in [s, s + S)``.
+
+    Memory for ``e`` and ``de`` is ``O((k * W + 2 S + windows) * R)`` instead of
+    ``2 T * R``. Every element is computed by the same C expression as in the
+    full tape (compiled without FMA contraction or fast-math), from the same
+    operands, so the gradient is identical bit for bit.
+
+    Not supported (full tape instead, still exact): consumers that reduce over
+    the steps (an RNN's weight gradient ``dW = sum_t ...``: accumulating it per
+    segment would change the order of the sum), consumers reading ``de`` at
+    earlier steps, ``e`` or ``de`` being outputs, scatter-adds reading them,
+    carried axes other than the first, and more than one checkpointed
+    recurrence per program (the first one found is checkpointed). The numpy
+    backend always keeps the full tape (it is the reference).
+
+Ring and checkpoint buffers are ordinary program buffers of their reduced
+shape (``runtime`` allocates them like any intermediate); the full ``T``-row
+tensors are never allocated. Which offsets a read can reach is proven with isl
+(:func:`tensorexpr.polyhedral.offset_range`) over the points where it runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from tensorexpr import polyhedral
+from tensorexpr.bounds import read_sites
+from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, ScatterAdd, Tensor,
+                           fresh_uid, same, tensor_inputs, INDEX_DTYPE)
+
+from .loopast import Block, Comment, Decl, For, If, Lit, Load, Op, Stmt, Store, Var
+from .lower import Lowerer, Program, _Scope, _add, _cast, _mul
+
+I64 = INDEX_DTYPE
+
+
+def _c(v: int) -> Const:
+    return Const(int(v), I64)
+
+
+def _bin(op: str, a: Expr, b: Expr) -> Expr:
+    return Binary(op, a, b, I64)
+
+
+# {{{ analysis
+
+
+def _ranges(reader: Tensor, target: Compute, base: Expr, params) -> Optional[Tuple[int, int]]:
+    """``(lo, hi)`` of ``carry index of a read of target - base`` over all reads of
+    ``target`` (or its self handle) in ``reader``; ``()`` if none runs, None if
+    unbounded, not affine, or not analysable (scatter-adds, reads in bounds)."""
+    if not isinstance(reader, Compute):
+        return None
+    uids = {target.uid} | ({target.self_ref.uid} if target.self_ref is not None else set())
+    c = target.carry.axis
+    lo = hi = None
+    found = False
+    for r, guards, raxes in read_sites(reader.body):
+        if r.tensor.uid not in uids:
+            continue
+        found = True
+        rng = polyhedral.offset_range(tuple(reader.axes) + tuple(raxes), guards,
+                                      r.indices[c], base, params)
+        if rng is None:
+            return None
+        if rng == ():
+            continue
+        lo = rng[0] if lo is None else min(lo, rng[0])
+        hi = rng[1] if hi is None else max(hi, rng[1])
+    if not found and target.uid in {t.uid for t in tensor_inputs(reader)}:
+        return None  # read somewhere read_sites does not look (a reduction bound)
+    return () if lo is None else (lo, hi)
+
+
+def _reads(x: Tensor, t: Tensor) -> bool:
+    return any(p.uid == t.uid for p in tensor_inputs(x))
+
+
+def _window(e: Compute, params) -> Optional[int]:
+    """How many steps back (along its direction) ``e`` reads itself: ``w >= 1``."""
+    rng = _ranges(e, e, e.axes[e.carry.axis], params)
+    if rng is None or rng == ():
+        return None
+    return -rng[0] if e.carry.step > 0 else rng[1]
+
+
+def _last_rows(reader: Tensor, e: Compute, params) -> Optional[int]:
+    """``m`` such that ``reader`` reads only the last ``m`` steps of ``e`` (0: none)."""
+    T = e.dims[e.carry.axis]
+    if e.carry.step > 0:
+        rng = _ranges(reader, e, _bin("sub", T, _c(1)), params)
+        return None if rng is None else (0 if rng == () else 1 - rng[0])
+    rng = _ranges(reader, e, _c(0), params)
+    return None if rng is None else (0 if rng == () else rng[1] + 1)
+
+
+@dataclass
+class Ring:
+    """``tensor`` stored in ``rows`` rows along its carried axis (``scratch`` is the
+    buffer's tensor, of the reduced shape)."""
+
+    tensor: Compute
+    rows: Expr
+    scratch: Tensor
+
+
+@dataclass
+class Segments:
+    """The checkpointed-gradient plan (see the module docstring)."""
+
+    e: Compute
+    de: Compute
+    k: int
+    back: int  # W: rows before a segment start kept in a checkpoint
+    ahead: int  # H: steps of e recomputed past the segment end
+    seg: Expr  # S: steps per segment
+    consumers: List[Tuple[Compute, int]]  # (tensor, its step axis)
+    early: List[Tensor]  # after de in program order, but needed by the consumers
+    store: Tensor = None  # the checkpoint buffer
+
+
+@dataclass
+class Plan:
+    rings: Dict[int, Ring] = field(default_factory=dict)
+    segments: Optional[Segments] = None
+
+
+def _scratch(t: Compute, dims: Sequence[Expr], what: str) -> Compute:
+    return Compute(f"{t.name}_{what}", tuple(dims), t.dtype, fresh_uid(), t.origin)
+
+
+def _ceil_div(a: Expr, k: int) -> Expr:
+    return _bin("floordiv", _bin("add", a, _c(k - 1)), _c(k))
+
+
+def plan(sig) -> Plan:
+    """Which recurrences of ``sig``'s program are kept in rings, and the
+    checkpointed segments if the program has the supported shape.
+
+    >>> import tensorexpr as te
+    >>> from codegen.signature import Signature
+    >>> d = te.placeholder((2, 64), name="d")
+    >>> e = te.recurrence((64, 2), lambda e, t, r: te.select(
+    ...     t == 0, d[r, 0], 0.5 * d[r, t] + 0.5 * e[t - 1, r]), name="e")
+    >>> last = te.compute((2,), lambda r: e[63, r], name="last")
+    >>> p = plan(Signature([last], [d]))
+    >>> [(r.tensor.name, r.scratch.shape) for r in p.rings.values()]
+    [('e', (1, 2))]
+    """
+    params = sig.size_names
+    outputs = {t.uid for t in sig.outputs}
+    order = [t for t in sig.order if not isinstance(t, Placeholder)]
+    readers: Dict[int, List[Tensor]] = {}
+    for x in order:
+        for p in tensor_inputs(x):
+            readers.setdefault(p.uid, []).append(x)
+    out = Plan()
+    for e in order:
+        if not (isinstance(e, Compute) and e.carry is not None) or e.uid in outputs:
+            continue
+        w = _window(e, params)
+        if w is None:
+            continue
+        seg = None
+        if e.checkpoints and out.segments is None and e.carry.step > 0:
+            seg = _segments(e, w, order, readers, outputs, params)
+        if seg is not None:
+            out.segments = seg
+            continue
+        m = 0
+        for x in readers.get(e.uid, []):
+            got = _last_rows(x, e, params)
+            if got is None:
+                break
+            m = max(m, got)
+        else:
+            rows = max(w + 1, m)
+            if isinstance(e.dims[e.carry.axis], Const):
+                rows = min(rows, e.dims[e.carry.axis].value)
+            dims = list(e.dims)
+            dims[e.carry.axis] = _c(rows)
+            out.rings[e.uid] = Ring(e, _c(rows), _scratch(e, dims, "ring"))
+    if out.segments is not None:
+        _segment_buffers(out)
+    return out
+
+
+def _segments(e: Compute, w: int, order, readers, outputs, params) -> Optional[Segments]:
+    """The checkpointed plan for ``e`` and its adjoint, or None (full tape)."""
+    if e.carry.axis != 0:
+        return None
+    T = e.dims[0]
+    des = [x for x in readers.get(e.uid, []) if isinstance(x, Compute) and x.carry is not None
+           and x.carry.step < 0]
+    if len(des) != 1:
+        return None
+    de = des[0]
+    if de.uid in outputs or de.carry.axis != 0 or not same(de.dims[0], T):
+        return None
+    wd = _window(de, params)
+    rng = _ranges(de, e, de.axes[0], params)
+    if wd is None or rng is None:
+        return None
+    need = [rng] if rng else []
+    pos = {t.uid: k for k, t in enumerate(order)}
+    consumers, early, late = [], [], set()
+    look_d = 0
+    for x in order[pos[e.uid] + 1:]:
+        if x.uid == de.uid:
+            continue
+        before = pos[x.uid] < pos[de.uid]
+        if _reads(x, de) or (_reads(x, e) and not before):
+            if before:
+                return None
+            if any(p.uid in late or p.uid in {c.uid for c, _ in consumers}
+                   for p in tensor_inputs(x)):
+                return None
+            step = _step_axis(x, e, de, T, params)
+            if step is None:
+                if not _reads(x, de) and _last_rows(x, e, params) is not None:
+                    early.append(x)  # only the last steps of e: computed before the segments
+                    continue
+                return None
+            a, re, rd = step
+            if rd and rd[0] < 0:
+                return None
+            consumers.append((x, a))
+            need += [re] if re else []
+            look_d = max(look_d, rd[1] if rd else 0)
+        elif before:
+            if _reads(x, e) and _last_rows(x, e, params) is None:
+                return None
+        elif any(p.uid in late or p.uid in {c.uid for c, _ in consumers}
+                 for p in tensor_inputs(x)):
+            late.add(x.uid)
+        else:
+            early.append(x)
+    if not consumers:
+        return None
+    back = max([w] + [-lo for lo, _ in need])
+    ahead = max([0] + [hi for _, hi in need])
+    k = int(e.checkpoints)
+    seg = _bin("max", _ceil_div(T, k), _c(back))
+    s = Segments(e, de, k, back, ahead, seg, consumers, early)
+    s.look_d = max(wd, look_d)
+    s.last = max([1] + [(_last_rows(x, e, params) or 0) for x in readers.get(e.uid, [])
+                        if x.uid != de.uid and x.uid not in {c.uid for c, _ in consumers}])
+    return s
+
+
+def _step_axis(x: Tensor, e: Compute, de: Compute, T: Expr, params):
+    """``(axis, e offsets, de offsets)`` of a per-step consumer, or None."""
+    if not isinstance(x, Compute) or x.carry is not None:
+        return None
+    for a, ax in enumerate(x.axes):
+        if not same(x.dims[a], T):
+            continue
+        re = _ranges(x, e, ax, params)
+        rd = _ranges(x, de, ax, params)
+        if re is not None and rd is not None:
+            return a, re, rd
+    return None
+
+
+def _segment_buffers(p: Plan) -> None:
+    s = p.segments
+    e, de = s.e, s.de
+    rows_e = _bin("max", _bin("add", s.seg, _c(s.back + s.ahead)), _c(s.last))
+    rows_d = _bin("add", s.seg, _c(s.look_d))
+    p.rings[e.uid] = Ring(e, rows_e, _scratch(e, (rows_e,) + tuple(e.dims[1:]), "ring"))
+    p.rings[de.uid] = Ring(de, rows_d, _scratch(de, (rows_d,) + tuple(de.dims[1:]), "ring"))
+    s.store = _scratch(e, (_c(s.k * s.back),) + tuple(e.dims[1:]), "checkpoints")
+
+
+# }}}
+
+# {{{ lowering
+
+
+def lower(lowerer: Lowerer) -> Optional[Program]:
+    """The program of ``lowerer`` with rings and checkpointed segments, or None when
+    no recurrence qualifies (the caller then lowers the full tape).
+
+    >>> import tensorexpr as te
+    >>> from codegen.signature import Signature
+    >>> x = te.placeholder((3,), name="x")
+    >>> y = te.compute((3,), lambda i: x[i] + 1.0, name="y")
+    >>> lower(Lowerer(Signature([y], [x]))) is None
+    True
+    """
+    if not any(isinstance(t, Compute) and t.carry is not None for t in lowerer.sig.order):
+        return None
+    p = plan(lowerer.sig)
+    if not p.rings:
+        return None
+    return _RingLowerer(lowerer.sig, lowerer.title, p).program()
+
+
+class _RingLowerer(Lowerer):
+    """A :class:`Lowerer` whose ring tensors are addressed modulo their row count."""
+
+    def __init__(self, sig, title, p: Plan):
+        super().__init__(sig, title)
+        self.plan = p
+        self.ring_of: Dict[int, Ring] = {}
+        for k, t in enumerate(self.tensors):
+            ring = p.rings.get(t.uid)
+            if ring is None:
+                continue
+            self.tensors[k] = ring.scratch
+            b = self.buf[t.uid]
+            self.buf[ring.scratch.uid] = type(b)(b.name, b.dtype, False,
+                                                 f"{t.name} (ring of {ring.rows} rows)")
+            for uid in (t.uid, t.self_ref.uid if t.self_ref is not None else None):
+                if uid is not None:
+                    self.buf[uid] = self.buf[ring.scratch.uid]
+                    self.ring_of[uid] = ring
+        s = p.segments
+        if s is not None:
+            st = s.store
+            self.buf[st.uid] = type(self.buf[s.e.uid])(
+                f"b{len(self.tensors)}", st.dtype, False,
+                f"{s.e.name} checkpoints ({s.k} x {s.back} rows)")
+            self.dims[st.uid] = st.dims
+            self.tensors.append(st)
+
+    def offset(self, uid: int, idx):
+        ring = self.ring_of.get(uid)
+        if ring is None or not idx:
+            return super().offset(uid, idx)
+        c = ring.tensor.carry.axis
+        dims = list(self.dims[uid])
+        dims[c] = ring.rows
+        idx = list(idx)
+        idx[c] = Op("mod", (idx[c], self.size_expr(ring.rows)), I64)
+        out = idx[0]
+        for d, x in zip(dims[1:], idx[1:]):
+            out = _add(_mul(out, self.size_expr(d)), x)
+        return out
+
+    def program(self) -> Program:
+        s = self.plan.segments
+        skip = set()
+        if s is not None:
+            skip = {s.de.uid} | {x.uid for x, _ in s.consumers} | {x.uid for x in s.early}
+        body: List[Stmt] = []
+        for t in self.tensors:
+            if isinstance(t, Placeholder):
+                continue
+            src = self.plan.rings.get(_ring_owner(self.plan, t), None)
+            t = src.tensor if src is not None else t
+            if s is not None and t.uid == s.de.uid:
+                for x in s.early:
+                    body.append(self._tensor(x))
+                body.append(self._segments(s))
+                continue
+            if t.uid in skip or (s is not None and t.uid == s.store.uid):
+                continue
+            if s is not None and t.uid == s.e.uid:
+                self._owner = t
+                body.append(Block((Comment(f"{t} [forward sweep, checkpointed]"),) +
+                                  tuple(self.rows(t, 0, None, None, self._save(s)))))
+                continue
+            body.append(self._tensor(t))
+        from .loopast import Kernel
+        kernel = Kernel(self.title, tuple((v, n) for n, v in self.sizes.items()),
+                        tuple(self.buf[t.uid] for t in self.tensors), tuple(body))
+        return Program(kernel, self.tensors, self.sites)
+
+    def _tensor(self, t: Tensor) -> Stmt:
+        self._owner = t
+        stmts = self.scatter(t) if isinstance(t, ScatterAdd) else self.compute(t)
+        note = f" [ring of {self.ring_of[t.uid].rows} rows]" if t.uid in self.ring_of else ""
+        return Block((Comment(f"{t}{note}"),) + tuple(stmts))
+
+    # {{{ loops restricted along one axis
+
+    def rows(self, t: Compute, a: int, lo, hi, after_step=None) -> List[Stmt]:
+        """``t``'s loop nest (as ``Lowerer.compute``) with axis ``a`` running over
+        ``[lo, hi)`` (C expressions; None: its whole range). ``after_step(var)``
+        gives statements run after each step of a recurrence's carried loop."""
+        axes = list(t.axes)
+        carry = t.carry.axis if t.carry is not None else None
+        order = ([carry] if carry is not None else []) + [k for k in range(len(axes))
+                                                          if k != carry]
+        vars_ = {k: self.fresh("i", I64) for k in range(len(axes))}
+        # isl sees each axis' whole box: a superset of the rows run here, so its
+        # in-range proofs stay valid.
+        scope = _Scope({axes[k].uid: vars_[k] for k in order}, tuple(axes), (), {})
+        stmts: List[Stmt] = []
+        value = self.expr(t.body, scope, stmts)
+        stmts.append(Store(self.buf[t.uid].name, self.offset(t.uid, [vars_[k] for k in
+                                                                     range(len(axes))]),
+                           _cast(value, t.dtype)))
+        body = Block(tuple(stmts))
+        par = [k for k in order if k != carry]
+        work = self.work(t, [axes[k] for k in par])
+        for k in reversed(order):
+            ax = axes[k]
+            if k == carry and after_step is not None:
+                body = Block(body.stmts + tuple(after_step(vars_[k])))
+            parallel = bool(par) and k == par[0] and work is not False
+            a_lo = self.size_expr(ax.lo) if k != a or lo is None else lo
+            a_hi = self.size_expr(ax.hi) if k != a or hi is None else hi
+            body = Block((For(vars_[k], a_lo, a_hi, 1, body,
+                              descending=(k == carry and t.carry.step < 0),
+                              parallel=parallel, work=work if parallel else None,
+                              note=ax.name + (" (sequential)" if k == carry else "")),))
+        return list(body.stmts)
+
+    # }}}
+
+    # {{{ checkpoints and segments
+
+    def _row_size(self, t: Compute):
+        n = Lit(1, I64)
+        for d in t.dims[1:]:
+            n = _mul(n, self.size_expr(d))
+        return n
+
+    def _copy_row(self, dst: str, dst_row, src: str, src_row, n) -> Stmt:
+        z = self.fresh("k", I64)
+        dtype = self.plan.segments.e.dtype
+        return For(z, Lit(0, I64), n, 1, Block((
+            Store(dst, _add(_mul(dst_row, n), z), Load(src, _add(_mul(src_row, n), z), dtype)),)),
+            note="copy a row")
+
+    def _save(self, s: Segments):
+        """After forward step ``t``: keep it if it is one of the ``W`` rows before a
+        segment start ``j * S`` (``j = t // S + 1``)."""
+        e = s.e
+        ring, store = self.buf[e.uid].name, self.buf[s.store.uid].name
+
+        def after(t: Var) -> List[Stmt]:
+            seg, rows, n = (self.size_expr(s.seg), self.size_expr(self.ring_of[e.uid].rows),
+                            self._row_size(e))
+            j = self.fresh("k", I64)
+            first = self.fresh("k", I64)
+            return [Decl(j, Op("add", (Op("floordiv", (t, seg), I64), Lit(1, I64)), I64)),
+                    Decl(first, Op("sub", (Op("mul", (j, seg), I64), Lit(s.back, I64)), I64)),
+                    If(Op("and", (Op("lt", (j, Lit(s.k, I64)), "bool"),
+                                  Op("ge", (t, first), "bool")), "bool"),
+                       Block((self._copy_row(
+                           store, Op("add", (Op("mul", (j, Lit(s.back, I64)), I64),
+                                             Op("sub", (t, first), I64)), I64),
+                           ring, Op("mod", (t, rows), I64), n),)))]
+        return after
+
+    def _segments(self, s: Segments) -> Stmt:
+        e, de = s.e, s.de
+        T = self.size_expr(e.dims[0])
+        seg_v, nseg = self.fresh("k", I64), self.fresh("k", I64)
+        j, lo, hi = self.fresh("k", I64), self.fresh("k", I64), self.fresh("k", I64)
+        rows = self.size_expr(self.ring_of[e.uid].rows)
+        n = self._row_size(e)
+        w = self.fresh("k", I64)
+        row = self.fresh("k", I64)
+        restore = For(w, Lit(0, I64), Lit(s.back, I64), 1, Block((
+            Decl(row, Op("sub", (lo, Lit(s.back, I64)), I64)),
+            If(Op("ge", (Op("add", (row, w), I64), Lit(0, I64)), "bool"), Block((
+                self._copy_row(self.buf[e.uid].name,
+                               Op("mod", (Op("add", (row, w), I64), rows), I64),
+                               self.buf[s.store.uid].name,
+                               Op("add", (Op("mul", (j, Lit(s.back, I64)), I64), w), I64), n),
+            ))),)), note="restore the checkpoint")
+        inner: List[Stmt] = [
+            Decl(lo, Op("mul", (j, seg_v), I64)),
+            Decl(hi, Op("min", (T, Op("add", (lo, seg_v), I64)), I64)),
+            restore,
+            Comment(f"recompute {e.name} over the segment"),
+        ]
+        self._owner = e
+        e_hi = Op("min", (T, Op("add", (hi, Lit(s.ahead, I64)), I64)), I64)
+        inner += self.rows(e, 0, lo, e_hi)
+        inner.append(Comment(f"{de} [ring of {self.ring_of[de.uid].rows} rows]"))
+        self._owner = de
+        inner += self.rows(de, 0, lo, hi)
+        for x, a in s.consumers:
+            inner.append(Comment(f"{x} [rows of the segment]"))
+            self._owner = x
+            inner += self.rows(x, a, lo, hi)
+        return Block((
+            Comment(f"checkpointed gradient of {e.name}: {s.k} segments, recomputed backwards"),
+            Decl(seg_v, self.size_expr(s.seg)),
+            Decl(nseg, Op("floordiv", (Op("add", (T, Op("sub", (seg_v, Lit(1, I64)), I64)), I64),
+                                       seg_v), I64)),
+            For(j, Lit(0, I64), nseg, 1, Block(tuple(inner)), descending=True,
+                note="segments, last first (sequential)"),
+        ))
+
+    # }}}
+
+
+def _ring_owner(p: Plan, t: Tensor) -> int:
+    for uid, ring in p.rings.items():
+        if ring.scratch.uid == t.uid:
+            return uid
+    return -1
+
+
+# }}}

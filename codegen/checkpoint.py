@@ -59,12 +59,16 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from tensorexpr import polyhedral
 from tensorexpr.bounds import read_sites
 from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, ScatterAdd, Tensor,
-                           fresh_uid, same, tensor_inputs, INDEX_DTYPE)
+                           fresh_uid, same, size_vars, tensor_inputs, INDEX_DTYPE)
+from tensorexpr.transform import eval_int
 
 from .loopast import Block, Comment, Decl, For, If, Lit, Load, Op, Stmt, Store, Var
-from .lower import Lowerer, Program, _Scope, _add, _cast, _mul
+from .lower import Lowerer, Program, _Scope, _add, _cast, _fold, _mul
 
 I64 = INDEX_DTYPE
+
+#: False: lower every recurrence as a full tape (benchmarks compare against it)
+ENABLED = True
 
 
 def _c(v: int) -> Const:
@@ -72,7 +76,9 @@ def _c(v: int) -> Const:
 
 
 def _bin(op: str, a: Expr, b: Expr) -> Expr:
-    return Binary(op, a, b, I64)
+    """``a op b`` on indices, evaluated when both are constant (ring shapes stay readable)."""
+    e = Binary(op, a, b, I64)
+    return e if size_vars(e) else _c(eval_int(e))
 
 
 # {{{ analysis
@@ -178,7 +184,7 @@ def plan(sig) -> Plan:
     >>> last = te.compute((2,), lambda r: e[63, r], name="last")
     >>> p = plan(Signature([last], [d]))
     >>> [(r.tensor.name, r.scratch.shape) for r in p.rings.values()]
-    [('e', (1, 2))]
+    [('e', (2, 2))]
     """
     params = sig.size_names
     outputs = {t.uid for t in sig.outputs}
@@ -208,8 +214,9 @@ def plan(sig) -> Plan:
             m = max(m, got)
         else:
             rows = max(w + 1, m)
-            if isinstance(e.dims[e.carry.axis], Const):
-                rows = min(rows, e.dims[e.carry.axis].value)
+            n = e.dims[e.carry.axis]
+            if isinstance(n, Const) and rows >= n.value:
+                continue  # the ring would be the whole tensor
             dims = list(e.dims)
             dims[e.carry.axis] = _c(rows)
             out.rings[e.uid] = Ring(e, _c(rows), _scratch(e, dims, "ring"))
@@ -321,7 +328,8 @@ def lower(lowerer: Lowerer) -> Optional[Program]:
     >>> lower(Lowerer(Signature([y], [x]))) is None
     True
     """
-    if not any(isinstance(t, Compute) and t.carry is not None for t in lowerer.sig.order):
+    if not ENABLED or not any(isinstance(t, Compute) and t.carry is not None
+                              for t in lowerer.sig.order):
         return None
     p = plan(lowerer.sig)
     if not p.rings:
@@ -365,7 +373,7 @@ class _RingLowerer(Lowerer):
         dims = list(self.dims[uid])
         dims[c] = ring.rows
         idx = list(idx)
-        idx[c] = Op("mod", (idx[c], self.size_expr(ring.rows)), I64)
+        idx[c] = _fold("mod", idx[c], self.size_expr(ring.rows), I64)
         out = idx[0]
         for d, x in zip(dims[1:], idx[1:]):
             out = _add(_mul(out, self.size_expr(d)), x)

@@ -406,16 +406,33 @@ def recurrence(shape, fn: Callable, name: Optional[str] = None, dtype: str = "fl
 
     ``fn(self, *axes)`` receives the tensor being defined as its first argument;
     reads of ``self`` must refer to points strictly earlier along one axis (that
-    axis then runs sequentially, the others in parallel). ``checkpoints`` bounds
-    the memory the gradient may use for this recurrence.
+    axis then runs sequentially, the others in parallel).
+
+    ``checkpoints=k`` bounds the memory of its gradient in the C backend: the
+    forward pass keeps ``k`` checkpoints, and the backward pass recomputes the
+    steps in between segment by segment (about ``k + 2 T/k`` rows instead of
+    ``2 T``), with a gradient identical bit for bit to the full tape. It applies
+    when the adjoint's readers use it step by step (``dd[r, t]``); otherwise,
+    and in the numpy backend, the full tape is kept (see ``codegen.checkpoint``).
+    Independently of ``checkpoints``, a recurrence read only at its last steps
+    is kept in a ring of those rows instead of ``T``.
 
     >>> import tensorexpr as te
     >>> T, R = 8, 4
     >>> d = te.placeholder((R, T), name="d")
     >>> e = te.recurrence((T, R), lambda e, t, r: te.select(
-    ...     t == 0, d[r, 0], 0.5 * d[r, t] + 0.5 * e[t - 1, r]), name="e")
+    ...     t == 0, d[r, 0], 0.5 * d[r, t] + 0.5 * e[t - 1, r]), name="e", checkpoints=2)
+    >>> e.checkpoints
+    2
     """
-    return _define(shape, fn, name, dtype, recurrence=True, checkpoints=checkpoints)
+    if checkpoints is not None and (isinstance(checkpoints, bool) or
+                                    not isinstance(checkpoints, (int, np.integer))
+                                    or checkpoints < 1):
+        raise ValueError(f"tensor {name!r} (defined at {user_origin()}): checkpoints must be "
+                         f"a positive int (how many checkpoints the gradient may keep) or "
+                         f"None for the full tape, not {checkpoints!r}")
+    return _define(shape, fn, name, dtype, recurrence=True,
+                   checkpoints=None if checkpoints is None else int(checkpoints))
 
 
 def _define(shape, fn, name, dtype, recurrence, checkpoints):

@@ -1,0 +1,43 @@
+"""The recurrence memory benchmark end to end at its quick size."""
+from __future__ import annotations
+
+import doctest
+import json
+import os
+import subprocess
+import sys
+
+import benchmarks.recurrence_memory as bench
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_quick_run_reports_identical_gradients_and_less_memory(tmp_path):
+    path = tmp_path / "rows.json"
+    cmd = [sys.executable, "-m", "benchmarks.recurrence_memory", "--quick", "--json", str(path)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "max |diff|" in proc.stdout and "k=16" in proc.stdout
+    rows = json.loads(path.read_text())
+    R, T, ks = bench.QUICK
+    assert [(r["case"], r["mode"]) for r in rows] == [
+        (c, m) for c in bench.CASES for m in ["tape", "rolling"] + [str(k) for k in ks]]
+    for case in bench.CASES:
+        mine = {r["mode"]: r for r in rows if r["case"] == case}
+        assert all(r["bit_identical"] and r["max_diff"] == 0.0 for r in mine.values())
+        assert all(r["time"] > 0 and r["peak_rss_growth"] >= 0 for r in mine.values())
+        tape = mine["tape"]["scratch"]
+        assert tape == 2 * R * T * 4 + 4  # e and its adjoint, float32, and the 0-d dL
+        for k in ks:
+            ck = mine[str(k)]
+            assert ck["checkpointed"]
+            seg = -(-T // k)
+            # rings of e and de (segment + one row each) and one checkpoint row per segment
+            assert ck["scratch"] == (2 * (seg + 1) + k) * R * 4 + 4  # + the 0-d dL
+        assert mine[str(ks[-1])]["scratch"] < mine[str(ks[0])]["scratch"] < tape
+
+
+def test_docstring_examples():
+    result = doctest.testmod(bench)
+    assert result.failed == 0 and result.attempted > 0

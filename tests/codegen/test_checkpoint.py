@@ -1,0 +1,174 @@
+"""Bounded-memory recurrences: rings for rolling state, checkpointed gradients (C backend)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorexpr as te
+from codegen.c_backend import generate
+from codegen.checkpoint import plan
+from codegen.signature import Signature
+
+from .util import assert_same
+
+
+def ewma(d, T, R, k):
+    return te.recurrence((T, R), lambda e, t, r: te.select(
+        t == 0, d[r, 0], 0.5 * d[r, t] + 0.5 * e[t - 1, r]), name="e", checkpoints=k)
+
+
+def alpha(d, T, R, k):
+    return te.recurrence((T, R), lambda a, s, r: te.select(
+        s == 0, d[r, 0], (1.0 - a[s - 1, r]) * d[r, s] + a[s - 1, r]), name="acc", checkpoints=k)
+
+
+def window2(d, T, R, k):
+    # reads two steps back: checkpoints keep two rows per segment start
+    return te.recurrence((T, R), lambda e, t, r: te.select(
+        t < 2, d[r, t], d[r, t] + 0.3 * e[t - 1, r] + 0.2 * e[t - 2, r]), name="e", checkpoints=k)
+
+
+def squashed(d, T, R, k):
+    # the adjoint reads tanh' at t + 1, i.e. e[t + 1]: recomputation runs one step ahead
+    return te.recurrence((T, R), lambda e, t, r: te.tanh(d[r, t] + te.select(
+        t == 0, 0.0, 0.9 * e[t - 1, r])), name="e", checkpoints=k)
+
+
+def gradient(make, T, R, k, dtype="float32"):
+    d = te.placeholder((R, T), dtype, "d")
+    e = make(d, T, R, k)
+    r = te.reduce_axis(R)
+    L = te.compute((), lambda: te.sum(e[T - 1, r] * e[T - 1, r], axis=r), name="L")
+    (dd,) = te.differentiate(L, [d])
+    return d, dd
+
+
+def data(R, T, dtype="float32", seed=0):
+    return np.random.default_rng(seed).uniform(0.0, 0.5, (R, T)).astype(dtype)
+
+
+@pytest.mark.parametrize("make", [ewma, alpha, window2, squashed])
+@pytest.mark.parametrize("T,k", [(37, 4), (64, 8), (10, 1), (5, 20), (33, 33)])
+def test_checkpointed_gradient_is_bit_identical_to_the_full_tape(make, T, k):
+    R = 3
+    x = data(R, T)
+    d0, g0 = gradient(make, T, R, None)
+    full = te.build(g0, inputs=[d0])
+    d1, g1 = gradient(make, T, R, k)
+    ck = te.build(g1, inputs=[d1])
+    assert "checkpointed gradient" not in full.source
+    assert "checkpointed gradient" in ck.source
+    got = ck(x)
+    assert np.array_equal(got, full(x))
+    assert_same(got, te.build(g1, inputs=[d1], backend="numpy")(x))
+
+
+def test_only_small_buffers_are_allocated():
+    T, R, k = 4096, 16, 64
+    d, dd = gradient(alpha, T, R, k)
+    sig = Signature([dd], [d])
+    prog, src = generate(sig)
+    shapes = {t.name: sig.shape(t, {}) for t in prog.tensors[1:]}
+    seg = T // k
+    assert shapes == {"dL": (), "acc_ring": (seg + 1, R), "dacc_ring": (seg + 1, R),
+                      "dd": (R, T), "acc_checkpoints": (k, R)}
+    assert f"acc (ring of {seg + 1} rows)" in src
+
+
+def test_ahead_and_window_sizes_of_the_plan():
+    d, dd = gradient(squashed, 100, 2, 10)
+    s = plan(Signature([dd], [d])).segments
+    assert (s.back, s.ahead, s.k) == (1, 1, 10)
+    d, dd = gradient(window2, 100, 2, 10)
+    s = plan(Signature([dd], [d])).segments
+    assert (s.back, s.ahead) == (2, 0)
+
+
+def test_symbolic_length():
+    n = te.var("n")
+    R = 2
+    d = te.placeholder((R, n), "float64", "d")
+    e = te.recurrence((n, R), lambda e, t, r: te.select(
+        t == 0, d[r, 0], 0.5 * d[r, t] + 0.5 * e[t - 1, r]), name="e", dtype="float64",
+        checkpoints=3)
+    r = te.reduce_axis(R)
+    L = te.compute((), lambda: te.sum(e[n - 1, r] ** 2, axis=r), name="L")
+    (dd,) = te.differentiate(L, [d])
+    f = te.build(dd, inputs=[d])
+    assert "checkpointed gradient" in f.source
+    ref = te.build(dd, inputs=[d], backend="numpy")
+    for T in (1, 2, 3, 7, 40):
+        x = data(R, T, "float64", seed=T)
+        assert_same(f(x), ref(x))
+
+
+def test_forward_keeps_a_rolling_state():
+    # nothing but the last step is read: the forward pass needs two rows, not T
+    T, R = 500, 4
+    d = te.placeholder((R, T), "float32", "d")
+    e = ewma(d, T, R, None)
+    last = te.compute((R,), lambda r: e[T - 1, r] + e[T - 2, r], name="last")
+    sig = Signature([last], [d])
+    prog, src = generate(sig)
+    assert [sig.shape(t, {}) for t in prog.tensors if t.name == "e_ring"] == [(2, R)]
+    x = data(R, T)
+    assert_same(te.build(last, inputs=[d])(x), te.build(last, inputs=[d], backend="numpy")(x))
+
+
+def test_outputs_and_whole_readers_keep_the_full_tape():
+    T, R = 20, 2
+    d = te.placeholder((R, T), "float32", "d")
+    e = ewma(d, T, R, None)
+    first = te.compute((R,), lambda r: e[0, r], name="first")  # not a last step
+    assert not plan(Signature([first], [d])).rings
+    assert not plan(Signature([e], [d])).rings  # an output is stored whole
+    x = data(R, T)
+    assert_same(te.build(first, inputs=[d])(x), x[:, 0])
+
+
+def test_unsupported_shape_falls_back_to_the_full_tape():
+    # an RNN's weight gradient sums over the steps: no per-step consumer, full tape
+    T, B, H = 6, 2, 3
+    x = te.placeholder((T, B, H), "float64", "x")
+    W = te.placeholder((H, H), "float64", "W")
+
+    def net(k):
+        kk = te.reduce_axis(H, "k")
+        h = te.recurrence((T, B, H), lambda h, t, b, j: te.tanh(x[t, b, j] + te.select(
+            t == 0, 0.0, te.sum(h[t - 1, b, kk] * W[kk, j], axis=kk))), name="h",
+            dtype="float64", checkpoints=k)
+        r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
+        L = te.compute((), lambda: te.sum(h[T - 1, r1, r2] ** 2, axis=[r1, r2]), name="L")
+        return te.differentiate(L, [x, W])
+
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal((T, B, H)), 0.5 * rng.standard_normal((H, H))]
+    f = te.build(list(net(4)), inputs=[x, W])
+    assert "checkpointed gradient" not in f.source
+    got = f(*arrays)
+    want = te.build(list(net(None)), inputs=[x, W])(*arrays)
+    ref = te.build(list(net(4)), inputs=[x, W], backend="numpy")(*arrays)
+    for g, w, r in zip(got, want, ref):
+        assert np.array_equal(g, w)
+        assert_same(g, r)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, "8", True])
+def test_checkpoints_must_be_a_positive_int(bad):
+    d = te.placeholder((2, 5), "float32", "d")
+    with pytest.raises((TypeError, ValueError), match="checkpoints"):
+        ewma(d, 5, 2, bad)
+
+
+def test_docstring_examples():
+    import doctest
+
+    import codegen.checkpoint
+    from tensorexpr import polyhedral
+    result = doctest.testmod(codegen.checkpoint)
+    assert result.failed == 0 and result.attempted > 0
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner()
+    for test in finder.find(polyhedral.offset_range, "offset_range", globs=vars(polyhedral)):
+        runner.run(test)
+    assert runner.failures == 0 and runner.tries > 0

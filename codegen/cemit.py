@@ -14,7 +14,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 from .loopast import (Accumulate, Assign, Block, Comment, Decl, Fail, For, If, Kernel, Lit, Load,
-                      Op, Stmt, Store, Var)
+                      Local, Op, Stmt, Store, Var)
 
 CTYPE = {"bool": "bool", "int32": "int32_t", "int64": "int64_t", "float32": "float",
          "float64": "double"}
@@ -27,6 +27,7 @@ _ATOM, _UNARY, _MUL, _ADD, _REL, _EQ, _AND, _OR, _COND = 100, 14, 13, 12, 10, 9,
 _INFIX = {"add": ("+", _ADD), "sub": ("-", _ADD), "mul": ("*", _MUL), "div": ("/", _MUL),
           "lt": ("<", _REL), "le": ("<=", _REL), "gt": (">", _REL), "ge": (">=", _REL),
           "eq": ("==", _EQ), "ne": ("!=", _EQ), "and": ("&&", _AND), "or": ("||", _OR)}
+_RED = {"sum": "+", "max": "max", "min": "min"}
 _MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "sin": "sin", "cos": "cos",
          "abs": "fabs", "floor": "floor", "ceil": "ceil", "pow": "pow"}
 
@@ -254,6 +255,8 @@ class _Emitter:
                 self.loop(s, ind)
             case If():
                 self.if_(s, ind)
+            case Local(name, dtype, size):
+                self.line(ind, f"{CTYPE[dtype]} {name}[{size}] __attribute__((aligned(64)));")
             case Comment(text):
                 self.line(ind, f"/* {sanitize(text)} */")
             case _:
@@ -261,9 +264,14 @@ class _Emitter:
 
     def loop(self, s: For, ind: int) -> None:
         v = s.var.name
+        red = "".join(f" reduction({_RED[op]}:{var.name})" for op, var in s.reduction)
         if s.parallel:
-            cond = "" if s.work is None else f" if({self.text(s.work, _REL + 1)} >= 32768)"
-            self.line(ind, f"#pragma omp parallel for{cond}")
+            simd = " simd" if s.simd else ""
+            cond = "" if s.work is None else \
+                f" if(parallel: {self.text(s.work, _REL + 1)} >= 32768)"
+            self.line(ind, f"#pragma omp parallel for{simd}{cond}{red if s.simd else ''}")
+        elif s.simd:
+            self.line(ind, f"#pragma omp simd{red}")
         note = f"  /* {sanitize(s.note, 80)} */" if s.note else ""
         if s.descending:
             head = (f"for (int64_t {v} = {self.text(s.hi, _ADD)} - 1; {v} >= "

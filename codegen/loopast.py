@@ -125,7 +125,11 @@ class For:
 
     ``parallel`` marks a loop whose iterations are independent (every element
     has one writer); ``work`` (None: large) estimates the operations of the
-    whole loop so small loops can stay serial.
+    whole loop so small loops can stay serial. ``simd`` marks an innermost loop
+    whose iterations may run in vector lanes (no run-time check inside):
+    independent iterations, except for the accumulators in ``reduction``
+    (``(op, var)`` pairs) whose updates may be reassociated, as the IR allows
+    for reductions.
     """
 
     var: Var
@@ -137,6 +141,8 @@ class For:
     parallel: bool = False
     work: Optional[CExpr] = None
     note: str = ""
+    simd: bool = False
+    reduction: Tuple[Tuple[str, Var], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -147,13 +153,23 @@ class If:
 
 
 @dataclass(frozen=True)
+class Local:
+    """Declare ``name``, a local array of ``size`` (a constant) elements (uninitialised);
+    :class:`Load` and :class:`Store` address it like a buffer."""
+
+    name: str
+    dtype: str
+    size: int
+
+
+@dataclass(frozen=True)
 class Comment:
     """A comment; its text may come from the user and is sanitized when printed."""
 
     text: str
 
 
-Stmt = Union[Decl, Assign, Accumulate, Store, Fail, Block, For, If, Comment]
+Stmt = Union[Decl, Assign, Accumulate, Store, Fail, Block, For, If, Local, Comment]
 
 # }}}
 

@@ -21,19 +21,19 @@ accumulates serially with a checked target index.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorexpr import polyhedral
 from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read, Reduce,
-                           ScatterAdd, Select, SizeVar, Tensor, Unary, INDEX_DTYPE, is_float,
-                           promote, same, walk)
+                           ScatterAdd, Select, SizeVar, Tensor, Unary, INDEX_DTYPE, fresh_uid,
+                           is_float, promote, same, walk)
 from tensorexpr.transform import const_value
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
 from . import reference
 from .loopast import (Accumulate, Assign, Block, Buffer, CExpr, Comment, Decl, Fail, For, If,
-                      Kernel, Lit, Load, Op, Stmt, Store, Var)
+                      Kernel, Lit, Load, Local, Op, Stmt, Store, Var)
 
 I64 = INDEX_DTYPE
 
@@ -43,6 +43,11 @@ SCATTER_OUT_OF_RANGE = 2
 
 #: below this many estimated operations a loop nest stays serial
 PARALLEL_WORK = 1 << 15
+
+#: columns of a row accumulator (elements of the innermost output axis computed together)
+ROW_TILE = 256
+#: a reduction is computed by rows only if its innermost output axis is at least this long
+ROW_MIN = 8
 
 
 @dataclass(frozen=True)
@@ -184,6 +189,10 @@ class Lowerer:
         return self.expr(d, _Scope({}, (), (), {}), [])
 
     def compute(self, t: Compute) -> List[Stmt]:
+        if t.carry is None:
+            red = _row_reduce(t)
+            if red is not None:
+                return self.compute_rows(t, red)
         axes = list(t.axes)
         carry = t.carry.axis if t.carry is not None else None
         order = ([carry] if carry is not None else []) + [k for k in range(len(axes)) if k != carry]
@@ -194,6 +203,9 @@ class Lowerer:
         offset = self.offset(t.uid, [vars_[k] for k in range(len(axes))])
         stmts.append(Store(self.buf[t.uid].name, offset, _cast(value, t.dtype)))
         body = Block(tuple(stmts))
+        # The innermost loop runs in vector lanes when it is not the carried axis: its
+        # points are independent (each stores its own element).
+        simd = bool(order) and order[-1] != carry and _simd_safe(body)
         par = [k for k in order if k != carry]
         work = self.work(t, [axes[k] for k in par])
         for k in reversed(order):
@@ -202,8 +214,89 @@ class Lowerer:
             body = Block((For(vars_[k], self.size_expr(ax.lo), self.size_expr(ax.hi), 1, body,
                               descending=(k == carry and t.carry.step < 0),
                               parallel=parallel, work=work if parallel else None,
-                              note=ax.name + (" (sequential)" if k == carry else "")),))
+                              note=ax.name + (" (sequential)" if k == carry else ""),
+                              simd=simd and k == order[-1]),))
         return list(body.stmts)
+
+    def compute_rows(self, t: Compute, red: Reduce) -> List[Stmt]:
+        """``t`` whose body is ``epilogue(red)`` with the reduction computed for a tile of
+        the innermost output axis ``j`` at once: an accumulator array over the tile, isl
+        loops over ``(red's axes..., j)`` with ``j`` innermost (contiguous reads,
+        vectorizable), then the epilogue per ``j``. Each element's reduction still
+        visits its points in the same order as the point-by-point loops."""
+        axes = list(t.axes)
+        j = axes[-1]
+        outer = axes[:-1]
+        orig = red
+        body, where = _where_form(red)
+        red = Reduce(red.op, body, red.axes, where, red.dtype)
+        vars_ = [self.fresh("i", I64) for _ in outer]
+        n = const_value(j.hi)
+        tiled = n is None or n > ROW_TILE
+        width = ROW_TILE if tiled else n
+        acc = self.fresh("acc", red.dtype).name
+        env = {ax.uid: v for ax, v in zip(outer, vars_)}
+        scope_axes = tuple(outer)
+        conds = polyhedral.conjuncts(red.where)
+        if tiled:
+            jt = Axis(f"{j.name}_tile", Const(0, I64),
+                      Binary("floordiv", Binary("add", j.hi, Const(ROW_TILE - 1, I64), I64),
+                             Const(ROW_TILE, I64), I64), fresh_uid())
+            tv = self.fresh("i", I64)
+            env[jt.uid] = tv
+            scope_axes += (jt,)
+            base: CExpr = _mul(tv, Lit(ROW_TILE, I64))
+            start = Binary("mul", jt, Const(ROW_TILE, I64), I64)
+            conds = conds + [Binary("ge", j, start, "bool"),
+                             Binary("lt", j, Binary("add", start, Const(ROW_TILE, I64), I64),
+                                    "bool")]
+        else:
+            base = Lit(0, I64)
+        scope = _Scope(env, scope_axes, (), {})
+        body: List[Stmt] = [Local(acc, red.dtype, width)]
+        z = self.fresh("k", I64)
+        body.append(For(z, Lit(0, I64), Lit(width, I64), 1,
+                        Block((Store(acc, z, identity(red.op, red.dtype)),)), simd=True))
+        rx = list(red.axes) + [j]
+
+        def point(inner: _Scope, stmts: List[Stmt]):
+            v = _cast(self.expr(red.body, inner, stmts), red.dtype)
+            at = _fold("sub", inner.env[j.uid], base, I64)
+            if red.op == "sum":
+                stmts.append(Store(acc, at, v, add=True))
+            else:
+                stmts.append(Store(acc, at, Op(red.op, (Load(acc, at, red.dtype), v),
+                                               red.dtype)))
+
+        nest: List[Stmt] = []
+        tree, rest = polyhedral.loop_nest(rx, conds, scope.axes, scope.guards)
+        affine = [c for c in conds if not any(c is r for r in rest)]
+        self._tree(tree, rx, affine, rest, scope, {}, point, nest)
+        body.extend(_mark_inner_simd(nest))
+        # the epilogue: one element per j of the tile
+        jv = self.fresh("i", I64)
+        escope = scope.child(axes=(j,), env={j.uid: jv})
+        escope.memo[orig] = Load(acc, _fold("sub", jv, base, I64), red.dtype)
+        est: List[Stmt] = []
+        value = self.expr(t.body, escope, est)
+        est.append(Store(self.buf[t.uid].name, self.offset(t.uid, list(vars_) + [jv]),
+                         _cast(value, t.dtype)))
+        hi = self.size_expr(j.hi)
+        if tiled:
+            hi = Op("min", (hi, _add(base, Lit(ROW_TILE, I64))), I64)
+        eblock = Block(tuple(est))
+        body.append(For(jv, base, hi, 1, eblock, note=j.name, simd=_simd_safe(eblock)))
+        block = Block(tuple(body))
+        work = self.work(t, axes)
+        loops = [(ax, v, self.size_expr(ax.lo)) for ax, v in zip(outer, vars_)]
+        if tiled:
+            loops.append((jt, tv, Lit(0, I64)))
+        for k in reversed(range(len(loops))):
+            ax, v, lo = loops[k]
+            parallel = k == 0 and work is not False
+            block = Block((For(v, lo, self.size_expr(ax.hi), 1, block, parallel=parallel,
+                               work=work if parallel else None, note=ax.name),))
+        return list(block.stmts)
 
     def work(self, t: Compute, axes: Sequence[Axis]):
         """Estimated operations of one parallel loop nest: None (large), False (too small
@@ -418,7 +511,13 @@ class Lowerer:
             v = _cast(self.expr(e.body, inner, stmts), e.dtype)
             stmts.append(Accumulate(acc, e.op, v))
 
-        self.loops(e.axes, e.where, scope, point, out)
+        nest: List[Stmt] = []
+        body, where = _where_form(e)
+        if body is not e.body:
+            e = Reduce(e.op, body, e.axes, where, e.dtype)
+        self.loops(e.axes, e.where, scope, point, nest)
+        # Sums may be added in any order (ir.py), so the innermost loop may run in lanes.
+        out.extend(_mark_inner_simd(nest, ((e.op, acc),)) if e.op == "sum" else nest)
         return acc
 
     def _site(self, owner: Tensor, read: Optional[Read]) -> int:
@@ -426,6 +525,101 @@ class Lowerer:
         return len(self.sites) - 1
 
     # }}}
+
+
+# {{{ schedule helpers
+
+
+def _row_reduce(t: Compute) -> Optional[Reduce]:
+    """The reduction of ``t``'s body to compute a row at a time, or None.
+
+    It must be the body's only reduction, reached through arithmetic only (not
+    inside a select branch: all of it runs for every point), with a domain that
+    does not depend on the output's axes, and worth it: the innermost output axis
+    ``j`` is long (or symbolic), some read of the reduced expression walks along
+    its last index with ``j``, and none has ``j`` in an earlier (strided) index.
+    """
+    if not t.axes:
+        return None
+    reds = [x for x in walk(t.body) if isinstance(x, Reduce)]
+    if len(reds) != 1 or not _on_path(t.body, reds[0]):
+        return None
+    red = reds[0]
+    n = const_value(t.axes[-1].hi)
+    if n is not None and n < ROW_MIN:
+        return None
+    for ax in red.axes:
+        if any(isinstance(x, Axis) for b in (ax.lo, ax.hi) for x in walk(b)):
+            return None
+    body, where = _where_form(red)
+    if where is not None and any(isinstance(x, Reduce) for x in walk(where)):
+        return None
+    j = t.axes[-1].uid
+    along = False
+    for r in (x for x in walk(body) if isinstance(x, Read)):
+        uses = [any(isinstance(x, Axis) and x.uid == j for x in walk(i)) for i in r.indices]
+        if any(uses[:-1]):
+            return None
+        along = along or (bool(uses) and uses[-1])
+    if not along:
+        return None
+    return red
+
+
+def _on_path(e: Expr, red: Reduce) -> bool:
+    """Is ``red`` reached from ``e`` through arithmetic, casts and math only?"""
+    match e:
+        case Reduce():
+            return e is red
+        case Binary(_, a, b, _):
+            return _on_path(a, red) or _on_path(b, red)
+        case Unary(_, a, _) | Cast(a, _):
+            return _on_path(a, red)
+    return False
+
+
+def _where_form(red: Reduce) -> Tuple[Expr, Optional[Expr]]:
+    """``sum(select(c, x, 0), where=w)`` as ``(x, w & c)``: the same value (adding +0.0
+    to a sum that starts at +0.0 never changes it), with ``c`` now a loop bound."""
+    body, where = red.body, red.where
+    while (red.op == "sum" and isinstance(body, Select) and isinstance(body.b, Const)
+           and body.b.value == 0 and not (is_float(body.b.dtype) and
+                                          str(body.b.value).startswith("-"))
+           and body.dtype == red.dtype):
+        where = body.cond if where is None else Binary("and", where, body.cond, "bool")
+        body = body.a
+    return body, where
+
+
+def _simd_safe(s) -> bool:
+    """Can ``s`` run in vector lanes: no loops or run-time checks inside?"""
+    match s:
+        case Block(stmts):
+            return all(_simd_safe(x) for x in stmts)
+        case If(_, then, orelse):
+            return _simd_safe(then) and (orelse is None or _simd_safe(orelse))
+        case For() | Fail() | Local():
+            return False
+    return True
+
+
+def _mark_inner_simd(stmts: List[Stmt], reduction=()) -> List[Stmt]:
+    """``stmts`` with their innermost loops marked ``simd`` (where safe)."""
+    def go(s):
+        match s:
+            case Block(items):
+                return Block(tuple(go(x) for x in items))
+            case If(c, then, orelse):
+                return If(c, go(then), None if orelse is None else go(orelse))
+            case For():
+                if _simd_safe(s.body):
+                    return replace(s, simd=True, reduction=tuple(reduction))
+                return replace(s, body=go(s.body))
+        return s
+    return [go(x) for x in stmts]
+
+
+# }}}
 
 
 def _wrap_int(v: int, dtype: str) -> int:

@@ -1,0 +1,131 @@
+"""Schedule transformations of the C backend (codegen.lower): reductions computed a row
+at a time, ``select(c, x, 0)`` under a sum turned into a loop bound, vector-lane
+(``omp simd``) loops. Each is checked against the numpy backend at sizes that hit
+tile remainders and with symbolic sizes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorexpr as te
+from codegen.lower import ROW_TILE
+
+from .util import agree, rand, without_comments
+
+
+def _matmul(A, B, K):
+    k = te.reduce_axis((0, K), name="k")
+    return te.compute((A.shape[0], B.shape[1]), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k),
+                      name="C")
+
+
+@pytest.mark.parametrize("m,k,n", [(3, 5, 9), (7, 3, ROW_TILE + 3), (1, 17, 2 * ROW_TILE)])
+def test_matmul_by_rows_at_odd_sizes(m, k, n):
+    A = te.placeholder((m, k), name="A")
+    B = te.placeholder((k, n), name="B")
+    C = _matmul(A, B, k)
+    f, _ = agree([C], [A, B], rand((m, k)), rand((k, n), seed=1))
+    assert "acc0[" in f.source  # the row accumulator is used
+
+
+def test_matmul_by_rows_with_symbolic_sizes():
+    m, n = te.var("m"), te.var("n")
+    A = te.placeholder((m, 6), name="A")
+    B = te.placeholder((6, n), name="B")
+    C = _matmul(A, B, 6)
+    fc = te.build(C)
+    fn = te.build(C, backend="numpy")
+    for mm, nn in [(1, 1), (5, 9), (3, ROW_TILE + 1), (ROW_TILE, 2)]:
+        a, b = rand((mm, 6)), rand((6, nn), seed=2)
+        np.testing.assert_allclose(fc(a, b), fn(a, b), rtol=1e-5, atol=1e-5)
+    assert "acc0[" in fc.source
+
+
+def test_rows_keep_the_epilogue_and_compute_the_reduction_once():
+    A = te.placeholder((4, 6), name="A")
+    B = te.placeholder((6, 20), name="B")
+    b = te.placeholder((20,), name="b")
+    k = te.reduce_axis((0, 6), name="k")
+    C = te.compute((4, 20), lambda i, j: te.tanh(te.sum(A[i, k] * B[k, j], axis=k) + b[j]),
+                   name="C")
+    f, _ = agree([C], [A, B, b], rand((4, 6)), rand((6, 20), seed=1), rand(20, seed=2))
+    code = without_comments(f.source)
+    assert code.count("] += ") == 1  # one accumulation loop: the epilogue reads the row
+
+
+def test_rows_of_max_propagate_nan_and_empty_rows():
+    X = te.placeholder((5, 12), name="X")
+    r = te.reduce_axis((0, 5), name="r")
+    Y = te.compute((12,), lambda j: te.max(X[r, j], axis=r, where=r < j), name="Y")
+    x = rand((5, 12))
+    x[2, 7] = np.nan
+    f, (y,) = agree([Y], [X], x)
+    assert y[0] == -np.inf and np.isnan(y[7])
+    assert "acc0[" in f.source
+
+
+def test_where_on_the_row_axis_and_a_select_in_the_body():
+    # conv-like: zero padding written as a select, a where that bounds j by the
+    # reduction axis; both become loop bounds of the row loop.
+    n = te.var("n")
+    X = te.placeholder((n,), name="X")
+    W = te.placeholder((3,), name="W")
+    r = te.reduce_axis((0, 3), name="r")
+    Y = te.compute((n,), lambda j: te.sum(te.select((j + r - 1 >= 0) & (j + r - 1 < n),
+                                                    X[j + r - 1] * W[r], 0.0),
+                                          axis=r, where=j >= r), name="Y")
+    fc = te.build(Y)
+    fn = te.build(Y, backend="numpy")
+    for size in (1, 2, 9, ROW_TILE + 5):
+        x, w = rand(size), rand(3, seed=1)
+        np.testing.assert_allclose(fc(x, w), fn(x, w), rtol=1e-6, atol=1e-6)
+    assert "?" not in without_comments(fc.source).split("acc0[")[2]  # no select in the nest
+
+
+def test_select_under_a_sum_stays_exact_with_negative_zero():
+    # sum(select(c, x, 0.0)) skipping untaken points equals adding +0.0: results match
+    # numpy bit for bit, including the sign of zero.
+    X = te.placeholder((4, 10), name="X")
+    r = te.reduce_axis((0, 4), name="r")
+    Y = te.compute((10,), lambda j: te.sum(te.select(X[r, j] < 0, X[r, j], 0.0), axis=r),
+                   name="Y")
+    x = np.full((4, 10), 1.0, dtype=np.float32)
+    x[:, 3] = -0.0
+    x[1, 5] = -2.0
+    _, (y,) = agree([Y], [X], x)
+    assert not np.signbit(y[3]) and y[5] == -2.0
+
+
+def test_data_dependent_read_in_a_row_is_checked():
+    E = te.placeholder((6, 16), name="E")
+    idx = te.placeholder((3,), dtype="int64", name="idx")
+    r = te.reduce_axis((0, 3), name="r")
+    Y = te.compute((16,), lambda d: te.sum(E[idx[r], d], axis=r), name="Y")
+    f, _ = agree([Y], [E, idx], rand((6, 16)), np.array([0, 5, 2]))
+    with pytest.raises(IndexError):
+        f(rand((6, 16)), np.array([0, 6, 2]))
+
+
+def test_strided_rows_stay_point_by_point():
+    # j in a non-last index: computing by rows would read with a stride
+    A = te.placeholder((16, 8), name="A")
+    k = te.reduce_axis((0, 8), name="k")
+    Y = te.compute((16,), lambda j: te.sum(A[j, k], axis=k), name="Y")
+    f, _ = agree([Y], [A], rand((16, 8)))
+    assert "acc0" not in f.source and "reduction(+:" in f.source
+
+
+def test_simd_math_within_float32_tolerance():
+    X = te.placeholder((3, 37), name="X")
+    Y = te.compute((3, 37), lambda i, j: te.exp(X[i, j]) + te.tanh(X[i, j]) * te.log(
+        te.abs(X[i, j]) + 1.0) + te.sigmoid(X[i, j]), name="Y")
+    f, _ = agree([Y], [X], rand((3, 37)), rtol=1e-5, atol=1e-5)
+    assert "#pragma omp simd" in f.source
+
+
+def test_recurrence_carried_loop_is_not_simd():
+    x = te.placeholder((50,), name="x")
+    y = te.recurrence((50,), lambda y, t: te.select(t == 0, x[0], y[t - 1] * 0.5 + x[t]),
+                      name="y")
+    f, _ = agree([y], [x], rand(50))
+    assert "omp simd" not in f.source

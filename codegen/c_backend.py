@@ -8,14 +8,54 @@ added between lowering and emission, on the loop-AST:
 * ``codegen.cemit``: loop-AST to C text;
 * ``codegen.compiler``: the system compiler and the on-disk cache;
 * ``codegen.runtime``: calling the kernel through ctypes.
+
+Builds are cached: a program's structural fingerprint (``codegen.fingerprint``)
+with the code generator's own source, the compiler and the machine names a JSON
+entry in the cache directory that holds the C source, the library's file name
+and the runtime :class:`~codegen.runtime.Layout`. A hit, in this process or
+another, loads the library without lowering, emitting or compiling anything
+(the lowering modules, and isl, are not even imported). Entries are written
+atomically; an entry that cannot be read, parsed or loaded is ignored and
+rebuilt.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Tuple
+import glob
+import hashlib
+import json
+import os
+from typing import Callable, Dict, List, Optional, Tuple
 
 from . import compiler, runtime
-from .cemit import emit
-from .lower import Lowerer
+
+#: bump when the layout of build-cache entries changes
+BUILD_FORMAT = "1"
+
+#: what this process did (for tests and curious users): build-cache hits, and lowerings
+stats: Dict[str, int] = {"build_hits": 0, "lowered": 0}
+
+_code_version: Optional[str] = None
+
+
+def code_version() -> str:
+    """A digest of the code generator's source (this package and ``tensorexpr``): a
+    cached build is reused only by the code that would generate it again.
+
+    >>> len(code_version())
+    64
+    """
+    global _code_version
+    if _code_version is None:
+        h = hashlib.sha256()
+        here = os.path.dirname(os.path.abspath(__file__))
+        pkgs = (here, os.path.join(os.path.dirname(here), "tensorexpr"))
+        for path in sorted(p for d in pkgs for p in glob.glob(os.path.join(d, "*.py"))):
+            h.update(os.path.basename(path).encode() + b"\0")
+            with open(path, "rb") as f:
+                h.update(f.read())
+            h.update(b"\0")
+        _code_version = h.hexdigest()
+    return _code_version
 
 
 def generate(sig, name: Optional[str] = None):
@@ -29,9 +69,49 @@ def generate(sig, name: Optional[str] = None):
     >>> "b1[i0] = b0[i0] + 1.0f;" in src
     True
     """
+    from .cemit import emit
+    from .lower import Lowerer
     title = name if name is not None else ", ".join(t.name for t in sig.outputs)
     program = Lowerer(sig, title).program()
+    stats["lowered"] += 1
     return program, emit(program.kernel)
+
+
+def _entry_path(sig, comp: compiler.Compiler) -> Optional[str]:
+    """Where ``sig``'s build-cache entry lives (None: the program cannot be fingerprinted)."""
+    from .fingerprint import Unfingerprintable, fingerprint
+    try:
+        fp = fingerprint(sig)
+    except Unfingerprintable:
+        return None
+    key = compiler._digest(BUILD_FORMAT, compiler.CACHE_FORMAT, fp, code_version(),
+                           comp.identity, " ".join(comp.flags() + compiler.LIBS),
+                           compiler._machine())
+    return os.path.join(compiler.cache_dir(), f"build_{key[:40]}.json")
+
+
+def _load_entry(path: str, sig) -> Optional[Tuple[runtime.KernelFunction, str]]:
+    """The cached build at ``path``, or None if it is missing or unusable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            entry = json.load(f)
+        if entry.get("format") != BUILD_FORMAT:
+            return None
+        lib = os.path.join(os.path.dirname(path), os.path.basename(entry["library"]))
+        source = entry["source"]
+        if not isinstance(source, str) or not os.path.exists(lib):
+            return None
+        layout = runtime.Layout.from_plain(entry["layout"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+        return None  # missing, partial, corrupt or foreign: rebuild it
+    try:
+        return runtime.KernelFunction(lib, layout, sig), source
+    except (OSError, AttributeError):
+        # The library cannot be loaded (damaged): drop it, so the rebuild compiles it again.
+        compiler._unlink(lib)
+        return None
+    except ValueError:
+        return None
 
 
 def compile_program(sig, name: Optional[str] = None
@@ -46,6 +126,22 @@ def compile_program(sig, name: Optional[str] = None
     >>> impl([np.arange(3, dtype=np.float32)], {})[0]
     array([0., 2., 4.], dtype=float32)
     """
+    comp = compiler.find_compiler()
+    entry = _entry_path(sig, comp)
+    if entry is not None:
+        hit = _load_entry(entry, sig)
+        if hit is not None:
+            stats["build_hits"] += 1
+            return hit
     program, source = generate(sig, name)
-    path = compiler.compile_shared(source, compiler.find_compiler())
-    return runtime.KernelFunction(path, program, sig), source
+    path = compiler.compile_shared(source, comp)
+    layout = runtime.Layout.of(program, sig)
+    impl = runtime.KernelFunction(path, layout, sig)
+    if entry is not None:
+        text = json.dumps({"format": BUILD_FORMAT, "library": os.path.basename(path),
+                           "source": source, "layout": layout.to_plain()})
+        try:
+            compiler._write_atomic(entry, text)
+        except OSError:
+            pass  # an unwritable cache only costs lowering again next time
+    return impl, source

@@ -4,69 +4,240 @@ Every call allocates the outputs and intermediates as numpy arrays (freed with
 them), passes all buffers, the size values and an error record to the kernel
 through ctypes, and raises ``IndexError`` if the kernel met an out-of-range
 data-dependent index.
+
+What a call needs besides the library is a :class:`Layout`: plain data (the
+buffers' dtypes and shapes, which buffers are the outputs, the error sites)
+derived from the lowered program in one place, :meth:`Layout.of`, and stored as
+JSON next to the library by the build cache, so a cached build never lowers.
 """
 from __future__ import annotations
 
 import ctypes
-from typing import Dict, List, Sequence
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from tensorexpr.errors import describe
-from tensorexpr.ir import Placeholder, Read, walk
-from tensorexpr.printer import expr_str
+from tensorexpr.ir import Binary, Cast, Const, Expr, Read, Select, SizeVar, Unary, walk
 
 from . import compiler
-from .cemit import ENTRY
-from .lower import READ_OUT_OF_RANGE, SCATTER_OUT_OF_RANGE, Program
 
+#: the kernel's entry point (codegen.cemit.ENTRY; not imported to keep cached builds light)
+ENTRY = "te_kernel"
+#: error codes of the kernel's error record (codegen.lower's READ/SCATTER_OUT_OF_RANGE)
+READ_OUT_OF_RANGE = 1
+SCATTER_OUT_OF_RANGE = 2
 _ERR_WORDS = 5  # code, site, dim, index, size
 
 
+# {{{ size expressions as plain data
+
+_SIZE_NODES = {c.__name__: c for c in (Const, SizeVar, Binary, Unary, Cast, Select)}
+
+
+def size_to_plain(e: Expr):
+    """A size expression (constants, size variables, arithmetic) as JSON-able lists.
+
+    >>> import tensorexpr as te
+    >>> size_to_plain(te.var("n") - 3)
+    ['Binary', 'sub', ['SizeVar', 'n', 'int64'], ['Const', 3, 'int64'], 'int64']
+    """
+    name = type(e).__name__
+    if name not in _SIZE_NODES:
+        raise TypeError(f"a buffer size cannot contain a {name}")
+    out = [name]
+    for v in e._key():
+        out.append(size_to_plain(v) if isinstance(v, Expr) else v)
+    return out
+
+
+def size_from_plain(p) -> Expr:
+    """The inverse of :func:`size_to_plain`; raises ``ValueError`` on anything else.
+
+    >>> size_from_plain(['Const', 4, 'int64']).value
+    4
+    """
+    if not (isinstance(p, list) and p and p[0] in _SIZE_NODES):
+        raise ValueError(f"not a size expression: {p!r}")
+    args = [size_from_plain(v) if isinstance(v, list) else v for v in p[1:]]
+    return _SIZE_NODES[p[0]](*args)
+
+
+# }}}
+
+
+@dataclass
+class SiteInfo:
+    """An error site as plain data: the owner tensor's and the read's positions
+    (see ``codegen.fingerprint``; None if lowering made them up) and the text of
+    the message parts, used when the positions cannot be resolved."""
+
+    owner: Optional[int]
+    read: Optional[int]
+    owner_text: str
+    read_text: str
+    read_tensor: str
+    data_dims: Tuple[bool, ...]
+
+
+@dataclass
+class Layout:
+    """What calling a kernel needs, as plain data.
+
+    ``buffers`` are ``(dtype, dims)`` of the computed buffers (after the
+    ``n_inputs`` input buffers), ``dims`` in :func:`size_to_plain` form;
+    ``outputs`` the buffer index of each output; ``sites`` the error sites.
+    """
+
+    n_inputs: int
+    size_names: Tuple[str, ...]
+    buffers: List[Tuple[str, list]]
+    outputs: List[int]
+    sites: List[SiteInfo]
+
+    @classmethod
+    def of(cls, program, sig) -> "Layout":
+        """The layout of a lowered ``program`` of ``sig``'s tensors."""
+        from tensorexpr.printer import expr_str
+
+        from .fingerprint import all_reads, buffer_tensors
+
+        n = len(sig.inputs)
+        bufs = [(t.dtype, [size_to_plain(d) for d in t.dims]) for t in program.tensors[n:]]
+        index = {t.uid: k for k, t in enumerate(program.tensors)}
+        outputs = [index[t.uid] for t in sig.outputs]
+        canon = {t.uid: k for k, t in enumerate(buffer_tensors(sig))}
+        sites = []
+        for s in program.sites:
+            owner = canon.get(s.owner.uid)
+            read = None
+            if owner is not None and s.read is not None:
+                found = all_reads(s.owner)
+                read = next((k for k, r in enumerate(found) if r is s.read), None)
+            r = s.read
+            sites.append(SiteInfo(
+                owner, read, describe(s.owner), expr_str(r) if r is not None else "",
+                r.tensor.name if r is not None else "",
+                tuple(any(isinstance(x, Read) for x in walk(i)) for i in r.indices)
+                if r is not None else ()))
+        return cls(n, tuple(sig.size_names), bufs, outputs, sites)
+
+    def to_plain(self) -> dict:
+        return {"n_inputs": self.n_inputs, "size_names": list(self.size_names),
+                "buffers": [[d, dims] for d, dims in self.buffers], "outputs": self.outputs,
+                "sites": [[s.owner, s.read, s.owner_text, s.read_text, s.read_tensor,
+                           list(s.data_dims)] for s in self.sites]}
+
+    @classmethod
+    def from_plain(cls, p: dict) -> "Layout":
+        """Raises ``ValueError``/``KeyError``/``TypeError`` on malformed data."""
+        bufs = []
+        for dtype, dims in p["buffers"]:
+            np.dtype(dtype)
+            for d in dims:
+                size_from_plain(d)
+            bufs.append((str(dtype), list(dims)))
+        sites = [SiteInfo(o if o is None else int(o), r if r is None else int(r), str(a),
+                          str(b), str(c), tuple(bool(x) for x in dd))
+                 for o, r, a, b, c, dd in p["sites"]]
+        return cls(int(p["n_inputs"]), tuple(str(x) for x in p["size_names"]), bufs,
+                   [int(x) for x in p["outputs"]], sites)
+
+
 class KernelFunction:
-    """``impl(arrays, sizes) -> outputs`` for a lowered and compiled program.
+    """``impl(arrays, sizes) -> outputs`` for a compiled program and its :class:`Layout`.
 
     ``arrays`` are the validated inputs (C-contiguous, right dtype) and
     ``sizes`` maps size names to values (see ``codegen.signature``).
     """
 
-    def __init__(self, library_path: str, program: Program, sig):
-        self.program = program
+    def __init__(self, library_path: str, layout: Layout, sig):
+        self.layout = layout
         self.sig = sig
         fn = getattr(compiler.load(library_path), ENTRY)
         fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
         fn.restype = ctypes.c_int
         self._fn = fn
-        self._n_inputs = len(sig.inputs)
-        self._computed = program.tensors[self._n_inputs:]
+        n = layout.n_inputs
+        if n != len(sig.inputs) or tuple(sig.size_names) != layout.size_names:
+            raise ValueError("the layout does not belong to this signature")
+        self._n_inputs = n
+        self._n_bufs = n + len(layout.buffers)
+        self._ptr_type = ctypes.c_void_p * max(self._n_bufs, 1)
+        self._dtypes = [np.dtype(d) for d, _ in layout.buffers]
+        self._dims = [[size_from_plain(d) for d in dims] for _, dims in layout.buffers]
+        # Per size values: the computed buffers' shapes and the sizes array the kernel reads.
+        self._per_sizes: Dict[tuple, Tuple[List[Tuple[int, ...]], np.ndarray]] = {}
+        # An output that is an input buffer is copied: callers own what they get.
+        self._outputs = [(k, k < n) for k in layout.outputs]
+        self._sites: Optional[list] = None
+
+    def _for_sizes(self, key: tuple):
+        got = self._per_sizes.get(key)
+        if got is None:
+            from tensorexpr.transform import eval_int, substitute
+            binding = {SizeVar(name): Const(v, "int64")
+                       for name, v in zip(self.layout.size_names, key)}
+            shapes = [tuple(int(eval_int(substitute(d, binding))) if not isinstance(d, Const)
+                            else d.value for d in dims) for dims in self._dims]
+            vals = np.array(key or (0,), dtype=np.int64)
+            if len(self._per_sizes) > 1024:
+                self._per_sizes.clear()
+            got = self._per_sizes[key] = (shapes, vals)
+        return got
 
     def __call__(self, arrays: Sequence[np.ndarray], sizes: Dict[str, int]) -> List[np.ndarray]:
+        key = tuple(sizes[name] for name in self.layout.size_names)
+        shapes, size_vals = self._for_sizes(key)
         bufs: List[np.ndarray] = list(arrays)
-        for t in self._computed:
-            bufs.append(np.empty(self.sig.shape(t, sizes), dtype=t.dtype))
-        ptrs = (ctypes.c_void_p * max(len(bufs), 1))(*[b.ctypes.data for b in bufs])
-        size_vals = np.array([sizes[n] for n in self.sig.size_names] or [0], dtype=np.int64)
-        err = np.zeros(_ERR_WORDS, dtype=np.int64)
-        rc = self._fn(ptrs, size_vals.ctypes.data, err.ctypes.data)
+        bufs.extend(np.empty(s, dtype=d) for s, d in zip(shapes, self._dtypes))
+        ptrs = self._ptr_type(*[b.__array_interface__["data"][0] for b in bufs])
+        err = (ctypes.c_int64 * _ERR_WORDS)()
+        rc = self._fn(ptrs, size_vals.ctypes.data, err)
         if rc != 0 or err[0] != 0:
-            raise self._error(err)
-        by_uid = {t.uid: b for t, b in zip(self.program.tensors, bufs)}
-        return [by_uid[t.uid].copy() if isinstance(t, Placeholder) else by_uid[t.uid]
-                for t in self.sig.outputs]
+            raise self._error(tuple(err))
+        return [bufs[k].copy() if copy else bufs[k] for k, copy in self._outputs]
 
-    def _error(self, err: np.ndarray) -> Exception:
+    def _resolved_sites(self) -> list:
+        """Each site as (owner tensor or None, read or None) in the caller's program,
+        so messages name the caller's tensors and source lines."""
+        if self._sites is None:
+            from .fingerprint import all_reads, buffer_tensors
+            tensors = buffer_tensors(self.sig)
+            out = []
+            for s in self.layout.sites:
+                owner = tensors[s.owner] if s.owner is not None and s.owner < len(tensors) \
+                    else None
+                read = None
+                if owner is not None and s.read is not None:
+                    found = all_reads(owner)
+                    read = found[s.read] if s.read < len(found) else None
+                out.append((owner, read))
+            self._sites = out
+        return self._sites
+
+    def _error(self, err: Sequence[int]) -> Exception:
         code, site, dim, index, size = (int(x) for x in err)
-        if not 0 <= site < len(self.program.sites):
+        if not 0 <= site < len(self.layout.sites):
             return RuntimeError(f"the compiled kernel reported error code {code} at an "
                                 f"unknown site {site} (a bug in tensorexpr)")
-        s = self.program.sites[site]
+        info = self.layout.sites[site]
+        owner, read = self._resolved_sites()[site]
+        who = describe(owner) if owner is not None else info.owner_text
         if code == READ_OUT_OF_RANGE:
-            data = any(isinstance(x, Read) for x in walk(s.read.indices[dim]))
+            if read is not None:
+                from tensorexpr.printer import expr_str
+                name, text = read.tensor.name, expr_str(read)
+                data = any(isinstance(x, Read) for x in walk(read.indices[dim]))
+            else:
+                name, text = info.read_tensor, info.read_text
+                data = dim < len(info.data_dims) and info.data_dims[dim]
             hint = "; the index comes from data: check the index tensor's values" if data else ""
             return IndexError(
-                f"{describe(s.owner)} reads {s.read.tensor.name!r} at index {index} in dimension "
-                f"{dim}, outside its size {size} (in {expr_str(s.read)}){hint}")
+                f"{who} reads {name!r} at index {index} in dimension {dim}, outside its size "
+                f"{size} (in {text}){hint}")
         if code == SCATTER_OUT_OF_RANGE:
-            return IndexError(f"{describe(s.owner)} scatters to index {index} in dimension {dim}, "
+            return IndexError(f"{who} scatters to index {index} in dimension {dim}, "
                               f"outside its size {size}")
         return RuntimeError(f"the compiled kernel reported unknown error code {code}")

@@ -24,14 +24,14 @@ _PROGRAM = textwrap.dedent("""
     import json, sys
     import numpy as np
     import tensorexpr as te
-    from codegen import compiler
+    from codegen import c_backend, compiler
     n = te.var("n")
     A = te.placeholder((n, 3), name="A")
     k = te.reduce_axis(3, name="k")
     S = te.compute((n,), lambda i: te.sum(A[i, k] * A[i, k], axis=k, where=k != 1), name="S")
     f = te.build(S)
     out = f(np.arange(6, dtype=np.float32).reshape(2, 3))
-    print(json.dumps({"stats": compiler.stats, "out": out.tolist()}))
+    print(json.dumps({"stats": compiler.stats, "builds": c_backend.stats, "out": out.tolist()}))
 """)
 
 
@@ -47,7 +47,8 @@ def _run_program(tmp_path, env):
 @needs_cc
 def test_a_second_process_reuses_the_compiled_kernel(tmp_path):
     # CC is a wrapper that logs every invocation: the second process may ask the
-    # compiler for its version (part of the cache key) but must not compile.
+    # compiler for its version (part of the cache key) but must not compile; it
+    # finds the whole build in the build cache, so it does not even look for the library.
     log = tmp_path / "cc.log"
     wrapper = tmp_path / "logging-cc"
     wrapper.write_text(f'#!/bin/sh\necho "$@" >> "{log}"\nexec "{SYSTEM_CC}" "$@"\n')
@@ -62,8 +63,10 @@ def test_a_second_process_reuses_the_compiled_kernel(tmp_path):
     assert first["out"] == second["out"] == [0.0 + 4.0, 9.0 + 25.0]
     assert first["stats"] == {"compiled": 1, "cache_hits": 0}
     assert any(" -o " in c for c in calls_first)
-    assert second["stats"] == {"compiled": 0, "cache_hits": 1}
-    assert calls_second and all(c.strip() == "--version" for c in calls_second), calls_second
+    assert first["builds"] == {"build_hits": 0, "lowered": 1}
+    assert second["stats"] == {"compiled": 0, "cache_hits": 0}
+    assert second["builds"] == {"build_hits": 1, "lowered": 0}
+    assert all(c.strip() == "--version" for c in calls_second), calls_second
 
 
 def test_no_compiler_raises_compiler_not_found(monkeypatch, tmp_path):

@@ -62,7 +62,7 @@ from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, ScatterAdd
                            fresh_uid, same, size_vars, tensor_inputs, INDEX_DTYPE)
 from tensorexpr.transform import eval_int
 
-from .loopast import Block, Comment, Decl, For, If, Lit, Load, Op, Stmt, Store, Var
+from .loopast import Block, Comment, Decl, For, If, Kernel, Lit, Load, Op, Stmt, Store, Var
 from .lower import Lowerer, Program, _Scope, _add, _cast, _fold, _mul
 
 I64 = INDEX_DTYPE
@@ -155,7 +155,9 @@ class Segments:
     seg: Expr  # S: steps per segment
     consumers: List[Tuple[Compute, int]]  # (tensor, its step axis)
     early: List[Tensor]  # after de in program order, but needed by the consumers
-    store: Tensor = None  # the checkpoint buffer
+    look_d: int = 1  # steps ahead of a segment at which de is read (its ring's extra rows)
+    last: int = 1  # last steps of e read before the segments (the forward ring keeps them)
+    store: Optional[Tensor] = None  # the checkpoint buffer
 
 
 @dataclass
@@ -243,7 +245,8 @@ def _segments(e: Compute, w: int, order, readers, outputs, params) -> Optional[S
         return None
     need = [rng] if rng else []
     pos = {t.uid: k for k, t in enumerate(order)}
-    consumers, early, late = [], [], set()
+    consumers, early = [], []
+    taken = set()  # uids of the consumers and of the tensors computed after the segments
     look_d = 0
     for x in order[pos[e.uid] + 1:]:
         if x.uid == de.uid:
@@ -252,8 +255,7 @@ def _segments(e: Compute, w: int, order, readers, outputs, params) -> Optional[S
         if _reads(x, de) or (_reads(x, e) and not before):
             if before:
                 return None
-            if any(p.uid in late or p.uid in {c.uid for c, _ in consumers}
-                   for p in tensor_inputs(x)):
+            if any(p.uid in taken for p in tensor_inputs(x)):
                 return None
             step = _step_axis(x, e, de, T, params)
             if step is None:
@@ -265,14 +267,14 @@ def _segments(e: Compute, w: int, order, readers, outputs, params) -> Optional[S
             if rd and rd[0] < 0:
                 return None
             consumers.append((x, a))
+            taken.add(x.uid)
             need += [re] if re else []
             look_d = max(look_d, rd[1] if rd else 0)
         elif before:
             if _reads(x, e) and _last_rows(x, e, params) is None:
                 return None
-        elif any(p.uid in late or p.uid in {c.uid for c, _ in consumers}
-                 for p in tensor_inputs(x)):
-            late.add(x.uid)
+        elif any(p.uid in taken for p in tensor_inputs(x)):
+            taken.add(x.uid)
         else:
             early.append(x)
     if not consumers:
@@ -281,11 +283,9 @@ def _segments(e: Compute, w: int, order, readers, outputs, params) -> Optional[S
     ahead = max([0] + [hi for _, hi in need])
     k = int(e.checkpoints)
     seg = _bin("max", _ceil_div(T, k), _c(back))
-    s = Segments(e, de, k, back, ahead, seg, consumers, early)
-    s.look_d = max(wd, look_d)
-    s.last = max([1] + [(_last_rows(x, e, params) or 0) for x in readers.get(e.uid, [])
-                        if x.uid != de.uid and x.uid not in {c.uid for c, _ in consumers}])
-    return s
+    last = max([1] + [(_last_rows(x, e, params) or 0) for x in readers.get(e.uid, [])
+                      if x.uid != de.uid and x.uid not in taken])
+    return Segments(e, de, k, back, ahead, seg, consumers, early, max(wd, look_d), last)
 
 
 def _step_axis(x: Tensor, e: Compute, de: Compute, T: Expr, params):
@@ -344,11 +344,13 @@ class _RingLowerer(Lowerer):
         super().__init__(sig, title)
         self.plan = p
         self.ring_of: Dict[int, Ring] = {}
+        self.logical: Dict[int, Tensor] = {}  # scratch buffer uid -> the tensor it holds
         for k, t in enumerate(self.tensors):
             ring = p.rings.get(t.uid)
             if ring is None:
                 continue
             self.tensors[k] = ring.scratch
+            self.logical[ring.scratch.uid] = t
             b = self.buf[t.uid]
             self.buf[ring.scratch.uid] = type(b)(b.name, b.dtype, False,
                                                  f"{t.name} (ring of {ring.rows} rows)")
@@ -388,8 +390,7 @@ class _RingLowerer(Lowerer):
         for t in self.tensors:
             if isinstance(t, Placeholder):
                 continue
-            src = self.plan.rings.get(_ring_owner(self.plan, t), None)
-            t = src.tensor if src is not None else t
+            t = self.logical.get(t.uid, t)
             if s is not None and t.uid == s.de.uid:
                 for x in s.early:
                     body.append(self._tensor(x))
@@ -403,7 +404,6 @@ class _RingLowerer(Lowerer):
                                   tuple(self.rows(t, 0, None, None, self._save(s)))))
                 continue
             body.append(self._tensor(t))
-        from .loopast import Kernel
         kernel = Kernel(self.title, tuple((v, n) for n, v in self.sizes.items()),
                         tuple(self.buf[t.uid] for t in self.tensors), tuple(body))
         return Program(kernel, self.tensors, self.sites)
@@ -530,13 +530,6 @@ class _RingLowerer(Lowerer):
         ))
 
     # }}}
-
-
-def _ring_owner(p: Plan, t: Tensor) -> int:
-    for uid, ring in p.rings.items():
-        if ring.scratch.uid == t.uid:
-            return uid
-    return -1
 
 
 # }}}

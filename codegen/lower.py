@@ -46,6 +46,10 @@ PARALLEL_WORK = 1 << 15
 
 #: columns of a row accumulator (elements of the innermost output axis computed together)
 ROW_TILE = 256
+#: the tile when ROW_BLOCK rows are computed together (their accumulators fit registers)
+ROW_TILE_BLOCKED = 32
+#: rows of an outer axis computed together when they share the reads along the row
+ROW_BLOCK = 4
 #: a reduction is computed by rows only if its innermost output axis is at least this long
 ROW_MIN = 8
 
@@ -223,7 +227,11 @@ class Lowerer:
         the innermost output axis ``j`` at once: an accumulator array over the tile, isl
         loops over ``(red's axes..., j)`` with ``j`` innermost (contiguous reads,
         vectorizable), then the epilogue per ``j``. Each element's reduction still
-        visits its points in the same order as the point-by-point loops."""
+        visits its points in the same order as the point-by-point loops.
+
+        When an outer axis ``i`` takes no part in the reads along ``j`` nor in the
+        domain (``i`` of a matmul), ``ROW_BLOCK`` values of ``i`` share each such read:
+        their accumulators are updated together (registers, not memory)."""
         axes = list(t.axes)
         j = axes[-1]
         outer = axes[:-1]
@@ -231,72 +239,104 @@ class Lowerer:
         body, where = _where_form(red)
         red = Reduce(red.op, body, red.axes, where, red.dtype)
         vars_ = [self.fresh("i", I64) for _ in outer]
+        ri = _row_block_axis(t, red)
         n = const_value(j.hi)
-        tiled = n is None or n > ROW_TILE
-        width = ROW_TILE if tiled else n
-        acc = self.fresh("acc", red.dtype).name
+        tile = ROW_TILE_BLOCKED if ri is not None else ROW_TILE
+        tiled = n is None or n > tile
+        width = tile if tiled else n
         env = {ax.uid: v for ax, v in zip(outer, vars_)}
         scope_axes = tuple(outer)
         conds = polyhedral.conjuncts(red.where)
         if tiled:
             jt = Axis(f"{j.name}_tile", Const(0, I64),
-                      Binary("floordiv", Binary("add", j.hi, Const(ROW_TILE - 1, I64), I64),
-                             Const(ROW_TILE, I64), I64), fresh_uid())
+                      Binary("floordiv", Binary("add", j.hi, Const(tile - 1, I64), I64),
+                             Const(tile, I64), I64), fresh_uid())
             tv = self.fresh("i", I64)
             env[jt.uid] = tv
             scope_axes += (jt,)
-            base: CExpr = _mul(tv, Lit(ROW_TILE, I64))
-            start = Binary("mul", jt, Const(ROW_TILE, I64), I64)
+            base: CExpr = _mul(tv, Lit(tile, I64))
+            start = Binary("mul", jt, Const(tile, I64), I64)
             conds = conds + [Binary("ge", j, start, "bool"),
-                             Binary("lt", j, Binary("add", start, Const(ROW_TILE, I64), I64),
+                             Binary("lt", j, Binary("add", start, Const(tile, I64), I64),
                                     "bool")]
         else:
             base = Lit(0, I64)
-        scope = _Scope(env, scope_axes, (), {})
-        body: List[Stmt] = [Local(acc, red.dtype, width)]
-        z = self.fresh("k", I64)
-        body.append(For(z, Lit(0, I64), Lit(width, I64), 1,
-                        Block((Store(acc, z, identity(red.op, red.dtype)),)), simd=True))
+        exact = n is not None and n % width == 0  # every tile is full: constant trip counts
         rx = list(red.axes) + [j]
 
-        def point(inner: _Scope, stmts: List[Stmt]):
-            v = _cast(self.expr(red.body, inner, stmts), red.dtype)
-            at = _fold("sub", inner.env[j.uid], base, I64)
-            if red.op == "sum":
-                stmts.append(Store(acc, at, v, add=True))
-            else:
-                stmts.append(Store(acc, at, Op(red.op, (Load(acc, at, red.dtype), v),
-                                               red.dtype)))
+        def tile_block(rows: List[Optional[Var]]) -> List[Stmt]:
+            acc = self.fresh("acc", red.dtype).name
+            scope = _Scope(dict(env), scope_axes, (), {})
+            out: List[Stmt] = [Local(acc, red.dtype, width * len(rows))]
+            z = self.fresh("k", I64)
+            out.append(For(z, Lit(0, I64), Lit(width * len(rows), I64), 1,
+                           Block((Store(acc, z, identity(red.op, red.dtype)),)), simd=True))
 
-        nest: List[Stmt] = []
-        tree, rest = polyhedral.loop_nest(rx, conds, scope.axes, scope.guards)
-        affine = [c for c in conds if not any(c is r for r in rest)]
-        self._tree(tree, rx, affine, rest, scope, {}, point, nest)
-        body.extend(_mark_inner_simd(nest))
-        # the epilogue: one element per j of the tile
-        jv = self.fresh("i", I64)
-        escope = scope.child(axes=(j,), env={j.uid: jv})
-        escope.memo[orig] = Load(acc, _fold("sub", jv, base, I64), red.dtype)
-        est: List[Stmt] = []
-        value = self.expr(t.body, escope, est)
-        est.append(Store(self.buf[t.uid].name, self.offset(t.uid, list(vars_) + [jv]),
-                         _cast(value, t.dtype)))
-        hi = self.size_expr(j.hi)
-        if tiled:
-            hi = Op("min", (hi, _add(base, Lit(ROW_TILE, I64))), I64)
-        eblock = Block(tuple(est))
-        body.append(For(jv, base, hi, 1, eblock, note=j.name, simd=_simd_safe(eblock)))
-        block = Block(tuple(body))
+            def row_scope(sc: _Scope, r: int) -> _Scope:
+                return sc if rows[r] is None else sc.child(env={outer[ri].uid: rows[r]})
+
+            def point(inner: _Scope, stmts: List[Stmt]):
+                for r in range(len(rows)):
+                    v = _cast(self.expr(red.body, row_scope(inner, r), stmts), red.dtype)
+                    at = _add(_fold("sub", inner.env[j.uid], base, I64), Lit(r * width, I64))
+                    if red.op == "sum":
+                        stmts.append(Store(acc, at, v, add=True))
+                    else:
+                        stmts.append(Store(acc, at, Op(red.op, (Load(acc, at, red.dtype), v),
+                                                       red.dtype)))
+
+            nest: List[Stmt] = []
+            tree, rest = polyhedral.loop_nest(rx, conds, scope.axes, scope.guards)
+            affine = [c for c in conds if not any(c is r for r in rest)]
+            self._tree(tree, rx, affine, rest, scope, {}, point, nest)
+            out.extend(_mark_inner_simd(nest))
+            # the epilogue: one element per j of the tile (and row)
+            for r in range(len(rows)):
+                jj = self.fresh("i", I64)
+                jv = _add(base, jj)
+                escope = row_scope(scope, r).child(axes=(j,), env={j.uid: jv})
+                escope.memo[orig] = Load(acc, _add(jj, Lit(r * width, I64)), red.dtype)
+                est: List[Stmt] = []
+                value = self.expr(t.body, escope, est)
+                idx = [v if k != ri or rows[r] is None else rows[r] for k, v in enumerate(vars_)]
+                est.append(Store(self.buf[t.uid].name, self.offset(t.uid, idx + [jv]),
+                                 _cast(value, t.dtype)))
+                hi: CExpr = Lit(width, I64)
+                if not exact:
+                    hi = Op("min", (_fold("sub", self.size_expr(j.hi), base, I64), hi), I64)
+                eblock = Block(tuple(est))
+                out.append(For(jj, Lit(0, I64), hi, 1, eblock, note=j.name,
+                               simd=_simd_safe(eblock)))
+            return out
+
         work = self.work(t, axes)
         loops = [(ax, v, self.size_expr(ax.lo)) for ax, v in zip(outer, vars_)]
         if tiled:
             loops.append((jt, tv, Lit(0, I64)))
-        for k in reversed(range(len(loops))):
+
+        def nest_from(k: int, rows: List[Optional[Var]]) -> List[Stmt]:
+            if k == len(loops):
+                return tile_block(rows)
             ax, v, lo = loops[k]
             parallel = k == 0 and work is not False
-            block = Block((For(v, lo, self.size_expr(ax.hi), 1, block, parallel=parallel,
-                               work=work if parallel else None, note=ax.name),))
-        return list(block.stmts)
+            hi = self.size_expr(ax.hi)
+            if k != ri:
+                return [For(v, lo, hi, 1, Block(tuple(nest_from(k + 1, rows))),
+                            parallel=parallel, work=work if parallel else None, note=ax.name)]
+            # ROW_BLOCK rows at a time, then the remaining rows one by one
+            R = ROW_BLOCK
+            row_vars = [self.fresh("i", I64) for _ in range(R)]
+            decls = [Decl(rv, _add(v, Lit(r, I64))) for r, rv in enumerate(row_vars)]
+            span = _fold("sub", hi, lo, I64)
+            mid = _add(lo, _mul(_fold("floordiv", span, Lit(R, I64), I64), Lit(R, I64)))
+            main = For(v, lo, mid, R, Block(tuple(decls) + tuple(nest_from(k + 1, row_vars))),
+                       parallel=parallel, work=work if parallel else None, note=ax.name)
+            v2 = self.fresh("i", I64)
+            rem = For(v2, mid, hi, 1, Block(tuple(nest_from(k + 1, [v2]))),
+                      note=ax.name + " (remainder)")
+            return [main, rem]
+
+        return nest_from(0, [None])
 
     def work(self, t: Compute, axes: Sequence[Axis]):
         """Estimated operations of one parallel loop nest: None (large), False (too small
@@ -564,6 +604,33 @@ def _row_reduce(t: Compute) -> Optional[Reduce]:
     if not along:
         return None
     return red
+
+
+def _row_block_axis(t: Compute, red: Reduce) -> Optional[int]:
+    """The outer axis of ``t`` (position) whose rows are computed ``ROW_BLOCK`` at a time,
+    or None: one absent from the domain and from every read along the row axis ``j``,
+    present in some other read (else blocking shares nothing), long enough."""
+    j = t.axes[-1].uid
+
+    def uses(e, uid) -> bool:
+        return any(isinstance(x, Axis) and x.uid == uid for x in walk(e))
+
+    reads = [x for x in walk(red.body) if isinstance(x, Read)]
+    for k in reversed(range(len(t.axes) - 1)):
+        ax = t.axes[k]
+        n = const_value(ax.hi)
+        if n is not None and n < 2 * ROW_BLOCK:
+            continue
+        if red.where is not None and uses(red.where, ax.uid):
+            continue
+        if any(uses(r, j) and uses(r, ax.uid) for r in reads):
+            continue
+        if not any(uses(r, ax.uid) for r in reads):
+            continue
+        if any(isinstance(x, (Select, Reduce)) for x in walk(red.body)):
+            continue  # branches would be duplicated per row
+        return k
+    return None
 
 
 def _on_path(e: Expr, red: Reduce) -> bool:

@@ -129,3 +129,28 @@ def test_recurrence_carried_loop_is_not_simd():
                       name="y")
     f, _ = agree([y], [x], rand(50))
     assert "omp simd" not in f.source
+
+
+@pytest.mark.parametrize("m", [8, 9, 11])
+def test_row_blocks_with_remainder_rows(m):
+    # ROW_BLOCK rows share each read of B; the last m % ROW_BLOCK rows run one by one
+    A = te.placeholder((m, 7), name="A")
+    B = te.placeholder((7, 40), name="B")
+    b = te.placeholder((40,), name="b")
+    k = te.reduce_axis((0, 7), name="k")
+    C = te.compute((m, 40), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k) * 2.0 + b[j],
+                   name="C")
+    f, _ = agree([C], [A, B, b], rand((m, 7)), rand((7, 40), seed=1), rand(40, seed=2))
+    assert "(remainder)" in f.source
+
+
+def test_row_blocks_with_symbolic_rows_and_columns():
+    m, n = te.var("m"), te.var("n")
+    A = te.placeholder((m, 5), name="A")
+    B = te.placeholder((5, n), name="B")
+    C = _matmul(A, B, 5)
+    fc, fn = te.build(C), te.build(C, backend="numpy")
+    assert "(remainder)" in fc.source
+    for mm, nn in [(1, 1), (4, 33), (7, 64), (13, 70)]:
+        a, b = rand((mm, 5)), rand((5, nn), seed=3)
+        np.testing.assert_allclose(fc(a, b), fn(a, b), rtol=1e-5, atol=1e-5)

@@ -181,6 +181,11 @@ def _child(case: str, R: int, T: int, mode: str, out_path: str,
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+    if mode == "tape":
+        # Builds are cached by program, and the full tape is the same program lowered
+        # with codegen.checkpoint off: it gets a cache of its own.
+        from codegen.compiler import cache_dir
+        env["TENSOREXPR_CACHE_DIR"] = os.path.join(cache_dir(), "full-tape")
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=env, check=False)
     if res.returncode != 0:
         raise RuntimeError(f"benchmark subprocess failed ({' '.join(cmd)}):\n{res.stderr}")

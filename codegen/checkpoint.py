@@ -67,7 +67,9 @@ from .lower import Lowerer, Program, _Scope, _add, _cast, _fold, _mul
 
 I64 = INDEX_DTYPE
 
-#: False: lower every recurrence as a full tape (benchmarks compare against it)
+#: False: lower every recurrence as a full tape (benchmarks compare against it). The
+#: build cache does not know this switch: a process that turns it off must use a
+#: cache directory of its own ($TENSOREXPR_CACHE_DIR), as the benchmark does.
 ENABLED = True
 
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .bounds import read_sites
 from .errors import RecurrenceError, describe
 from .ir import Carry, Compute, SelfRef
-from .polyhedral import NotAffine, Space, dim_name, params_of
 
 
 def verify_order(t: Compute, steps=(1,)) -> Compute:
@@ -28,6 +26,9 @@ def verify_order(t: Compute, steps=(1,)) -> Compute:
     (0, 1)
     """
     from .printer import expr_str
+    # isl is imported on first use: `import tensorexpr` (which imports this module) stays light
+    from .bounds import read_sites
+    from .polyhedral import NotAffine, Space, dim_name, params_of
     sites = [(r, g, ax) for r, g, ax in read_sites(t.body)
              if isinstance(r.tensor, SelfRef) and r.tensor.uid == t.self_ref.uid]
     if not sites:

@@ -40,7 +40,10 @@ Checkpointed gradient (``te.recurrence(..., checkpoints=k)``)
 
     Not supported (full tape instead, still exact): consumers that reduce over
     the steps (an RNN's weight gradient ``dW = sum_t ...``: accumulating it per
-    segment would change the order of the sum), consumers reading ``de`` at
+    segment would change the order of the sum), any reduction in the bodies of
+    ``e``, ``de`` or the consumers (the C backend vectorizes sums, and the order
+    of a vectorized sum may depend on the alignment of the rows it reads, which
+    a ring changes: bit-identity could not be promised), consumers reading ``de`` at
     earlier steps, ``e`` or ``de`` being outputs, scatter-adds reading them,
     carried axes other than the first, and more than one checkpointed
     recurrence per program (the first one found is checkpointed). The numpy
@@ -58,8 +61,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorexpr import polyhedral
 from tensorexpr.bounds import read_sites
-from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, ScatterAdd, Tensor,
-                           fresh_uid, same, size_vars, tensor_inputs, INDEX_DTYPE)
+from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, Reduce, ScatterAdd,
+                           Tensor, fresh_uid, same, size_vars, tensor_inputs, walk, INDEX_DTYPE)
 from tensorexpr.transform import eval_int
 
 from .loopast import Block, Comment, Decl, For, If, Kernel, Lit, Load, Op, Stmt, Store, Var
@@ -241,6 +244,8 @@ def _segments(e: Compute, w: int, order, readers, outputs, params) -> Optional[S
     de = des[0]
     if de.uid in outputs or de.carry.axis != 0 or not same(de.dims[0], T):
         return None
+    if _has_reduce(e) or _has_reduce(de):
+        return None
     wd = _window(de, params)
     rng = _ranges(de, e, de.axes[0], params)
     if wd is None or rng is None:
@@ -290,9 +295,17 @@ def _segments(e: Compute, w: int, order, readers, outputs, params) -> Optional[S
     return Segments(e, de, k, back, ahead, seg, consumers, early, max(wd, look_d), last)
 
 
+def _has_reduce(t: Compute) -> bool:
+    """Does ``t``'s body hold a reduction? The C backend may vectorize its sum, and the
+    order of a vectorized sum can depend on the alignment of the rows read, which a
+    ring changes: such programs keep the full tape, so that checkpointing never
+    changes a result."""
+    return any(isinstance(x, Reduce) for x in walk(t.body))
+
+
 def _step_axis(x: Tensor, e: Compute, de: Compute, T: Expr, params):
     """``(axis, e offsets, de offsets)`` of a per-step consumer, or None."""
-    if not isinstance(x, Compute) or x.carry is not None:
+    if not isinstance(x, Compute) or x.carry is not None or _has_reduce(x):
         return None
     for a, ax in enumerate(x.axes):
         if not same(x.dims[a], T):

@@ -61,7 +61,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorexpr import polyhedral
 from tensorexpr.bounds import read_sites
-from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, Reduce, ScatterAdd,
+from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, Read, Reduce, ScatterAdd,
                            Tensor, fresh_uid, same, size_vars, tensor_inputs, walk, INDEX_DTYPE)
 from tensorexpr.transform import eval_int
 
@@ -111,8 +111,13 @@ def _ranges(reader: Tensor, target: Compute, base: Expr, params) -> Optional[Tup
             continue
         lo = rng[0] if lo is None else min(lo, rng[0])
         hi = rng[1] if hi is None else max(hi, rng[1])
+    for x in walk(reader.body):  # reads in reduction bounds: read_sites does not see them
+        if isinstance(x, Reduce) and any(
+                isinstance(y, Read) and y.tensor.uid in uids
+                for ax in x.axes for b in (ax.lo, ax.hi) for y in walk(b)):
+            return None
     if not found and target.uid in {t.uid for t in tensor_inputs(reader)}:
-        return None  # read somewhere read_sites does not look (a reduction bound)
+        return None
     return () if lo is None else (lo, hi)
 
 

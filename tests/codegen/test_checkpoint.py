@@ -198,3 +198,23 @@ def test_reductions_in_the_segment_keep_the_full_tape():
     d0, M0, g0 = grads(None)
     assert np.array_equal(f(x, m), te.build(g0, inputs=[d0, M0])(x, m))
     assert_same(f(x, m), te.build(g, inputs=[d, M], backend="numpy")(x, m))
+
+
+def test_an_adjoint_read_only_at_its_first_step_is_a_ring():
+    # the gradient w.r.t. the initial state reads de[0] only: de runs backwards in 2 rows
+    T, R = 300, 3
+    x0 = te.placeholder((R,), "float64", "x0")
+    c = te.placeholder((R, T), "float64", "c")
+    e = te.recurrence((T, R), lambda e, t, r: te.select(
+        t == 0, x0[r], 0.5 * e[t - 1, r] + c[r, t]), name="e", dtype="float64")
+    r = te.reduce_axis(R)
+    L = te.compute((), lambda: te.sum(e[T - 1, r] * e[T - 1, r], axis=r), name="L")
+    (dx0,) = te.differentiate(L, [x0])
+    sig = Signature([dx0], [x0, c])
+    prog, _ = generate(sig)
+    rings = {t.name: sig.shape(t, {}) for t in prog.tensors if t.name.endswith("_ring")}
+    assert rings == {"e_ring": (2, R), "de_ring": (2, R)}
+    rng = np.random.default_rng(7)
+    args = rng.standard_normal(R), rng.standard_normal((R, T))
+    assert_same(te.build(dx0, inputs=[x0, c])(*args),
+                te.build(dx0, inputs=[x0, c], backend="numpy")(*args))

@@ -24,7 +24,8 @@ ENTRY = "te_kernel"
 
 # C operator precedence (higher binds tighter); atoms are 100.
 _ATOM, _UNARY, _MUL, _ADD, _REL, _EQ, _AND, _OR, _COND = 100, 14, 13, 12, 10, 9, 5, 4, 3
-_INFIX = {"add": ("+", _ADD), "sub": ("-", _ADD), "mul": ("*", _MUL), "div": ("/", _MUL),
+_INFIX = {"quot": ("/", _MUL), "rem": ("%", _MUL),
+          "add": ("+", _ADD), "sub": ("-", _ADD), "mul": ("*", _MUL), "div": ("/", _MUL),
           "lt": ("<", _REL), "le": ("<=", _REL), "gt": (">", _REL), "ge": (">=", _REL),
           "eq": ("==", _EQ), "ne": ("!=", _EQ), "and": ("&&", _AND), "or": ("||", _OR)}
 _RED = {"sum": "+", "max": "max", "min": "min"}

@@ -38,7 +38,9 @@ class Lit:
 class Op:
     """An operation with IR semantics (see ``tensorexpr.ir``).
 
-    ``op`` is an IR binary or unary operation name, ``"select"`` (``a ? b : c``,
+    ``op`` is an IR binary or unary operation name, ``"quot"``/``"rem"`` (C's
+    truncating integer ``/`` and ``%``: only for a dividend >= 0 and a divisor > 0,
+    where they equal floor division and modulo), ``"select"`` (``a ? b : c``,
     only the taken branch evaluated) or ``"cast"`` (to ``dtype``, like numpy's
     ``astype``). Operands of arithmetic have the result's type; comparisons
     compare operands of one type.

@@ -490,6 +490,12 @@ class Lowerer:
                     t = dt if op not in ("lt", "le", "eq", "ne", "gt", "ge") else \
                         promote(a.dtype, b.dtype)
                     x, y = _cast(x, t), _cast(y, t)
+                if (op in ("floordiv", "mod") and dt in ("int32", "int64")
+                        and not isinstance(x, Lit) and isinstance(y, Lit) and y.value > 0
+                        and _nonneg(a)):
+                    # C's truncating / and % agree with floor semantics here, and
+                    # vectorize (the helpers' sign tests do not)
+                    return Op("quot" if op == "floordiv" else "rem", (x, y), dt)
                 return _fold(op, x, y, dt)
         if e in scope.memo:
             return scope.memo[e]
@@ -557,8 +563,61 @@ class Lowerer:
             e = Reduce(e.op, body, e.axes, where, e.dtype)
         self.loops(e.axes, e.where, scope, point, nest)
         # Sums may be added in any order (ir.py), so the innermost loop may run in lanes.
-        out.extend(_mark_inner_simd(nest, ((e.op, acc),)) if e.op == "sum" else nest)
+        if e.op == "sum":
+            nest = _mark_inner_simd(nest, ((e.op, acc),))
+            if is_float(e.dtype):
+                nest = self.partial_sums(nest, acc)
+        out.extend(nest)
         return acc
+
+    def partial_sums(self, nest: List[Stmt], acc: Var) -> List[Stmt]:
+        """A sum whose innermost loop has constant bounds and runs inside other loops,
+        reassociated (as ir.py allows): one partial sum per point of that loop, added
+        up at the end, so the hot loop runs in vector lanes without a horizontal
+        reduction per pass."""
+        inner = [f for f in _loops(nest) if f.simd and f.reduction == (("sum", acc),)]
+        if len(inner) != 1 or inner[0] is None:
+            return nest
+        loop = inner[0]
+        if not (isinstance(loop.lo, Lit) and isinstance(loop.hi, Lit) and loop.step == 1
+                and not loop.descending and 0 < loop.hi.value - loop.lo.value <= 4096):
+            return nest
+        if any(f is loop for f in (x for x in nest if isinstance(x, For))):
+            return nest  # not inside another loop: nothing to gain
+        size = loop.hi.value - loop.lo.value
+        part = self.fresh("part", acc.dtype).name
+        at = _fold("sub", loop.var, loop.lo, I64)
+
+        def swap(st):
+            match st:
+                case Accumulate(var, "sum", v) if var == acc:
+                    return Store(part, at, v, add=True)
+                case Block(items):
+                    return Block(tuple(swap(x) for x in items))
+                case If(c, then, orelse):
+                    return If(c, swap(then), None if orelse is None else swap(orelse))
+            return st
+
+        def go(st):
+            match st:
+                case For() if st is loop:
+                    return replace(st, body=swap(st.body), reduction=())
+                case For():
+                    return replace(st, body=go(st.body))
+                case Block(items):
+                    return Block(tuple(go(x) for x in items))
+                case If(c, then, orelse):
+                    return If(c, go(then), None if orelse is None else go(orelse))
+            return st
+
+        z, k = self.fresh("k", I64), self.fresh("k", I64)
+        head = [Local(part, acc.dtype, size),
+                For(z, Lit(0, I64), Lit(size, I64), 1,
+                    Block((Store(part, z, zero(acc.dtype)),)), simd=True)]
+        tail = [For(k, Lit(0, I64), Lit(size, I64), 1,
+                    Block((Accumulate(acc, "sum", Load(part, k, acc.dtype)),)),
+                    simd=True, reduction=(("sum", acc),))]
+        return head + [go(x) for x in nest] + tail
 
     def _site(self, owner: Tensor, read: Optional[Read]) -> int:
         self.sites.append(Site(owner, read))
@@ -596,7 +655,9 @@ def _row_reduce(t: Compute) -> Optional[Reduce]:
         return None
     j = t.axes[-1].uid
     along = False
-    for r in (x for x in walk(body) if isinstance(x, Read)):
+    rd = [x for x in walk(body) if isinstance(x, Read)]
+    rd += [x for x in walk(where) if isinstance(x, Read)] if where is not None else []
+    for r in rd:
         uses = [any(isinstance(x, Axis) and x.uid == j for x in walk(i)) for i in r.indices]
         if any(uses[:-1]):
             return None
@@ -631,6 +692,25 @@ def _row_block_axis(t: Compute, red: Reduce) -> Optional[int]:
             continue  # branches would be duplicated per row
         return k
     return None
+
+
+def _nonneg(e: Expr) -> bool:
+    """Is the integer expression ``e`` >= 0 everywhere (a syntactic proof)?"""
+    match e:
+        case Const(v, _):
+            return v >= 0
+        case SizeVar():
+            return True
+        case Axis():
+            lo = const_value(e.lo)
+            return lo is not None and lo >= 0
+        case Binary("add" | "mul" | "floordiv" | "min", a, b, _):
+            return _nonneg(a) and _nonneg(b)
+        case Binary("mod", a, b, _):
+            return _nonneg(b)
+        case Binary("max", a, b, _):
+            return _nonneg(a) or _nonneg(b)
+    return False
 
 
 def _on_path(e: Expr, red: Reduce) -> bool:
@@ -668,6 +748,27 @@ def _simd_safe(s) -> bool:
         case For() | Fail() | Local():
             return False
     return True
+
+
+def _loops(stmts) -> List[For]:
+    """Every :class:`For` in ``stmts`` (pre-order)."""
+    out: List[For] = []
+
+    def go(st):
+        match st:
+            case For():
+                out.append(st)
+                go(st.body)
+            case Block(items):
+                for x in items:
+                    go(x)
+            case If(_, then, orelse):
+                go(then)
+                if orelse is not None:
+                    go(orelse)
+    for x in stmts:
+        go(x)
+    return out
 
 
 def _mark_inner_simd(stmts: List[Stmt], reduction=()) -> List[Stmt]:

@@ -167,7 +167,9 @@ class Segments:
     early: List[Tensor]  # after de in program order, but needed by the consumers
     look_d: int = 1  # steps ahead of a segment at which de is read (its ring's extra rows)
     last: int = 1  # last steps of e read before the segments (the forward ring keeps them)
-    store: Optional[Tensor] = None  # the checkpoint buffer
+    window: int = 1  # w: how far back e reads itself
+    recompute: bool = True  # False: only e's last steps are read, its ring keeps them
+    store: Optional[Tensor] = None  # the checkpoint buffer (when recomputing)
 
 
 @dataclass
@@ -294,10 +296,26 @@ def _segments(e: Compute, w: int, order, readers, outputs, params) -> Optional[S
     back = max([w] + [-lo for lo, _ in need])
     ahead = max([0] + [hi for _, hi in need])
     k = int(e.checkpoints)
+    if isinstance(T, Const):
+        k = min(k, T.value)  # more checkpoints than steps would only cost memory
     seg = _bin("max", _ceil_div(T, k), _c(back))
     last = max([1] + [(_last_rows(x, e, params) or 0) for x in readers.get(e.uid, [])
                       if x.uid != de.uid and x.uid not in taken])
-    return Segments(e, de, k, back, ahead, seg, consumers, early, max(wd, look_d), last)
+    s = Segments(e, de, k, back, ahead, seg, consumers, early, max(wd, look_d), last, w)
+    # When de and the consumers read only e's last steps (a linear recurrence such as
+    # an EWMA: its adjoint does not depend on e), nothing needs recomputing: e keeps a
+    # rolling state and only de runs segment-wise.
+    tail = [_last_rows(x, e, params) for x in [de] + [c for c, _ in consumers]]
+    # (with a constant T every read is "in the last T steps": demand a ring smaller
+    # than the one recomputation needs)
+    ring = _bin("add", seg, _c(back + ahead))
+    if all(m is not None for m in tail) and (
+            not isinstance(ring, Const) or max([w + 1, last] + tail) <= ring.value):
+        s.recompute = False
+        s.last = max([last] + tail)
+        s.back, s.ahead = 0, 0
+        s.seg = _ceil_div(T, k)
+    return s
 
 
 def _has_reduce(t: Compute) -> bool:
@@ -325,11 +343,14 @@ def _step_axis(x: Tensor, e: Compute, de: Compute, T: Expr, params):
 def _segment_buffers(p: Plan) -> None:
     s = p.segments
     e, de = s.e, s.de
-    rows_e = _bin("max", _bin("add", s.seg, _c(s.back + s.ahead)), _c(s.last))
+    if s.recompute:
+        rows_e = _bin("max", _bin("add", s.seg, _c(s.back + s.ahead)), _c(s.last))
+        s.store = _scratch(e, (_c(s.k * s.back),) + tuple(e.dims[1:]), "checkpoints")
+    else:
+        rows_e = _c(max(s.window + 1, s.last))
     rows_d = _bin("add", s.seg, _c(s.look_d))
     p.rings[e.uid] = Ring(e, rows_e, _scratch(e, (rows_e,) + tuple(e.dims[1:]), "ring"))
     p.rings[de.uid] = Ring(de, rows_d, _scratch(de, (rows_d,) + tuple(de.dims[1:]), "ring"))
-    s.store = _scratch(e, (_c(s.k * s.back),) + tuple(e.dims[1:]), "checkpoints")
 
 
 # }}}
@@ -379,7 +400,7 @@ class _RingLowerer(Lowerer):
                     self.buf[uid] = self.buf[ring.scratch.uid]
                     self.ring_of[uid] = ring
         s = p.segments
-        if s is not None:
+        if s is not None and s.store is not None:
             st = s.store
             self.buf[st.uid] = type(self.buf[s.e.uid])(
                 f"b{len(self.tensors)}", st.dtype, False,
@@ -416,9 +437,10 @@ class _RingLowerer(Lowerer):
                     body.append(self._tensor(x))
                 body.append(self._segments(s))
                 continue
-            if t.uid in skip or (s is not None and t.uid == s.store.uid):
+            if t.uid in skip or (s is not None and s.store is not None
+                                 and t.uid == s.store.uid):
                 continue
-            if s is not None and t.uid == s.e.uid:
+            if s is not None and s.recompute and t.uid == s.e.uid:
                 self._owner = t
                 body.append(Block((Comment(f"{t} [forward sweep, checkpointed]"),) +
                                   tuple(self.rows(t, 0, None, None, self._save(s)))))
@@ -516,23 +538,23 @@ class _RingLowerer(Lowerer):
         n = self._row_size(e)
         w = self.fresh("k", I64)
         row = self.fresh("k", I64)
-        restore = For(w, Lit(0, I64), Lit(s.back, I64), 1, Block((
+        restore = None if not s.recompute else For(w, Lit(0, I64), Lit(s.back, I64), 1, Block((
             Decl(row, Op("sub", (lo, Lit(s.back, I64)), I64)),
             If(Op("ge", (Op("add", (row, w), I64), Lit(0, I64)), "bool"), Block((
                 self._copy_row(self.buf[e.uid].name,
                                Op("mod", (Op("add", (row, w), I64), rows), I64),
-                               self.buf[s.store.uid].name,
+                               self.buf[s.store.uid].name if s.recompute else "",
                                Op("add", (Op("mul", (j, Lit(s.back, I64)), I64), w), I64), n),
             ))),)), note="restore the checkpoint")
         inner: List[Stmt] = [
             Decl(lo, Op("mul", (j, seg_v), I64)),
             Decl(hi, Op("min", (T, Op("add", (lo, seg_v), I64)), I64)),
-            restore,
-            Comment(f"recompute {e.name} over the segment"),
         ]
-        self._owner = e
-        e_hi = Op("min", (T, Op("add", (hi, Lit(s.ahead, I64)), I64)), I64)
-        inner += self.rows(e, 0, lo, e_hi)
+        if s.recompute:
+            inner += [restore, Comment(f"recompute {e.name} over the segment")]
+            self._owner = e
+            e_hi = Op("min", (T, Op("add", (hi, Lit(s.ahead, I64)), I64)), I64)
+            inner += self.rows(e, 0, lo, e_hi)
         inner.append(Comment(f"{de} [ring of {self.ring_of[de.uid].rows} rows]"))
         self._owner = de
         inner += self.rows(de, 0, lo, hi)
@@ -541,7 +563,10 @@ class _RingLowerer(Lowerer):
             self._owner = x
             inner += self.rows(x, a, lo, hi)
         return Block((
-            Comment(f"checkpointed gradient of {e.name}: {s.k} segments, recomputed backwards"),
+            Comment(f"checkpointed gradient of {e.name}: {s.k} segments, "
+                    + ("recomputed backwards" if s.recompute else
+                       f"{de.name} runs backwards a segment at a time ({e.name} is read "
+                       f"only at its last steps: nothing to recompute)")),
             Decl(seg_v, self.size_expr(s.seg)),
             Decl(nseg, Op("floordiv", (Op("add", (T, Op("sub", (seg_v, Lit(1, I64)), I64)), I64),
                                        seg_v), I64)),

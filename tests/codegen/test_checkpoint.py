@@ -28,6 +28,12 @@ def window2(d, T, R, k):
         t < 2, d[r, t], d[r, t] + 0.3 * e[t - 1, r] + 0.2 * e[t - 2, r]), name="e", checkpoints=k)
 
 
+def product2(d, T, R, k):
+    # nonlinear, two steps back: the adjoint reads e one step behind and one ahead
+    return te.recurrence((T, R), lambda e, t, r: te.select(
+        t < 2, d[r, t], d[r, t] + 0.9 * e[t - 1, r] * e[t - 2, r]), name="e", checkpoints=k)
+
+
 def squashed(d, T, R, k):
     # the adjoint reads tanh' at t + 1, i.e. e[t + 1]: recomputation runs one step ahead
     return te.recurrence((T, R), lambda e, t, r: te.tanh(d[r, t] + te.select(
@@ -47,7 +53,7 @@ def data(R, T, dtype="float32", seed=0):
     return np.random.default_rng(seed).uniform(0.0, 0.5, (R, T)).astype(dtype)
 
 
-@pytest.mark.parametrize("make", [ewma, alpha, window2, squashed])
+@pytest.mark.parametrize("make", [ewma, alpha, window2, product2, squashed])
 @pytest.mark.parametrize("T,k", [(37, 4), (64, 8), (10, 1), (5, 20), (33, 33)])
 def test_checkpointed_gradient_is_bit_identical_to_the_full_tape(make, T, k):
     R = 3
@@ -76,30 +82,37 @@ def test_only_small_buffers_are_allocated():
 
 
 def test_ahead_and_window_sizes_of_the_plan():
-    d, dd = gradient(squashed, 100, 2, 10)
-    s = plan(Signature([dd], [d])).segments
-    assert (s.back, s.ahead, s.k) == (1, 1, 10)
-    d, dd = gradient(window2, 100, 2, 10)
-    s = plan(Signature([dd], [d])).segments
-    assert (s.back, s.ahead) == (2, 0)
+    def segments(make, k=10):
+        d, dd = gradient(make, 100, 2, k)
+        return plan(Signature([dd], [d])).segments
+
+    s = segments(squashed)
+    assert (s.recompute, s.back, s.ahead, s.k) == (True, 1, 1, 10)
+    s = segments(product2)
+    assert (s.recompute, s.back, s.ahead) == (True, 2, 1)
+    # linear recurrences: the adjoint never reads e but at its end, nothing is recomputed
+    for make in (ewma, window2):
+        s = segments(make)
+        assert not s.recompute and s.store is None
+    assert segments(alpha, 1000).k == 100  # no more checkpoints than steps
 
 
-def test_symbolic_length():
+@pytest.mark.parametrize("make", [ewma, alpha, squashed])
+def test_symbolic_length(make):
     n = te.var("n")
     R = 2
-    d = te.placeholder((R, n), "float64", "d")
-    e = te.recurrence((n, R), lambda e, t, r: te.select(
-        t == 0, d[r, 0], 0.5 * d[r, t] + 0.5 * e[t - 1, r]), name="e", dtype="float64",
-        checkpoints=3)
-    r = te.reduce_axis(R)
-    L = te.compute((), lambda: te.sum(e[n - 1, r] ** 2, axis=r), name="L")
-    (dd,) = te.differentiate(L, [d])
+    d, dd = gradient(make, n, R, 3)
     f = te.build(dd, inputs=[d])
     assert "checkpointed gradient" in f.source
+    assert ("recomputed backwards" in f.source) == (make is not ewma)
+    d0, dd0 = gradient(make, n, R, None)
+    full = te.build(dd0, inputs=[d0])
     ref = te.build(dd, inputs=[d], backend="numpy")
     for T in (1, 2, 3, 7, 40):
-        x = data(R, T, "float64", seed=T)
-        assert_same(f(x), ref(x))
+        x = data(R, T, seed=T)
+        got = f(x)
+        assert np.array_equal(got, full(x))
+        assert_same(got, ref(x))
 
 
 def test_forward_keeps_a_rolling_state():

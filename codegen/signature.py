@@ -74,6 +74,12 @@ class Signature:
         # Computed tensors whose shape depends on sizes: e.g. (n - 3,) is negative for n = 2.
         self._sized = [t for t in self.order if not isinstance(t, Placeholder)
                        and any(not isinstance(d, Const) for d in t.dims)]
+        # The fast path of bind: per-input dtype and rank, where each size is read, and
+        # the input shapes and size values of every size binding already validated.
+        self._dtypes = [np.dtype(t.dtype) for t in self.inputs]
+        self._ndims = [t.ndim for t in self.inputs]
+        self._sources = [self.size_source[name] for name in self.size_names]
+        self._bound: Dict[tuple, Tuple[List[Tuple[int, ...]], Dict[str, int]]] = {}
 
     def shape(self, t: Tensor, sizes: Dict[str, int]) -> Tuple[int, ...]:
         """The concrete shape of ``t`` once sizes are known."""
@@ -92,6 +98,22 @@ class Signature:
 
     def bind(self, args: tuple, kwargs: dict) -> Tuple[List[np.ndarray], Dict[str, int]]:
         """Validate a call and return (input arrays in order, size values)."""
+        # A call like an earlier valid one (positional C-contiguous arrays of the right
+        # dtypes and rank, sizes seen before) needs only a few comparisons.
+        if not kwargs and len(args) == len(self._dtypes):
+            arrays = []
+            for v, dt, nd in zip(args, self._dtypes, self._ndims):
+                if type(v) is not np.ndarray or v.dtype != dt or v.ndim != nd \
+                        or not v.flags.c_contiguous:
+                    break
+                arrays.append(v)
+            else:
+                got = self._bound.get(tuple([arrays[k].shape[d] for k, d in self._sources]))
+                if got is not None and all(a.shape == s for a, s in zip(arrays, got[0])):
+                    return arrays, dict(got[1])
+        return self._bind_checked(args, kwargs)
+
+    def _bind_checked(self, args: tuple, kwargs: dict):
         n = len(self.inputs)
         if len(args) > n:
             raise TypeError(f"the function takes {n} input(s) ({', '.join(self.input_names)}); "
@@ -134,6 +156,10 @@ class Signature:
                     f"{describe(t)} would have the negative shape {shape} with "
                     f"{', '.join(f'{k}={v}' for k, v in sizes.items())}; pass larger inputs "
                     f"or clamp the shape (e.g. te.maximum(n - 3, 0))")
+        if len(self._bound) > 4096:
+            self._bound.clear()
+        self._bound[tuple(sizes[name] for name in self.size_names)] = (
+            [tuple(a.shape) for a in arrays], dict(sizes))
         return arrays, sizes
 
     def _array(self, t: Tensor, v) -> np.ndarray:

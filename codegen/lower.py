@@ -50,6 +50,8 @@ ROW_TILE = 256
 ROW_TILE_BLOCKED = 32
 #: rows of an outer axis computed together when they share the reads along the row
 ROW_BLOCK = 4
+#: a float sum keeps partial sums per value of its last axis if it has at most this many
+PARTIAL_SUMS = 4096
 #: a reduction is computed by rows only if its innermost output axis is at least this long
 ROW_MIN = 8
 
@@ -105,6 +107,16 @@ class _Scope:
         new_env.update(env or {})
         return _Scope(new_env, self.axes + tuple(axes), self.guards + tuple(guards),
                       dict(self.memo))
+
+    def proves_nonneg(self, e: Expr, params: Sequence[str]) -> bool:
+        """Does ``e >= 0`` hold wherever this code runs?"""
+        if _nonneg(e):
+            return True
+        if not self.axes:
+            return False
+        if self._points is None:
+            self._points = polyhedral.PointSet(self.axes, self.guards, params)
+        return self._points.within(e, Const(1 << 62, I64))
 
     def proves_inside(self, index: Expr, size: Expr, params: Sequence[str]) -> bool:
         """Does ``0 <= index < size`` hold wherever this code runs (no check needed)?"""
@@ -242,7 +254,7 @@ class Lowerer:
         ri = _row_block_axis(t, red)
         n = const_value(j.hi)
         tile = ROW_TILE_BLOCKED if ri is not None else ROW_TILE
-        tiled = n is None or n > tile
+        tiled = n is None or n > 2 * tile
         width = tile if tiled else n
         env = {ax.uid: v for ax, v in zip(outer, vars_)}
         scope_axes = tuple(outer)
@@ -492,7 +504,7 @@ class Lowerer:
                     x, y = _cast(x, t), _cast(y, t)
                 if (op in ("floordiv", "mod") and dt in ("int32", "int64")
                         and not isinstance(x, Lit) and isinstance(y, Lit) and y.value > 0
-                        and _nonneg(a)):
+                        and scope.proves_nonneg(a, self.sig.size_names)):
                     # C's truncating / and % agree with floor semantics here, and
                     # vectorize (the helpers' sign tests do not)
                     return Op("quot" if op == "floordiv" else "rem", (x, y), dt)
@@ -552,72 +564,46 @@ class Lowerer:
     def reduce(self, e: Reduce, scope: _Scope, out: List[Stmt]) -> CExpr:
         acc = self.fresh("t", e.dtype)
         out.append(Decl(acc, identity(e.op, e.dtype)))
-
-        def point(inner: _Scope, stmts: List[Stmt]):
-            v = _cast(self.expr(e.body, inner, stmts), e.dtype)
-            stmts.append(Accumulate(acc, e.op, v))
-
-        nest: List[Stmt] = []
         body, where = _where_form(e)
         if body is not e.body:
             e = Reduce(e.op, body, e.axes, where, e.dtype)
+        # A float sum over several axes keeps one partial sum per value of its last
+        # axis (a static box), added up at the end: the reassociation ir.py allows, so
+        # the innermost loop runs in vector lanes without a horizontal sum per pass.
+        last = e.axes[-1] if e.axes else None
+        lo = const_value(last.lo) if last is not None else None
+        hi = const_value(last.hi) if last is not None else None
+        split = (e.op == "sum" and is_float(e.dtype) and len(e.axes) >= 2 and lo is not None
+                 and hi is not None and 0 < hi - lo <= PARTIAL_SUMS)
+        part = self.fresh("part", e.dtype).name if split else ""
+        lanes: set = set()  # loop variables that index the partial sums
+
+        def point(inner: _Scope, stmts: List[Stmt]):
+            v = _cast(self.expr(e.body, inner, stmts), e.dtype)
+            if split:
+                x = inner.env[last.uid]
+                if isinstance(x, Var):
+                    lanes.add(x.name)
+                stmts.append(Store(part, _fold("sub", x, Lit(lo, I64), I64), v, add=True))
+            else:
+                stmts.append(Accumulate(acc, e.op, v))
+
+        nest: List[Stmt] = []
         self.loops(e.axes, e.where, scope, point, nest)
-        # Sums may be added in any order (ir.py), so the innermost loop may run in lanes.
-        if e.op == "sum":
-            nest = _mark_inner_simd(nest, ((e.op, acc),))
-            if is_float(e.dtype):
-                nest = self.partial_sums(nest, acc)
-        out.extend(nest)
+        if split:
+            z, k = self.fresh("k", I64), self.fresh("k", I64)
+            out.append(Local(part, e.dtype, hi - lo))
+            out.append(For(z, Lit(0, I64), Lit(hi - lo, I64), 1,
+                           Block((Store(part, z, zero(e.dtype)),)), simd=True))
+            out.extend(_mark_inner_simd(nest, only=lambda f: f.var.name in lanes))
+            out.append(For(k, Lit(0, I64), Lit(hi - lo, I64), 1,
+                           Block((Accumulate(acc, "sum", Load(part, k, e.dtype)),)),
+                           simd=True, reduction=(("sum", acc),)))
+        elif e.op == "sum":  # sums may be added in any order (ir.py): lanes
+            out.extend(_mark_inner_simd(nest, (("sum", acc),)))
+        else:
+            out.extend(nest)
         return acc
-
-    def partial_sums(self, nest: List[Stmt], acc: Var) -> List[Stmt]:
-        """A sum whose innermost loop has constant bounds and runs inside other loops,
-        reassociated (as ir.py allows): one partial sum per point of that loop, added
-        up at the end, so the hot loop runs in vector lanes without a horizontal
-        reduction per pass."""
-        inner = [f for f in _loops(nest) if f.simd and f.reduction == (("sum", acc),)]
-        if len(inner) != 1 or inner[0] is None:
-            return nest
-        loop = inner[0]
-        if not (isinstance(loop.lo, Lit) and isinstance(loop.hi, Lit) and loop.step == 1
-                and not loop.descending and 0 < loop.hi.value - loop.lo.value <= 4096):
-            return nest
-        if any(f is loop for f in (x for x in nest if isinstance(x, For))):
-            return nest  # not inside another loop: nothing to gain
-        size = loop.hi.value - loop.lo.value
-        part = self.fresh("part", acc.dtype).name
-        at = _fold("sub", loop.var, loop.lo, I64)
-
-        def swap(st):
-            match st:
-                case Accumulate(var, "sum", v) if var == acc:
-                    return Store(part, at, v, add=True)
-                case Block(items):
-                    return Block(tuple(swap(x) for x in items))
-                case If(c, then, orelse):
-                    return If(c, swap(then), None if orelse is None else swap(orelse))
-            return st
-
-        def go(st):
-            match st:
-                case For() if st is loop:
-                    return replace(st, body=swap(st.body), reduction=())
-                case For():
-                    return replace(st, body=go(st.body))
-                case Block(items):
-                    return Block(tuple(go(x) for x in items))
-                case If(c, then, orelse):
-                    return If(c, go(then), None if orelse is None else go(orelse))
-            return st
-
-        z, k = self.fresh("k", I64), self.fresh("k", I64)
-        head = [Local(part, acc.dtype, size),
-                For(z, Lit(0, I64), Lit(size, I64), 1,
-                    Block((Store(part, z, zero(acc.dtype)),)), simd=True)]
-        tail = [For(k, Lit(0, I64), Lit(size, I64), 1,
-                    Block((Accumulate(acc, "sum", Load(part, k, acc.dtype)),)),
-                    simd=True, reduction=(("sum", acc),))]
-        return head + [go(x) for x in nest] + tail
 
     def _site(self, owner: Tensor, read: Optional[Read]) -> int:
         self.sites.append(Site(owner, read))
@@ -750,29 +736,9 @@ def _simd_safe(s) -> bool:
     return True
 
 
-def _loops(stmts) -> List[For]:
-    """Every :class:`For` in ``stmts`` (pre-order)."""
-    out: List[For] = []
-
-    def go(st):
-        match st:
-            case For():
-                out.append(st)
-                go(st.body)
-            case Block(items):
-                for x in items:
-                    go(x)
-            case If(_, then, orelse):
-                go(then)
-                if orelse is not None:
-                    go(orelse)
-    for x in stmts:
-        go(x)
-    return out
-
-
-def _mark_inner_simd(stmts: List[Stmt], reduction=()) -> List[Stmt]:
-    """``stmts`` with their innermost loops marked ``simd`` (where safe)."""
+def _mark_inner_simd(stmts: List[Stmt], reduction=(), only=None) -> List[Stmt]:
+    """``stmts`` with their innermost loops marked ``simd`` (where safe; ``only``: and
+    where ``only(loop)`` holds)."""
     def go(s):
         match s:
             case Block(items):
@@ -781,6 +747,8 @@ def _mark_inner_simd(stmts: List[Stmt], reduction=()) -> List[Stmt]:
                 return If(c, go(then), None if orelse is None else go(orelse))
             case For():
                 if _simd_safe(s.body):
+                    if only is not None and not only(s):
+                        return s
                     return replace(s, simd=True, reduction=tuple(reduction))
                 return replace(s, body=go(s.body))
         return s

@@ -38,13 +38,20 @@ Checkpointed gradient (``te.recurrence(..., checkpoints=k)``)
     full tape (compiled without FMA contraction or fast-math), from the same
     operands, so the gradient is identical bit for bit.
 
+    When ``de`` and the consumers read only the last few steps of ``e`` (a
+    linear recurrence such as an EWMA: its adjoint does not depend on ``e``),
+    nothing is recomputed and no checkpoint is stored: ``e`` keeps a rolling
+    state and only ``de`` and the consumers run segment by segment
+    (``O((S + windows) * R)``). ``k`` is capped at ``T`` when ``T`` is constant.
+
     Not supported (full tape instead, still exact): consumers that reduce over
     the steps (an RNN's weight gradient ``dW = sum_t ...``: accumulating it per
     segment would change the order of the sum), any reduction in the bodies of
     ``e``, ``de`` or the consumers (the C backend vectorizes sums, and the order
     of a vectorized sum may depend on the alignment of the rows it reads, which
-    a ring changes: bit-identity could not be promised), consumers reading ``de`` at
-    earlier steps, ``e`` or ``de`` being outputs, scatter-adds reading them,
+    a ring changes: bit-identity could not be promised), consumers reading ``de``
+    at earlier steps, tensors before ``de`` reading ``e`` at other than its last
+    steps, a consumer reading another consumer, ``e`` or ``de`` being outputs, scatter-adds reading them,
     carried axes other than the first, and more than one checkpointed
     recurrence per program (the first one found is checkpointed). The numpy
     backend always keeps the full tape (it is the reference).

@@ -185,3 +185,26 @@ def test_signature_reports_sizes_and_shapes():
     arrays_, sizes = sig.bind(arrays(3, 5), {})
     assert sizes == {"n": 3, "m": 5}
     assert sig.shape(C, sizes) == (3, 5) and sig.shape(D, sizes) == (3,)
+
+
+def test_calls_after_a_valid_one_are_still_fully_validated(program):
+    # bind remembers validated size bindings; a later call must not slip through on them
+    f, A, B = program
+    a, b = arrays(2, 4)
+    c, d = f(a, b)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+    with pytest.raises(ValueError, match="input 'B' has shape"):
+        f(a, np.ones((4, 4), np.float32))  # same sizes n, m; B's fixed dimension is wrong
+    with pytest.raises(TypeError, match="must be float32"):
+        f(a.astype(np.float64), b)
+    with pytest.raises(ValueError, match="must have 2 dimension"):
+        f(a[0], b)
+    strided = np.ones((3, 8), np.float32)[:, ::2]  # not C-contiguous: copied
+    np.testing.assert_allclose(f(a, strided)[0], a @ strided, rtol=1e-5)
+    frozen = b.copy()
+    frozen.flags.writeable = False  # read-only inputs are read, never written
+    np.testing.assert_allclose(f(a, frozen)[0], c, rtol=1e-5)
+    np.testing.assert_allclose(f(A=a, B=b)[0], c, rtol=1e-5)
+    c2, _ = f(*arrays(3, 4, seed=1))
+    assert c2.shape == (3, 4)
+    assert f(a, b)[0] is not f(a, b)[0]  # fresh outputs every call

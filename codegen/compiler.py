@@ -100,16 +100,47 @@ def find_compiler() -> Compiler:
         if path is None:
             raise _not_found("none of cc, gcc, clang is on PATH and $CC is not set")
     argv = [path] + argv[1:]
+    identity = _identity(argv)
+    comp = Compiler(tuple(argv), identity, _probe_openmp(tuple(argv), identity))
+    _compilers[key] = comp
+    return comp
+
+
+def _identity(argv) -> str:
+    """The compiler's path, arguments and ``--version`` text. Running it costs a few
+    milliseconds per process, so the answer is kept in the cache directory under the
+    compiler file's path, size, time and inode (a new compiler there is asked again)."""
+    path = argv[0]
+    real = os.path.realpath(path)
     try:
-        ver = subprocess.run(argv + ["--version"], capture_output=True, text=True, timeout=60)
+        st = os.stat(real)
+        stamp = f"{real} {st.st_size} {st.st_mtime_ns} {st.st_ino} {shlex.join(argv)}"
+    except OSError:
+        stamp = None
+    marker = None
+    if stamp is not None:
+        marker = os.path.join(cache_dir(), f"compiler-{_digest(stamp, CACHE_FORMAT)[:24]}.txt")
+        try:
+            with open(marker, encoding="utf-8") as f:
+                text = f.read()
+            if text.startswith(stamp + "\n") and text.endswith("\n"):
+                return text[len(stamp) + 1:-1]
+        except OSError:
+            pass
+    try:
+        ver = subprocess.run(list(argv) + ["--version"], capture_output=True, text=True,
+                             timeout=60)
     except OSError as exc:
         raise _not_found(f"{path} cannot be run ({exc})") from None
     if ver.returncode != 0:
         raise _not_found(f"`{shlex.join(argv)} --version` failed: {ver.stderr.strip()[:200]}")
-    identity = f"{os.path.realpath(path)} {shlex.join(argv[1:])}\n{ver.stdout.strip()}"
-    comp = Compiler(tuple(argv), identity, _probe_openmp(tuple(argv), identity))
-    _compilers[key] = comp
-    return comp
+    identity = f"{real} {shlex.join(argv[1:])}\n{ver.stdout.strip()}"
+    if marker is not None:
+        try:
+            _write_atomic(marker, f"{stamp}\n{identity}\n")
+        except OSError:
+            pass  # an unwritable cache only costs asking again
+    return identity
 
 
 def _machine() -> str:

@@ -46,9 +46,9 @@ def _run_program(tmp_path, env):
 
 @needs_cc
 def test_a_second_process_reuses_the_compiled_kernel(tmp_path):
-    # CC is a wrapper that logs every invocation: the second process may ask the
-    # compiler for its version (part of the cache key) but must not compile; it
-    # finds the whole build in the build cache, so it does not even look for the library.
+    # CC is a wrapper that logs every invocation: the second process must not run it
+    # at all: its version (part of the cache key) is remembered under the compiler
+    # file's identity, and the whole build is in the build cache.
     log = tmp_path / "cc.log"
     wrapper = tmp_path / "logging-cc"
     wrapper.write_text(f'#!/bin/sh\necho "$@" >> "{log}"\nexec "{SYSTEM_CC}" "$@"\n')
@@ -66,7 +66,13 @@ def test_a_second_process_reuses_the_compiled_kernel(tmp_path):
     assert first["builds"] == {"build_hits": 0, "lowered": 1}
     assert second["stats"] == {"compiled": 0, "cache_hits": 0}
     assert second["builds"] == {"build_hits": 1, "lowered": 0}
-    assert all(c.strip() == "--version" for c in calls_second), calls_second
+    assert calls_second == []
+    # another compiler at the same path is asked for its version again
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> "{log}"\nexec "{SYSTEM_CC}" "$@"\n\n')
+    third = _run_program(tmp_path, env)
+    calls_third = log.read_text().splitlines()[len(calls_first) + len(calls_second):]
+    assert third["out"] == first["out"]
+    assert calls_third and all(c.strip() == "--version" for c in calls_third), calls_third
 
 
 def test_no_compiler_raises_compiler_not_found(monkeypatch, tmp_path):

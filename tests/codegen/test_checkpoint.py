@@ -231,3 +231,35 @@ def test_an_adjoint_read_only_at_its_first_step_is_a_ring():
     args = rng.standard_normal(R), rng.standard_normal((R, T))
     assert_same(te.build(dx0, inputs=[x0, c])(*args),
                 te.build(dx0, inputs=[x0, c], backend="numpy")(*args))
+
+
+@pytest.mark.parametrize("T,k", [(50, 7), (9, 9), (64, 2)])
+def test_consumers_reading_farther_back_and_ahead(T, k):
+    # a loss over every step (the adjoint reads e[t] and e[t + 1]) and a second consumer
+    # reading de two steps ahead and e three steps back: wider rings and checkpoints
+    R = 3
+
+    def outputs(k):
+        d = te.placeholder((R, T), "float32", "d")
+        e = te.recurrence((T, R), lambda e, t, r: te.tanh(d[r, t] + te.select(
+            t == 0, 0.0, 0.9 * e[t - 1, r])), name="e", checkpoints=k)
+        r, t2 = te.reduce_axis(R), te.reduce_axis(T)
+        L = te.compute((), lambda: te.sum(e[t2, r] * e[t2, r] * 0.5, axis=[t2, r]), name="L")
+        res = te.differentiate(L, [d])
+        de = res.adjoints[e]
+        X = te.compute((R, T), lambda r, t: te.select(
+            t + 2 < T, de[te.minimum(t + 2, T - 1), r], 0.0) * te.select(
+            t >= 3, e[te.maximum(t - 3, 0), r], 0.0), name="X")
+        return d, [res[0], X]
+
+    d, outs = outputs(k)
+    s = plan(Signature(outs, [d])).segments
+    assert (s.back, s.ahead, s.look_d, s.recompute) == (3, 1, 2, True)
+    assert sorted(c.name for c, _ in s.consumers) == ["X", "dd"]
+    x = np.random.default_rng(T).standard_normal((R, T)).astype(np.float32)
+    got = te.build(outs, inputs=[d])(x)
+    d0, outs0 = outputs(None)
+    for a, b, c in zip(got, te.build(outs0, inputs=[d0])(x),
+                       te.build(outs, inputs=[d], backend="numpy")(x)):
+        assert np.array_equal(a, b)
+        assert_same(a, c)

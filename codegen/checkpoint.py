@@ -536,29 +536,31 @@ class _RingLowerer(Lowerer):
                            ring, Op("mod", (t, rows), I64), n),)))]
         return after
 
+    def _restore(self, s: Segments, j: Var, lo: Var) -> Stmt:
+        """Copy segment ``j``'s checkpoint (the ``W`` rows before ``lo``) into the ring."""
+        e = s.e
+        rows = self.size_expr(self.ring_of[e.uid].rows)
+        w, row = self.fresh("k", I64), self.fresh("k", I64)
+        return For(w, Lit(0, I64), Lit(s.back, I64), 1, Block((
+            Decl(row, Op("add", (Op("sub", (lo, Lit(s.back, I64)), I64), w), I64)),
+            If(Op("ge", (row, Lit(0, I64)), "bool"), Block((
+                self._copy_row(self.buf[e.uid].name, Op("mod", (row, rows), I64),
+                               self.buf[s.store.uid].name,
+                               Op("add", (Op("mul", (j, Lit(s.back, I64)), I64), w), I64),
+                               self._row_size(e)),))),)),
+            note="restore the checkpoint")
+
     def _segments(self, s: Segments) -> Stmt:
         e, de = s.e, s.de
         T = self.size_expr(e.dims[0])
         seg_v, nseg = self.fresh("k", I64), self.fresh("k", I64)
         j, lo, hi = self.fresh("k", I64), self.fresh("k", I64), self.fresh("k", I64)
-        rows = self.size_expr(self.ring_of[e.uid].rows)
-        n = self._row_size(e)
-        w = self.fresh("k", I64)
-        row = self.fresh("k", I64)
-        restore = None if not s.recompute else For(w, Lit(0, I64), Lit(s.back, I64), 1, Block((
-            Decl(row, Op("sub", (lo, Lit(s.back, I64)), I64)),
-            If(Op("ge", (Op("add", (row, w), I64), Lit(0, I64)), "bool"), Block((
-                self._copy_row(self.buf[e.uid].name,
-                               Op("mod", (Op("add", (row, w), I64), rows), I64),
-                               self.buf[s.store.uid].name if s.recompute else "",
-                               Op("add", (Op("mul", (j, Lit(s.back, I64)), I64), w), I64), n),
-            ))),)), note="restore the checkpoint")
         inner: List[Stmt] = [
             Decl(lo, Op("mul", (j, seg_v), I64)),
             Decl(hi, Op("min", (T, Op("add", (lo, seg_v), I64)), I64)),
         ]
         if s.recompute:
-            inner += [restore, Comment(f"recompute {e.name} over the segment")]
+            inner += [self._restore(s, j, lo), Comment(f"recompute {e.name} over the segment")]
             self._owner = e
             e_hi = Op("min", (T, Op("add", (hi, Lit(s.ahead, I64)), I64)), I64)
             inner += self.rows(e, 0, lo, e_hi)

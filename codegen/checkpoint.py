@@ -20,7 +20,7 @@ Checkpointed gradient (``te.recurrence(..., checkpoints=k)``)
     after ``de`` with an axis ``a`` of length ``T`` such that every read of ``e``
     and ``de`` is within a constant distance of ``a`` (the input gradient
     ``dd[r, t]``). Execution is segment-wise with segments of ``S = max(ceil(T/k),
-    W)`` steps:
+    W)`` steps (``k = 1``, one segment, would save nothing: full tape):
 
     1. the forward sweep computes ``e`` in a ring and copies, for each segment
        start ``s``, the ``W`` rows before ``s`` (the recurrence's window, or
@@ -306,6 +306,8 @@ def _segments(e: Compute, w: int, order, readers, outputs, params) -> Optional[S
     if isinstance(T, Const):
         k = min(k, T.value)  # more checkpoints than steps would only cost memory
     seg = _bin("max", _ceil_div(T, k), _c(back))
+    if isinstance(seg, Const) and seg.value >= T.value:
+        return None  # one segment (k = 1): the rings would be the whole tape
     last = max([1] + [(_last_rows(x, e, params) or 0) for x in readers.get(e.uid, [])
                       if x.uid != de.uid and x.uid not in taken])
     s = Segments(e, de, k, back, ahead, seg, consumers, early, max(wd, look_d), last, w)

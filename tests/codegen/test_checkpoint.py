@@ -63,7 +63,7 @@ def test_checkpointed_gradient_is_bit_identical_to_the_full_tape(make, T, k):
     d1, g1 = gradient(make, T, R, k)
     ck = te.build(g1, inputs=[d1])
     assert "checkpointed gradient" not in full.source
-    assert "checkpointed gradient" in ck.source
+    assert ("checkpointed gradient" in ck.source) == (k > 1)  # k = 1: nothing to save
     got = ck(x)
     assert np.array_equal(got, full(x))
     assert_same(got, te.build(g1, inputs=[d1], backend="numpy")(x))

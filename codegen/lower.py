@@ -289,7 +289,11 @@ class Lowerer:
 
             def point(inner: _Scope, stmts: List[Stmt]):
                 for r in range(len(rows)):
-                    v = _cast(self.expr(red.body, row_scope(inner, r), stmts), red.dtype)
+                    sc = row_scope(inner, r)
+                    v = _cast(self.expr(red.body, sc, stmts), red.dtype)
+                    if blend:
+                        c = self.expr(_conj(rest), sc, stmts)
+                        v = Op("select", (c, v, identity(red.op, red.dtype)), red.dtype)
                     at = _add(_fold("sub", inner.env[j.uid], base, I64), Lit(r * width, I64))
                     if red.op == "sum":
                         stmts.append(Store(acc, at, v, add=True))
@@ -300,7 +304,12 @@ class Lowerer:
             nest: List[Stmt] = []
             tree, rest = polyhedral.loop_nest(rx, conds, scope.axes, scope.guards)
             affine = [c for c in conds if not any(c is r for r in rest)]
-            self._tree(tree, rx, affine, rest, scope, {}, point, nest)
+            # A data-dependent condition around a value that is safe and cheap to
+            # compute anyway becomes a blend with the identity, not a branch (masked
+            # stores of the accumulator do not forward to the next pass's loads):
+            # sum + 0.0 and max(x, -inf) leave the accumulator unchanged.
+            blend = bool(rest) and _pure(red.body)
+            self._tree(tree, rx, affine, [] if blend else rest, scope, {}, point, nest)
             out.extend(_mark_inner_simd(nest))
             # the epilogue: one element per j of the tile (and row)
             for r in range(len(rows)):
@@ -697,6 +706,11 @@ def _nonneg(e: Expr) -> bool:
         case Binary("max", a, b, _):
             return _nonneg(a) or _nonneg(b)
     return False
+
+
+def _pure(e: Expr) -> bool:
+    """Can ``e`` be evaluated where it is not needed: no reads, reductions or branches?"""
+    return not any(isinstance(x, (Read, Reduce, Select)) for x in walk(e))
 
 
 def _on_path(e: Expr, red: Reduce) -> bool:

@@ -13,12 +13,9 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
-import platform
 import shlex
 import shutil
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -128,6 +125,7 @@ def _identity(argv) -> str:
         except OSError:
             pass
     try:
+        import subprocess  # imported when needed: a cached build never runs the compiler
         ver = subprocess.run(list(argv) + ["--version"], capture_output=True, text=True,
                              timeout=60)
     except OSError as exc:
@@ -144,7 +142,8 @@ def _identity(argv) -> str:
 
 
 def _machine() -> str:
-    return (f"{sys.platform} {platform.machine()} {ctypes.sizeof(ctypes.c_void_p) * 8}bit "
+    machine = os.uname().machine if hasattr(os, "uname") else __import__("platform").machine()
+    return (f"{sys.platform} {machine} {ctypes.sizeof(ctypes.c_void_p) * 8}bit "
             f"{_cpu()}")
 
 
@@ -167,6 +166,7 @@ def _cpu() -> str:
                     if not line.strip() and keep:
                         break  # the first processor describes them all
         except OSError:
+            import platform
             keep = [platform.processor(), platform.version()]
         _cpu_text = "".join(keep)
     return _cpu_text
@@ -199,6 +199,8 @@ def _probe_openmp(argv: Tuple[str, ...], identity: str) -> bool:
     except OSError:
         pass
     ok = False
+    import subprocess
+    import tempfile
     with tempfile.TemporaryDirectory(prefix="te-probe-") as tmp:
         src, so = os.path.join(tmp, "probe.c"), os.path.join(tmp, "probe.so")
         with open(src, "w") as f:
@@ -218,6 +220,7 @@ def _probe_openmp(argv: Tuple[str, ...], identity: str) -> bool:
 
 
 def _write_atomic(path: str, text: str) -> None:
+    import tempfile
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
     try:
@@ -253,6 +256,8 @@ def compile_shared(source: str, compiler: Optional[Compiler] = None) -> str:
         stats["cache_hits"] += 1
         return so
     src = os.path.join(d, f"te_{key[:40]}.c")
+    import subprocess
+    import tempfile
     try:
         _write_atomic(src, source)
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".so")

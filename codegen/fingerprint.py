@@ -130,8 +130,10 @@ def fingerprint(sig) -> str:
     >>> def prog(c):
     ...     A = te.placeholder((3,), name="A")
     ...     return Signature([te.compute((3,), lambda i: A[i] * c, name="B")], [A])
-    >>> fingerprint(prog(2.0)) == fingerprint(prog(2.0)), fingerprint(prog(2.0)) == fingerprint(prog(3.0))
-    (True, False)
+    >>> fingerprint(prog(2.0)) == fingerprint(prog(2.0))
+    True
+    >>> fingerprint(prog(2.0)) == fingerprint(prog(3.0))
+    False
     """
     tensors = buffer_tensors(sig)
     enc = _Encoder(tensors)

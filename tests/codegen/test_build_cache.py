@@ -293,3 +293,12 @@ def test_a_new_process_builds_from_the_cache_without_lowering(cache, tmp_path):
 
 
 # }}}
+
+
+@pytest.mark.parametrize("name", ["codegen.fingerprint", "codegen.runtime", "codegen.c_backend",
+                                  "codegen.compiler"])
+def test_docstring_examples(name):
+    import doctest
+    import importlib
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0

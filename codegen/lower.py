@@ -50,6 +50,8 @@ ROW_TILE = 256
 ROW_TILE_BLOCKED = 32
 #: rows of an outer axis computed together when they share the reads along the row
 ROW_BLOCK = 4
+#: square blocks of a transposing loop nest
+TRANSPOSE_BLOCK = 8
 #: a float sum keeps partial sums per value of its last axis if it has at most this many
 PARTIAL_SUMS = 4096
 #: a reduction is computed by rows only if its innermost output axis is at least this long
@@ -224,6 +226,9 @@ class Lowerer:
         simd = bool(order) and order[-1] != carry and _simd_safe(body)
         par = [k for k in order if k != carry]
         work = self.work(t, [axes[k] for k in par])
+        a = _transposed_axis(t) if carry is None else None
+        if a is not None:
+            return self.compute_blocks(t, a, vars_, body, work)
         for k in reversed(order):
             ax = axes[k]
             parallel = bool(par) and k == par[0] and work is not False
@@ -232,6 +237,35 @@ class Lowerer:
                               parallel=parallel, work=work if parallel else None,
                               note=ax.name + (" (sequential)" if k == carry else ""),
                               simd=simd and k == order[-1]),))
+        return list(body.stmts)
+
+    def compute_blocks(self, t: Compute, a: int, vars_, body: Block, work) -> List[Stmt]:
+        """``t``'s loops (no recurrence: any order is valid) with the innermost axis and
+        axis ``a`` in square blocks of ``TRANSPOSE_BLOCK``: a read along ``a`` (a
+        transpose) then reuses each cache line it brings in before it is evicted."""
+        axes = list(t.axes)
+        j = len(axes) - 1
+        B = TRANSPOSE_BLOCK
+        tiles = {k: self.fresh("i", I64) for k in (a, j)}
+        loops = []
+        for k in range(len(axes) - 1):
+            if k != a:
+                ax = axes[k]
+                loops.append(For(vars_[k], self.size_expr(ax.lo), self.size_expr(ax.hi), 1,
+                                 Block(()), note=ax.name))
+        for k in (a, j):
+            ax = axes[k]
+            loops.append(For(tiles[k], self.size_expr(ax.lo), self.size_expr(ax.hi), B,
+                             Block(()), note=ax.name + " (block)"))
+        for k in (a, j):
+            ax = axes[k]
+            hi = Op("min", (_add(tiles[k], Lit(B, I64)), self.size_expr(ax.hi)), I64)
+            loops.append(For(vars_[k], tiles[k], hi, 1, Block(()), note=ax.name))
+        for k in reversed(range(len(loops))):
+            extra = {}
+            if k == 0 and work is not False:
+                extra = dict(parallel=True, work=work)
+            body = Block((replace(loops[k], body=body, **extra),))
         return list(body.stmts)
 
     def compute_rows(self, t: Compute, red: Reduce) -> List[Stmt]:
@@ -660,6 +694,29 @@ def _row_reduce(t: Compute) -> Optional[Reduce]:
     if not along:
         return None
     return red
+
+
+def _transposed_axis(t: Compute) -> Optional[int]:
+    """An outer axis ``a`` of ``t`` that some read walks along in its last index while the
+    innermost axis ``j`` is in an earlier index of the same read (a transpose), or None.
+    Both must be long: blocks of TRANSPOSE_BLOCK."""
+    if len(t.axes) < 2 or any(isinstance(x, Reduce) for x in walk(t.body)):
+        return None
+    j = t.axes[-1]
+
+    def uses(e, ax) -> bool:
+        return any(isinstance(x, Axis) and x.uid == ax.uid for x in walk(e))
+
+    for r in (x for x in walk(t.body) if isinstance(x, Read)):
+        if len(r.indices) < 2 or not any(uses(i, j) for i in r.indices[:-1]):
+            continue
+        for k, ax in enumerate(t.axes[:-1]):
+            n, m = const_value(ax.hi), const_value(j.hi)
+            if (uses(r.indices[-1], ax) and not uses(r.indices[-1], j)
+                    and (n is None or n >= 2 * TRANSPOSE_BLOCK)
+                    and (m is None or m >= 2 * TRANSPOSE_BLOCK)):
+                return k
+    return None
 
 
 def _row_block_axis(t: Compute, red: Reduce) -> Optional[int]:

@@ -192,3 +192,15 @@ def test_partial_sums_of_a_dot_product():
     for size in (1, 5):
         h, b = rand((size, 40)), rand((6, 40), seed=1)
         np.testing.assert_allclose(fc(h, b), fn(h, b), rtol=1e-5, atol=1e-4)
+
+
+def test_transpose_in_blocks_at_odd_and_symbolic_sizes():
+    m = te.var("m")
+    X = te.placeholder((m, 37), name="X")
+    b = te.placeholder((37,), name="b")
+    Y = te.compute((37, m), lambda j, i: X[i, j] + b[j], name="Y")
+    fc, fn = te.build(Y), te.build(Y, backend="numpy")
+    assert "(block)" in fc.source
+    for size in (1, 9, 40):
+        x, bb = rand((size, 37)), rand(37, seed=1)
+        np.testing.assert_array_equal(fc(x, bb), fn(x, bb))

@@ -229,6 +229,25 @@ class Lowerer:
         a = _transposed_axis(t) if carry is None else None
         if a is not None:
             return self.compute_blocks(t, a, vars_, body, work)
+        c = _split_factor(t) if carry is None else None
+        if c is not None:
+            # j = c*q + r with r unrolled: reads at j // c are contiguous in q (no gathers)
+            k = len(axes) - 1
+            j, q = axes[k], self.fresh("i", I64)
+            stmts = []
+            for r in range(c):
+                jv = _add(_mul(q, Lit(c, I64)), Lit(r, I64))
+                sc = scope.child(env={j.uid: jv})
+                sc.memo.update(_split_memo(t.body, j, c, q, r))
+                value = self.expr(t.body, sc, stmts)
+                stmts.append(Store(self.buf[t.uid].name,
+                                   self.offset(t.uid, [vars_[x] for x in range(k)] + [jv]),
+                                   _cast(value, t.dtype)))
+            body = Block(tuple(stmts))
+            vars_[k] = q
+            axes[k] = Axis(j.name + f"//{c}", j.lo, Const(const_value(j.hi) // c, I64),
+                           fresh_uid())
+            simd = _simd_safe(body)
         for k in reversed(order):
             ax = axes[k]
             parallel = bool(par) and k == par[0] and work is not False
@@ -538,6 +557,8 @@ class Lowerer:
                     return Lit(_wrap_int(-int(x.value), dt), dt)
                 return Op(op, (x,), dt)
             case Binary(op, a, b, dt):
+                if op in ("floordiv", "mod") and scope.memo and e in scope.memo:
+                    return scope.memo[e]
                 x, y = self.expr(a, scope, out), self.expr(b, scope, out)
                 if op in ("and", "or"):
                     return Op(op, (x, y), dt)
@@ -694,6 +715,40 @@ def _row_reduce(t: Compute) -> Optional[Reduce]:
     if not along:
         return None
     return red
+
+
+def _split_factor(t: Compute) -> Optional[int]:
+    """``c`` when ``t``'s innermost axis ``j`` (static extent, a multiple of ``c``) is read
+    through ``j // c`` (and maybe ``j % c`` or ``j``), else None."""
+    if not t.axes or any(isinstance(x, Reduce) for x in walk(t.body)):
+        return None
+    j = t.axes[-1]
+    n, lo = const_value(j.hi), const_value(j.lo)
+    if n is None or lo != 0:
+        return None
+    found = set()
+    for x in walk(t.body):
+        if (isinstance(x, Binary) and x.op in ("floordiv", "mod") and isinstance(x.a, Axis)
+                and x.a.uid == j.uid and isinstance(x.b, Const)):
+            found.add(x.b.value)
+    if len(found) != 1:
+        return None
+    c = found.pop()
+    if c not in (2, 3, 4) or n % c or not any(
+            isinstance(x, Binary) and x.op == "floordiv" and isinstance(x.a, Axis)
+            and x.a.uid == j.uid for x in walk(t.body)):
+        return None
+    return c
+
+
+def _split_memo(body: Expr, j: Axis, c: int, q: Var, r: int) -> Dict[Expr, CExpr]:
+    """``j // c`` and ``j % c`` of ``body`` as ``q`` and ``r`` (for j = c*q + r, 0 <= r < c)."""
+    out: Dict[Expr, CExpr] = {}
+    for x in walk(body):
+        if (isinstance(x, Binary) and x.op in ("floordiv", "mod") and isinstance(x.a, Axis)
+                and x.a.uid == j.uid and isinstance(x.b, Const) and x.b.value == c):
+            out[x] = q if x.op == "floordiv" else Lit(r, x.dtype)
+    return out
 
 
 def _transposed_axis(t: Compute) -> Optional[int]:

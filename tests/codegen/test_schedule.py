@@ -204,3 +204,15 @@ def test_transpose_in_blocks_at_odd_and_symbolic_sizes():
     for size in (1, 9, 40):
         x, bb = rand((size, 37)), rand(37, seed=1)
         np.testing.assert_array_equal(fc(x, bb), fn(x, bb))
+
+
+@pytest.mark.parametrize("c", [2, 3])
+def test_innermost_axis_split_by_its_divisor(c):
+    # maxpool-gradient-like reads at j // c and j % c: j = c*q + r with r unrolled
+    X = te.placeholder((3, 4 * c), name="X")
+    P = te.placeholder((3, 4), name="P")
+    Y = te.compute((3, 4 * c), lambda i, j: te.select(X[i, j] > P[i, j // c],
+                                                      P[i, j // c] * (j % c + 1.0), 0.0),
+                   name="Y")
+    f, _ = agree([Y], [X, P], rand((3, 4 * c)), rand((3, 4), seed=1))
+    assert f"//{c}" in f.source and "te_floordiv" not in without_comments(f.source)

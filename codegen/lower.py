@@ -163,6 +163,8 @@ class Lowerer:
                 self.dims[t.self_ref.uid] = t.dims
         self.sizes = {name: Var(f"n{k}", I64) for k, name in enumerate(sig.size_names)}
         self._owner: Optional[Tensor] = None  # the tensor being lowered (for error sites)
+        #: cheap elementwise intermediates evaluated where they are read, never stored
+        self.inline = _inlinable(sig)
 
     def fresh(self, prefix: str, dtype: str) -> Var:
         k = self.counters.get(prefix, 0)
@@ -179,6 +181,9 @@ class Lowerer:
             if isinstance(t, Placeholder):
                 continue
             self._owner = t
+            if t.uid in self.inline:
+                body.append(Comment(f"{t} [computed where it is read]"))
+                continue
             if isinstance(t, ScatterAdd):
                 stmts = self.scatter(t)
             elif isinstance(t, Compute):
@@ -616,6 +621,8 @@ class Lowerer:
                 cx = v
                 checks.append((d, v, self.size_expr(size)))
             idx.append(cx)
+        if t.uid in self.inline:
+            return self.inlined(t, e, idx, checks, out)
         load = Load(self.buf[t.uid].name, self.offset(t.uid, idx), e.dtype)
         if not checks:
             return load
@@ -624,6 +631,25 @@ class Lowerer:
         out.append(_checked(READ_OUT_OF_RANGE, self._site(self._owner, e), checks,
                             [Assign(v, load)]))
         return v
+
+    def inlined(self, t: Compute, e: Read, idx: List[CExpr], checks, out: List[Stmt]) -> CExpr:
+        """``t[idx]`` computed from ``t``'s body (after the same index checks as a load):
+        its axes are bound to ``idx``, which lie in its box, so its own reads are
+        proven or checked exactly as where ``t`` is stored."""
+        scope = _Scope({ax.uid: x for ax, x in zip(t.axes, idx)}, tuple(t.axes), (), {})
+        owner, self._owner = self._owner, t
+        try:
+            if not checks:
+                return _cast(self.expr(t.body, scope, out), t.dtype)
+            v = self.fresh("t", e.dtype)
+            out.append(Decl(v, zero(e.dtype)))
+            inner: List[Stmt] = []
+            value = _cast(self.expr(t.body, scope, inner), t.dtype)
+            out.append(_checked(READ_OUT_OF_RANGE, self._site(owner, e), checks,
+                                inner + [Assign(v, value)]))
+            return v
+        finally:
+            self._owner = owner
 
     def reduce(self, e: Reduce, scope: _Scope, out: List[Stmt]) -> CExpr:
         acc = self.fresh("t", e.dtype)
@@ -818,6 +844,28 @@ def _nonneg(e: Expr) -> bool:
         case Binary("max", a, b, _):
             return _nonneg(a) or _nonneg(b)
     return False
+
+
+#: operations too costly to recompute at every read of an inlined tensor
+_COSTLY = ("div", "pow", "floordiv", "mod", "exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos")
+
+
+def _inlinable(sig) -> set:
+    """Uids of the intermediates to compute where they are read: elementwise (no
+    reduction, no recurrence), cheap (at most 2 reads, no division or transcendental
+    functions, small), not an output."""
+    outputs = {t.uid for t in sig.outputs}
+    out = set()
+    for t in sig.order:
+        if not isinstance(t, Compute) or t.uid in outputs or t.self_ref is not None:
+            continue
+        nodes = list(walk(t.body))
+        if (len(nodes) > 16 or sum(isinstance(x, Read) for x in nodes) > 2
+                or any(isinstance(x, (Reduce, Select)) for x in nodes)
+                or any(isinstance(x, (Binary, Unary)) and x.op in _COSTLY for x in nodes)):
+            continue
+        out.add(t.uid)
+    return out
 
 
 def _pure(e: Expr) -> bool:

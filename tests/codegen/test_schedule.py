@@ -216,3 +216,27 @@ def test_innermost_axis_split_by_its_divisor(c):
                    name="Y")
     f, _ = agree([Y], [X, P], rand((3, 4 * c)), rand((3, 4), seed=1))
     assert f"//{c}" in f.source and "te_floordiv" not in without_comments(f.source)
+
+
+def test_cheap_intermediates_are_computed_where_read():
+    X = te.placeholder((6, 10), name="X")
+    idx = te.placeholder((4,), dtype="int64", name="idx")
+    P = te.compute((6, 10), lambda i, j: X[i, j] * 2.0 + 1.0, name="P")  # inlined
+    r = te.reduce_axis((0, 3), name="r")
+    # read under a where, in a select branch, and at a data-dependent row
+    S = te.compute((6, 10), lambda i, j: te.sum(P[i - r, j], axis=r, where=i >= r), name="S")
+    T = te.compute((4, 10), lambda a, j: te.select(S[idx[a], j] > 0, P[idx[a], j], -1.0),
+                   name="T")
+    f, _ = agree([T, S], [X, idx], rand((6, 10)), np.array([0, 5, 2, 3]))
+    assert "[computed where it is read]" in f.source
+    with pytest.raises(IndexError, match="idx|T"):
+        f(rand((6, 10)), np.array([0, 6, 2, 3]))
+
+
+def test_outputs_and_costly_intermediates_are_stored():
+    X = te.placeholder((8,), name="X")
+    P = te.compute((8,), lambda i: X[i] + 1.0, name="P")
+    Q = te.compute((8,), lambda i: te.exp(X[i]), name="Q")
+    Y = te.compute((8,), lambda i: P[i] * Q[i], name="Y")
+    f, _ = agree([Y, P], [X], rand(8))
+    assert "[computed where it is read]" not in f.source

@@ -18,6 +18,27 @@ it is not:
 A recurrence runs its carried axis sequentially (outermost, in its direction)
 and the others in parallel within a step; a scatter-add zero-fills, then
 accumulates serially with a checked target index.
+
+Schedule (for speed; every step keeps the IR's semantics, and is skipped when
+its preconditions do not hold):
+
+* rows: a tensor whose body is ``epilogue(reduction)`` and whose reads walk
+  along its innermost axis ``j`` computes the reduction for a tile of ``j`` at
+  once, into an accumulator array, with isl loops over ``(reduction axes, j)``
+  (``j`` innermost: contiguous, vectorizable). Each element still sums its
+  points in the same order. An outer axis that those reads do not use (``i`` of
+  a matmul, ``f`` of a convolution) is blocked ``ROW_BLOCK`` rows at a time;
+* ``sum(select(c, x, 0))`` becomes ``sum(x, where=c)`` (adding +0.0 to a sum
+  that starts at +0.0 changes nothing), so ``c`` becomes a loop bound;
+* float sums over several axes keep partial sums per value of their last axis
+  and other sums run their innermost loop in vector lanes (``omp simd``
+  reductions): the reassociation ir.py allows for reductions;
+* independent innermost loops are ``omp simd`` (so math calls use libmvec's
+  vector variants, see ``cemit``); transposing nests run in square blocks; an
+  innermost axis read through ``j // c`` loops over ``j // c`` with the ``c``
+  remainders unrolled; floor division of indices isl proves non-negative is C's;
+* cheap elementwise intermediates are computed where they are read (inlined)
+  instead of stored; reductions, recurrences and outputs are always stored.
 """
 from __future__ import annotations
 

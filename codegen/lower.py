@@ -73,6 +73,8 @@ ROW_TILE_BLOCKED = 32
 ROW_BLOCK = 4
 #: square blocks of a transposing loop nest
 TRANSPOSE_BLOCK = 8
+#: interleaved partial results of a max/min over one axis
+LANES = 16
 #: a float sum keeps partial sums per value of its last axis if it has at most this many
 PARTIAL_SUMS = 4096
 #: a reduction is computed by rows only if its innermost output axis is at least this long
@@ -686,6 +688,10 @@ class Lowerer:
         hi = const_value(last.hi) if last is not None else None
         split = (e.op == "sum" and is_float(e.dtype) and len(e.axes) >= 2 and lo is not None
                  and hi is not None and 0 < hi - lo <= PARTIAL_SUMS)
+        if (e.op in ("max", "min") and is_float(e.dtype) and len(e.axes) == 1
+                and e.where is None and lo is not None and hi is not None
+                and hi - lo >= 4 * LANES and (hi - lo) % LANES == 0):
+            return self.lane_reduce(e, acc, lo, hi, scope, out)
         part = self.fresh("part", e.dtype).name if split else ""
         lanes: set = set()  # loop variables that index the partial sums
 
@@ -714,6 +720,29 @@ class Lowerer:
             out.extend(_mark_inner_simd(nest, (("sum", acc),)))
         else:
             out.extend(nest)
+        return acc
+
+    def lane_reduce(self, e: Reduce, acc: Var, lo: int, hi: int, scope: _Scope,
+                    out: List[Stmt]) -> Var:
+        """A max or min over one static axis as ``LANES`` interleaved partial results,
+        combined at the end (any order gives the same maximum; ir.py leaves the order
+        of reductions free)."""
+        part = self.fresh("part", e.dtype).name
+        z, k0, lane, k = (self.fresh("k", I64) for _ in range(4))
+        init = identity(e.op, e.dtype)
+        out.append(Local(part, e.dtype, LANES))
+        out.append(For(z, Lit(0, I64), Lit(LANES, I64), 1, Block((Store(part, z, init),)),
+                       simd=True))
+        inner = scope.child(axes=e.axes, env={e.axes[0].uid: _add(k0, lane)})
+        stmts: List[Stmt] = []
+        v = _cast(self.expr(e.body, inner, stmts), e.dtype)
+        stmts.append(Store(part, lane, Op(e.op, (Load(part, lane, e.dtype), v), e.dtype)))
+        body = Block(tuple(stmts))
+        out.append(For(k0, Lit(lo, I64), Lit(hi, I64), LANES,
+                       Block((For(lane, Lit(0, I64), Lit(LANES, I64), 1, body,
+                                  simd=_simd_safe(body)),)), note=e.axes[0].name))
+        out.append(For(k, Lit(0, I64), Lit(LANES, I64), 1,
+                       Block((Accumulate(acc, e.op, Load(part, k, e.dtype)),))))
         return acc
 
     def _site(self, owner: Tensor, read: Optional[Read]) -> int:

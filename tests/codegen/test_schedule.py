@@ -240,3 +240,17 @@ def test_outputs_and_costly_intermediates_are_stored():
     Y = te.compute((8,), lambda i: P[i] * Q[i], name="Y")
     f, _ = agree([Y, P], [X], rand(8))
     assert "[computed where it is read]" not in f.source
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_max_and_min_in_lanes_keep_nan_and_infinities(op):
+    n = te.var("n")
+    X = te.placeholder((n, 96), name="X")
+    k = te.reduce_axis((0, 96), name="k")
+    Y = te.compute((n,), lambda i: getattr(te, op)(X[i, k] * 2.0, axis=k), name="Y")
+    x = rand((4, 96))
+    x[1, 50] = np.nan
+    x[2, 95] = np.inf
+    x[3, 0] = -np.inf
+    f, (y,) = agree([Y], [X], x)
+    assert "part0[16]" in f.source and np.isnan(y[1])

@@ -72,6 +72,14 @@ class Space:
         self.params = sorted(set(params) | set(extra))
         self.vars = isl.make_zero_and_vars([dim_name(a) for a in self.axes], self.params)
         self.by_uid = {a.uid: a for a in self.axes}
+        self._consts: Dict[int, isl.PwAff] = {}
+
+    def constant(self, v: int) -> isl.PwAff:
+        """The constant ``v`` in this space (cached: islpy's scalar conversion is slow)."""
+        pa = self._consts.get(v)
+        if pa is None:
+            pa = self._consts[v] = self.vars[0].add_constant_val(_val(v))
+        return pa
 
     # {{{ expressions -> isl
 
@@ -79,7 +87,7 @@ class Space:
         """``e`` as a piecewise quasi-affine function of the axes; NotAffine otherwise."""
         match e:
             case Const(v, dt) if is_int(dt) or dt == "bool":
-                return self.vars[0] + int(v)
+                return self.constant(int(v))
             case SizeVar(name):
                 if name not in self.vars:
                     raise NotAffine(f"size {name} is not a parameter of this space")
@@ -409,7 +417,7 @@ def _lin(aff: isl.Aff, names, params) -> Tuple[Dict, int, int]:
             arg = aff.get_div(k)
             nterms, nconst, q = _lin(arg, names, params)
             floor_e = _render(nterms, nconst) // q if q != 1 else _render(nterms, nconst)
-            add(("div", floor_e, frozenset(nterms.items()), nconst, q), c)
+            add(("div", floor_e, tuple(nterms.items()), nconst, q), c)
     const = (aff.get_constant_val() * den).to_python()
     return terms, const, den
 

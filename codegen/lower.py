@@ -356,13 +356,28 @@ class Lowerer:
             base = Lit(0, I64)
         exact = n is not None and n % width == 0  # every tile is full: constant trip counts
         rx = list(red.axes) + [j]
+        # Bounds of j that move with a reduction axis p (a gradient's gather, a padded
+        # convolution) start each pass at another offset of the accumulator, whose loads
+        # would straddle the previous pass's stores (no store forwarding). A short p gets
+        # one accumulator per value (each pass then meets its own previous offsets),
+        # combined at the end: a reassociation of the reduction, as ir.py allows.
+        phase, phases = None, 1
+        for c in polyhedral.conjuncts(red.where):
+            if phase is None and _uses(c, {j.uid}):
+                for ax in red.axes:
+                    lo_, hi_ = const_value(ax.lo), const_value(ax.hi)
+                    if (_uses(c, {ax.uid}) and lo_ is not None and hi_ is not None
+                            and 2 <= hi_ - lo_ <= 4):
+                        phase, phases = ax, hi_ - lo_
+                        break
 
         def tile_block(rows: List[Optional[Var]]) -> List[Stmt]:
             acc = self.fresh("acc", red.dtype).name
             scope = _Scope(dict(env), scope_axes, (), {})
-            out: List[Stmt] = [Local(acc, red.dtype, width * len(rows))]
+            size = width * len(rows)
+            out: List[Stmt] = [Local(acc, red.dtype, size * phases)]
             z = self.fresh("k", I64)
-            out.append(For(z, Lit(0, I64), Lit(width * len(rows), I64), 1,
+            out.append(For(z, Lit(0, I64), Lit(size * phases, I64), 1,
                            Block((Store(acc, z, identity(red.op, red.dtype)),)), simd=True))
 
             def row_scope(sc: _Scope, r: int) -> _Scope:
@@ -376,6 +391,10 @@ class Lowerer:
                         c = self.expr(_conj(rest), sc, stmts)
                         v = Op("select", (c, v, identity(red.op, red.dtype)), red.dtype)
                     at = _add(_fold("sub", inner.env[j.uid], base, I64), Lit(r * width, I64))
+                    if phase is not None:
+                        p = _fold("sub", inner.env[phase.uid], Lit(const_value(phase.lo), I64),
+                                  I64)
+                        at = _add(at, _mul(p, Lit(size, I64)))
                     if red.op == "sum":
                         stmts.append(Store(acc, at, v, add=True))
                     else:
@@ -397,7 +416,11 @@ class Lowerer:
                 jj = self.fresh("i", I64)
                 jv = _add(base, jj)
                 escope = row_scope(scope, r).child(axes=(j,), env={j.uid: jv})
-                escope.memo[orig] = Load(acc, _add(jj, Lit(r * width, I64)), red.dtype)
+                total: CExpr = Load(acc, _add(jj, Lit(r * width, I64)), red.dtype)
+                for ph in range(1, phases):
+                    part = Load(acc, _add(jj, Lit(r * width + ph * size, I64)), red.dtype)
+                    total = Op("add" if red.op == "sum" else red.op, (total, part), red.dtype)
+                escope.memo[orig] = total
                 est: List[Stmt] = []
                 value = self.expr(t.body, escope, est)
                 idx = [v if k != ri or rows[r] is None else rows[r] for k, v in enumerate(vars_)]
@@ -916,6 +939,11 @@ def _inlinable(sig) -> set:
             continue
         out.add(t.uid)
     return out
+
+
+def _uses(e: Expr, uids: set) -> bool:
+    """Does ``e`` mention an axis whose uid is in ``uids``?"""
+    return any(isinstance(x, Axis) and x.uid in uids for x in walk(e))
 
 
 def _pure(e: Expr) -> bool:

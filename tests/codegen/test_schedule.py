@@ -254,3 +254,19 @@ def test_max_and_min_in_lanes_keep_nan_and_infinities(op):
     x[3, 0] = -np.inf
     f, (y,) = agree([Y], [X], x)
     assert "part0[16]" in f.source and np.isnan(y[1])
+
+
+def test_one_accumulator_per_phase_of_a_moving_row_bound():
+    # a gradient-like gather: j's bounds move with the short reduction axis r
+    n = te.var("n")
+    H = te.placeholder((5, n), name="H")
+    W = te.placeholder((5, 3), name="W")
+    f = te.reduce_axis((0, 5), name="f")
+    r = te.reduce_axis((0, 3), name="r")
+    D = te.compute((n + 2,), lambda x: te.sum(H[f, x - r] * W[f, r], axis=[f, r],
+                                              where=(x >= r) & (x - r < n)), name="D")
+    fc, fn = te.build(D), te.build(D, backend="numpy")
+    assert f"acc0[{3 * ROW_TILE}]" in fc.source  # three phases of r
+    for size in (1, 7, 40):
+        h, w = rand((5, size)), rand((5, 3), seed=1)
+        np.testing.assert_allclose(fc(h, w), fn(h, w), rtol=1e-5, atol=1e-5)

@@ -68,15 +68,17 @@ PARALLEL_WORK = 1 << 15
 #: columns of a row accumulator (elements of the innermost output axis computed together)
 ROW_TILE = 256
 #: the tile when ROW_BLOCK rows are computed together (their accumulators fit registers)
-ROW_TILE_BLOCKED = 32
+ROW_TILE_BLOCKED = 16
 #: rows of an outer axis computed together when they share the reads along the row
-ROW_BLOCK = 4
+ROW_BLOCK = 8
 #: square blocks of a transposing loop nest
 TRANSPOSE_BLOCK = 8
 #: interleaved partial results of a max/min over one axis
 LANES = 16
 #: a float sum keeps partial sums per value of its last axis if it has at most this many
 PARTIAL_SUMS = 4096
+#: elements of the innermost axis reduced together by a dot-product-like sum
+JAM = 4
 #: a reduction is computed by rows only if its innermost output axis is at least this long
 ROW_MIN = 8
 
@@ -239,6 +241,9 @@ class Lowerer:
             red = _row_reduce(t)
             if red is not None:
                 return self.compute_rows(t, red)
+            red = _jam_reduce(t)
+            if red is not None:
+                return self.compute_jam(t, red)
         axes = list(t.axes)
         carry = t.carry.axis if t.carry is not None else None
         order = ([carry] if carry is not None else []) + [k for k in range(len(axes)) if k != carry]
@@ -313,6 +318,57 @@ class Lowerer:
             if k == 0 and work is not False:
                 extra = dict(parallel=True, work=work)
             body = Block((replace(loops[k], body=body, **extra),))
+        return list(body.stmts)
+
+    def compute_jam(self, t: Compute, red: Reduce) -> List[Stmt]:
+        """``t`` (body ``epilogue(red)``, a float sum) with ``JAM`` consecutive elements
+        along its innermost axis ``j`` reduced in one loop nest, one accumulator each:
+        reads that do not use ``j`` (``H[i, k]`` of ``H B^T``) are loaded once for all.
+        Each accumulator sums its own points (lanes reassociate, as for any sum)."""
+        axes = list(t.axes)
+        j, outer = axes[-1], axes[:-1]
+        vars_ = [self.fresh("i", I64) for _ in outer]
+        env = {ax.uid: v for ax, v in zip(outer, vars_)}
+        work = self.work(t, axes)
+
+        def block(cols: List[CExpr]) -> List[Stmt]:
+            scope = _Scope(dict(env), tuple(outer) + (j,), (), {})
+            accs = [self.fresh("t", red.dtype) for _ in cols]
+            out: List[Stmt] = [Decl(a, identity(red.op, red.dtype)) for a in accs]
+
+            def point(inner: _Scope, stmts: List[Stmt]):
+                for a, c in zip(accs, cols):
+                    v = _cast(self.expr(red.body, inner.child(env={j.uid: c}), stmts),
+                              red.dtype)
+                    stmts.append(Accumulate(a, "sum", v))
+
+            nest: List[Stmt] = []
+            self.loops(red.axes, red.where, scope, point, nest)
+            out.extend(_mark_inner_simd(nest, tuple(("sum", a) for a in accs)))
+            for a, c in zip(accs, cols):
+                es = scope.child(env={j.uid: c})
+                es.memo[red] = a
+                value = self.expr(t.body, es, out)
+                out.append(Store(self.buf[t.uid].name, self.offset(t.uid, list(vars_) + [c]),
+                                 _cast(value, t.dtype)))
+            return out
+
+        lo, hi = self.size_expr(j.lo), self.size_expr(j.hi)
+        jv, jr = self.fresh("i", I64), self.fresh("i", I64)
+        mid = _add(lo, _mul(_fold("floordiv", _fold("sub", hi, lo, I64), Lit(JAM, I64), I64),
+                            Lit(JAM, I64)))
+        cols = [self.fresh("i", I64) for _ in range(JAM)]
+        main = For(jv, lo, mid, JAM, Block(tuple(Decl(c, _add(jv, Lit(r, I64)))
+                                                 for r, c in enumerate(cols))
+                                           + tuple(block(cols))), note=j.name)
+        rem = For(jr, mid, hi, 1, Block(tuple(block([jr]))), note=j.name + " (remainder)")
+        body = Block((main, rem))
+        for k in reversed(range(len(outer))):
+            ax = outer[k]
+            parallel = k == 0 and work is not False
+            body = Block((For(vars_[k], self.size_expr(ax.lo), self.size_expr(ax.hi), 1, body,
+                              parallel=parallel, work=work if parallel else None,
+                              note=ax.name),))
         return list(body.stmts)
 
     def compute_rows(self, t: Compute, red: Reduce) -> List[Stmt]:
@@ -871,6 +927,38 @@ def _transposed_axis(t: Compute) -> Optional[int]:
                     and (m is None or m >= 2 * TRANSPOSE_BLOCK)):
                 return k
     return None
+
+
+def _jam_reduce(t: Compute) -> Optional[Reduce]:
+    """The float sum of ``t``'s body to reduce ``JAM`` elements of the innermost axis
+    ``j`` at a time (see ``Lowerer.compute_jam``), or None: the body's only reduction,
+    on its arithmetic path, over a domain and bounds free of output axes; some read
+    without ``j`` (shared) and some with it; ``j`` long (or symbolic); an outer axis to
+    parallelize over."""
+    if len(t.axes) < 2:
+        return None
+    reds = [x for x in walk(t.body) if isinstance(x, Reduce)]
+    if len(reds) != 1 or not _on_path(t.body, reds[0]):
+        return None
+    red = reds[0]
+    if red.op != "sum" or not is_float(red.dtype):
+        return None
+    n = const_value(t.axes[-1].hi)
+    if n is not None and n < 2 * JAM:
+        return None
+    out_uids = {ax.uid for ax in t.axes}
+    for ax in red.axes:
+        if _uses(ax.lo, out_uids | {a.uid for a in red.axes}) or _uses(ax.hi, out_uids):
+            return None
+    if red.where is not None and _uses(red.where, out_uids):
+        return None
+    if any(isinstance(x, (Select, Reduce)) for x in walk(red.body)):
+        return None
+    reads = [x for x in walk(red.body) if isinstance(x, Read)]
+    j = {t.axes[-1].uid}
+    if not any(_uses(r, j) for r in reads) or all(_uses(r, j) for r in reads):
+        return None
+    return red
 
 
 def _row_block_axis(t: Compute, red: Reduce) -> Optional[int]:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tensorexpr as te
-from codegen.lower import ROW_TILE
+from codegen.lower import JAM, ROW_BLOCK, ROW_TILE
 
 from .util import agree, rand, without_comments
 
@@ -144,7 +144,7 @@ def test_recurrence_carried_loop_is_not_simd():
     assert "omp simd" not in f.source
 
 
-@pytest.mark.parametrize("m", [8, 9, 11])
+@pytest.mark.parametrize("m", [2 * ROW_BLOCK, 2 * ROW_BLOCK + 1, 2 * ROW_BLOCK + 3])
 def test_row_blocks_with_remainder_rows(m):
     # ROW_BLOCK rows share each read of B; the last m % ROW_BLOCK rows run one by one
     A = te.placeholder((m, 7), name="A")
@@ -270,3 +270,18 @@ def test_one_accumulator_per_phase_of_a_moving_row_bound():
     for size in (1, 7, 40):
         h, w = rand((5, size)), rand((5, 3), seed=1)
         np.testing.assert_allclose(fc(h, w), fn(h, w), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [2 * JAM, 2 * JAM + 3])
+def test_dot_products_reduced_together(n):
+    # dA = H B^T: JAM columns share each load of H's row; remainder columns one by one
+    m = te.var("m")
+    H = te.placeholder((m, 33), name="H")
+    B = te.placeholder((n, 33), name="B")
+    k = te.reduce_axis((0, 33), name="k")
+    D = te.compute((m, n), lambda i, j: te.sum(H[i, k] * B[j, k], axis=k) + 1.0, name="D")
+    fc, fn = te.build(D), te.build(D, backend="numpy")
+    assert "(remainder)" in fc.source and "reduction(+:t3)" in fc.source
+    for size in (1, 6):
+        h, b = rand((size, 33)), rand((n, 33), seed=1)
+        np.testing.assert_allclose(fc(h, b), fn(h, b), rtol=1e-5, atol=1e-5)

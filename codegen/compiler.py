@@ -25,6 +25,7 @@ from tensorexpr.errors import CompilerError, CompilerNotFoundError, TensorExprEr
 #: integer overflow wraps as in numpy. ``-march=native`` lets loops use this CPU's
 #: vector units, so the cache key names the CPU (``_machine``).
 FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fno-math-errno",
+         "-fno-trapping-math",
          "-fwrapv", "-ffp-contract=off")
 OPENMP_FLAG = "-fopenmp"
 LIBS = ("-lm",)

@@ -703,6 +703,21 @@ class Lowerer:
         xa = _cast(self.expr(e.a, sa, la), e.dtype)
         xb = _cast(self.expr(e.b, sb, lb), e.dtype)
         if not la and not lb:
+            if _loads(xa) or _loads(xb):
+                # Loads under a condition keep loops scalar (gcc will not speculate
+                # them). Where both branches are valid without the condition (reads
+                # proven in range anyway, no checks), compute both and blend: the
+                # untaken value is discarded (no traps: -fno-trapping-math).
+                ta: List[Stmt] = []
+                tb: List[Stmt] = []
+                sites = len(self.sites)
+                ya = _cast(self.expr(e.a, scope.child(), ta), e.dtype)
+                yb = _cast(self.expr(e.b, scope.child(), tb), e.dtype)
+                if not ta and not tb:
+                    va, vb = self.fresh("t", e.dtype), self.fresh("t", e.dtype)
+                    out.extend([Decl(va, ya), Decl(vb, yb)])
+                    return Op("select", (c, va, vb), e.dtype)
+                del self.sites[sites:]
             return Op("select", (c, xa, xb), e.dtype)
         v = self.fresh("t", e.dtype)
         out.append(Decl(v, None))
@@ -1008,7 +1023,7 @@ def _nonneg(e: Expr) -> bool:
 
 
 #: operations too costly to recompute at every read of an inlined tensor
-_COSTLY = ("div", "pow", "floordiv", "mod", "exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos")
+_COSTLY = ("pow", "floordiv", "mod", "exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos")
 
 
 def _inlinable(sig) -> set:
@@ -1027,6 +1042,16 @@ def _inlinable(sig) -> set:
             continue
         out.add(t.uid)
     return out
+
+
+def _loads(x: CExpr) -> bool:
+    """Does the C expression ``x`` load from memory?"""
+    match x:
+        case Load():
+            return True
+        case Op(_, args, _):
+            return any(_loads(a) for a in args)
+    return False
 
 
 def _uses(e: Expr, uids: set) -> bool:

@@ -285,3 +285,22 @@ def test_dot_products_reduced_together(n):
     for size in (1, 6):
         h, b = rand((size, 33)), rand((n, 33), seed=1)
         np.testing.assert_allclose(fc(h, b), fn(h, b), rtol=1e-5, atol=1e-5)
+
+
+def test_select_branches_are_blended_only_where_valid_without_the_condition():
+    X = te.placeholder((4, 40), name="X")
+    m = te.placeholder((4,), name="m")
+    d = te.placeholder((4,), name="d")
+    # both branches read in range anyway: blended (computed both, then selected)
+    Y = te.compute((4, 40), lambda i, j: te.select(X[i, j] == m[i], 1.0 / d[i], X[i, j]),
+                   name="Y")
+    x = rand((4, 40))
+    x[1, 3] = 2.0
+    mm = np.array([0.5, 2.0, 9.0, -1.0], dtype=np.float32)
+    f, _ = agree([Y], [X, m, d], x, mm, np.array([1.0, 0.0, 2.0, 4.0], dtype=np.float32))
+    assert "? t" in without_comments(f.source)
+    # a branch that is only in range under its condition stays guarded
+    Z = te.compute((5,), lambda i: te.select(i < 4, m[te.minimum(i, 3)] + X[i % 4, 39], 0.0),
+                   name="Z")
+    W = te.compute((5,), lambda i: te.select(i < 4, m[i - 0] * 2.0, -1.0), name="W")
+    agree([Z, W], [X, m], x, mm)

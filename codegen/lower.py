@@ -322,54 +322,73 @@ class Lowerer:
 
     def compute_jam(self, t: Compute, red: Reduce) -> List[Stmt]:
         """``t`` (body ``epilogue(red)``, a float sum) with ``JAM`` consecutive elements
-        along its innermost axis ``j`` reduced in one loop nest, one accumulator each:
-        reads that do not use ``j`` (``H[i, k]`` of ``H B^T``) are loaded once for all.
+        along its innermost axis ``j`` (and ``JAM`` along an outer axis whose rows share
+        reads, when there is one) reduced in one loop nest, one accumulator each: a read
+        that does not use ``j`` (``H[i, k]`` of ``H B^T``) is loaded once for the
+        columns, one that does not use the row axis (``B[j, k]``) once for the rows.
         Each accumulator sums its own points (lanes reassociate, as for any sum)."""
         axes = list(t.axes)
         j, outer = axes[-1], axes[:-1]
         vars_ = [self.fresh("i", I64) for _ in outer]
         env = {ax.uid: v for ax, v in zip(outer, vars_)}
         work = self.work(t, axes)
+        ri = _row_block_axis(t, red, JAM)
 
-        def block(cols: List[CExpr]) -> List[Stmt]:
+        def block(rows: List[Optional[Var]], cols: List[CExpr]) -> List[Stmt]:
             scope = _Scope(dict(env), tuple(outer) + (j,), (), {})
-            accs = [self.fresh("t", red.dtype) for _ in cols]
+            pairs = [(r, c) for r in rows for c in cols]
+            accs = [self.fresh("t", red.dtype) for _ in pairs]
             out: List[Stmt] = [Decl(a, identity(red.op, red.dtype)) for a in accs]
 
+            def at(sc: _Scope, r, c) -> _Scope:
+                bind = {j.uid: c}
+                if r is not None:
+                    bind[outer[ri].uid] = r
+                return sc.child(env=bind)
+
             def point(inner: _Scope, stmts: List[Stmt]):
-                for a, c in zip(accs, cols):
-                    v = _cast(self.expr(red.body, inner.child(env={j.uid: c}), stmts),
-                              red.dtype)
+                for a, (r, c) in zip(accs, pairs):
+                    v = _cast(self.expr(red.body, at(inner, r, c), stmts), red.dtype)
                     stmts.append(Accumulate(a, "sum", v))
 
             nest: List[Stmt] = []
             self.loops(red.axes, red.where, scope, point, nest)
             out.extend(_mark_inner_simd(nest, tuple(("sum", a) for a in accs)))
-            for a, c in zip(accs, cols):
-                es = scope.child(env={j.uid: c})
+            for a, (r, c) in zip(accs, pairs):
+                es = at(scope, r, c)
                 es.memo[red] = a
                 value = self.expr(t.body, es, out)
-                out.append(Store(self.buf[t.uid].name, self.offset(t.uid, list(vars_) + [c]),
+                idx = [v if k != ri or r is None else r for k, v in enumerate(vars_)]
+                out.append(Store(self.buf[t.uid].name, self.offset(t.uid, idx + [c]),
                                  _cast(value, t.dtype)))
             return out
 
-        lo, hi = self.size_expr(j.lo), self.size_expr(j.hi)
-        jv, jr = self.fresh("i", I64), self.fresh("i", I64)
-        mid = _add(lo, _mul(_fold("floordiv", _fold("sub", hi, lo, I64), Lit(JAM, I64), I64),
-                            Lit(JAM, I64)))
-        cols = [self.fresh("i", I64) for _ in range(JAM)]
-        main = For(jv, lo, mid, JAM, Block(tuple(Decl(c, _add(jv, Lit(r, I64)))
-                                                 for r, c in enumerate(cols))
-                                           + tuple(block(cols))), note=j.name)
-        rem = For(jr, mid, hi, 1, Block(tuple(block([jr]))), note=j.name + " (remainder)")
-        body = Block((main, rem))
-        for k in reversed(range(len(outer))):
+        def split(v: Var, lo: CExpr, hi: CExpr, inner, note: str, **kw) -> List[Stmt]:
+            """``v`` over [lo, hi) JAM at a time (``inner(vars)``), then one at a time."""
+            mid = _add(lo, _mul(_fold("floordiv", _fold("sub", hi, lo, I64), Lit(JAM, I64),
+                                      I64), Lit(JAM, I64)))
+            each = [self.fresh("i", I64) for _ in range(JAM)]
+            decls = tuple(Decl(c, _add(v, Lit(r, I64))) for r, c in enumerate(each))
+            rv = self.fresh("i", I64)
+            return [For(v, lo, mid, JAM, Block(decls + tuple(inner(each))), note=note, **kw),
+                    For(rv, mid, hi, 1, Block(tuple(inner([rv]))), note=note + " (remainder)")]
+
+        def columns(rows) -> List[Stmt]:
+            return split(self.fresh("i", I64), self.size_expr(j.lo), self.size_expr(j.hi),
+                         lambda cols: block(rows, cols), j.name)
+
+        def nest_from(k: int, rows) -> List[Stmt]:
+            if k == len(outer):
+                return columns(rows)
             ax = outer[k]
-            parallel = k == 0 and work is not False
-            body = Block((For(vars_[k], self.size_expr(ax.lo), self.size_expr(ax.hi), 1, body,
-                              parallel=parallel, work=work if parallel else None,
-                              note=ax.name),))
-        return list(body.stmts)
+            kw = dict(parallel=True, work=work) if k == 0 and work is not False else {}
+            lo, hi = self.size_expr(ax.lo), self.size_expr(ax.hi)
+            if k == ri:
+                return split(vars_[k], lo, hi, lambda rs: nest_from(k + 1, rs), ax.name, **kw)
+            return [For(vars_[k], lo, hi, 1, Block(tuple(nest_from(k + 1, rows))),
+                        note=ax.name, **kw)]
+
+        return nest_from(0, [None])
 
     def compute_rows(self, t: Compute, red: Reduce) -> List[Stmt]:
         """``t`` whose body is ``epilogue(red)`` with the reduction computed for a tile of
@@ -976,9 +995,9 @@ def _jam_reduce(t: Compute) -> Optional[Reduce]:
     return red
 
 
-def _row_block_axis(t: Compute, red: Reduce) -> Optional[int]:
-    """The outer axis of ``t`` (position) whose rows are computed ``ROW_BLOCK`` at a time,
-    or None: one absent from the domain and from every read along the row axis ``j``,
+def _row_block_axis(t: Compute, red: Reduce, block: int = 0) -> Optional[int]:
+    """The outer axis of ``t`` (position) whose rows are computed ``block`` (default
+    ``ROW_BLOCK``) at a time, or None: one absent from the domain and from every read along the row axis ``j``,
     present in some other read (else blocking shares nothing), long enough."""
     j = t.axes[-1].uid
 
@@ -989,7 +1008,7 @@ def _row_block_axis(t: Compute, red: Reduce) -> Optional[int]:
     for k in reversed(range(len(t.axes) - 1)):
         ax = t.axes[k]
         n = const_value(ax.hi)
-        if n is not None and n < 2 * ROW_BLOCK:
+        if n is not None and n < 2 * (block or ROW_BLOCK):
             continue
         if red.where is not None and uses(red.where, ax.uid):
             continue

@@ -282,7 +282,7 @@ def test_dot_products_reduced_together(n):
     D = te.compute((m, n), lambda i, j: te.sum(H[i, k] * B[j, k], axis=k) + 1.0, name="D")
     fc, fn = te.build(D), te.build(D, backend="numpy")
     assert "(remainder)" in fc.source and "reduction(+:t3)" in fc.source
-    for size in (1, 6):
+    for size in (1, 6, 2 * JAM + 1):  # rows JAM at a time, then the remainder rows
         h, b = rand((size, 33)), rand((n, 33), seed=1)
         np.testing.assert_allclose(fc(h, b), fn(h, b), rtol=1e-5, atol=1e-5)
 

@@ -28,6 +28,10 @@ its preconditions do not hold):
   (``j`` innermost: contiguous, vectorizable). Each element still sums its
   points in the same order. An outer axis that those reads do not use (``i`` of
   a matmul, ``f`` of a convolution) is blocked ``ROW_BLOCK`` rows at a time;
+  bounds of ``j`` that move with a short reduction axis get one accumulator per
+  value of it (store forwarding), combined at the end;
+* dot-product-like sums (``H B^T``: no read walks along ``j``) reduce ``JAM`` x
+  ``JAM`` elements in one loop nest, each read loaded once for its row or column;
 * ``sum(select(c, x, 0))`` becomes ``sum(x, where=c)`` (adding +0.0 to a sum
   that starts at +0.0 changes nothing), so ``c`` becomes a loop bound;
 * float sums over several axes keep partial sums per value of their last axis
@@ -37,6 +41,8 @@ its preconditions do not hold):
   vector variants, see ``cemit``); transposing nests run in square blocks; an
   innermost axis read through ``j // c`` loops over ``j // c`` with the ``c``
   remainders unrolled; floor division of indices isl proves non-negative is C's;
+  a select whose branches are valid without its condition computes both and
+  blends (conditional loads would keep the loop scalar);
 * cheap elementwise intermediates are computed where they are read (inlined)
   instead of stored; reductions, recurrences and outputs are always stored.
 """

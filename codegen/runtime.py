@@ -1,7 +1,9 @@
 """Calling a compiled kernel: buffers, sizes, and error records turned into exceptions.
 
-Every call allocates the outputs and intermediates as numpy arrays (freed with
-them), passes all buffers, the size values and an error record to the kernel
+Every call allocates the outputs as fresh numpy arrays (the caller owns them);
+intermediates are allocated once per sizes and reused by later calls (fresh
+pages cost more than the kernels on bandwidth-bound programs), unless another
+thread is using them at that moment. A call passes all buffers, the size values and an error record to the kernel
 through ctypes, and raises ``IndexError`` if the kernel met an out-of-range
 data-dependent index.
 
@@ -13,6 +15,7 @@ JSON next to the library by the build cache, so a cached build never lowers.
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -181,6 +184,11 @@ class KernelFunction:
         # An output that is an input buffer is copied: callers own what they get.
         self._outputs = [(k, k < n) for k in layout.outputs]
         self._sites: Optional[list] = None
+        out = set(layout.outputs)
+        self._scratch_ids = [j for j in range(len(layout.buffers)) if n + j not in out]
+        self._scratch_set = frozenset(self._scratch_ids)
+        self._scratch: Dict[tuple, List[np.ndarray]] = {}
+        self._scratch_lock = threading.Lock()
 
     def _for_sizes(self, key: tuple):
         got = self._per_sizes.get(key)
@@ -202,10 +210,26 @@ class KernelFunction:
         got = self._per_sizes.get(key := tuple([sizes[name] for name in self.layout.size_names]))
         buffers, _, size_ptr = got if got is not None else self._for_sizes(key)
         bufs: List[np.ndarray] = list(arrays)
-        bufs.extend([np.empty(s, dtype=d) for s, d in buffers])
-        ptrs = self._ptr_type(*[_address(b) for b in bufs])
-        err = (ctypes.c_int64 * _ERR_WORDS)()
-        rc = self._fn(ptrs, size_ptr, err)
+        pooled = self._scratch_lock.acquire(blocking=False)
+        try:
+            if pooled:
+                scratch = self._scratch.get(key)
+                if scratch is None:
+                    if len(self._scratch) > 8:
+                        self._scratch.clear()
+                    scratch = self._scratch[key] = [
+                        np.empty(*buffers[j]) for j in self._scratch_ids]
+                fresh, reuse = iter(scratch), self._scratch_set
+                bufs.extend([next(fresh) if j in reuse else np.empty(s, dtype=d)
+                             for j, (s, d) in enumerate(buffers)])
+            else:  # another thread is running this kernel: private buffers
+                bufs.extend([np.empty(s, dtype=d) for s, d in buffers])
+            ptrs = self._ptr_type(*[_address(b) for b in bufs])
+            err = (ctypes.c_int64 * _ERR_WORDS)()
+            rc = self._fn(ptrs, size_ptr, err)
+        finally:
+            if pooled:
+                self._scratch_lock.release()
         if rc != 0 or err[0] != 0:
             raise self._error(tuple(err))
         return [bufs[k].copy() if copy else bufs[k] for k, copy in self._outputs]

@@ -133,8 +133,11 @@ class _Emitter:
                 return "(-INT64_C(9223372036854775807) - 1)", _ATOM, True
             return (f"INT64_C({v})" if v > 0 else f"-INT64_C({-v})"), \
                 (_ATOM if v > 0 else _UNARY), True
-        v = float(v)
         f32 = dt == "float32"
+        if f32:
+            with np.errstate(over="ignore"):  # beyond float32's range rounds to inf, as in C
+                v = float(np.float32(v))
+        v = float(v)
         if np.isnan(v):
             return ("NAN" if f32 else "((double)NAN)"), _ATOM, False
         if np.isinf(v):

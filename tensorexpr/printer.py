@@ -15,7 +15,8 @@ def _const(c: Const) -> str:
     if c.dtype == "bool":
         return "true" if c.value else "false"
     if c.dtype == "float32":
-        return str(np.float32(c.value))  # the shortest text of the float32 value: 0.1, not 0.100000001
+        with np.errstate(over="ignore"):
+            return str(np.float32(c.value))  # the shortest text of the float32 value: 0.1, not 0.100000001
     if isinstance(c.value, float):
         return repr(c.value) + "d"
     return str(c.value)

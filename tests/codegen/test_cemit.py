@@ -68,3 +68,14 @@ def test_only_used_helpers_are_printed():
     assert "te_floordiv" not in plain and "te_fail" not in plain
     div = emit(_kernel(Op("floordiv", (x, Lit(2, "int64")), "int64")))
     assert div.count("static inline int64_t te_floordiv_i64") == 1
+
+
+def test_float32_literal_beyond_range_rounds_to_inf():
+    # built directly from the IR (te.const rounds already): C must get INFINITY, not "inff"
+    import numpy as np
+    import tensorexpr as te
+    from tensorexpr.ir import Const
+    X = te.placeholder((2,), name="X")
+    Y = te.compute((2,), lambda i: X[i] * Const(1e39, "float32"), name="Y")
+    out = te.build(Y)(np.array([1.0, -1.0], np.float32))
+    assert np.isposinf(out[0]) and np.isneginf(out[1])

@@ -24,6 +24,7 @@ import glob
 import hashlib
 import json
 import os
+import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
 from . import compiler, runtime
@@ -84,9 +85,12 @@ def _entry_path(sig, comp: compiler.Compiler) -> Optional[str]:
         fp = fingerprint(sig)
     except Unfingerprintable:
         return None
+    # The checkpointing switch changes the lowering; read it without importing the
+    # lowering (a cache hit must not): never imported means its default, on.
+    checkpointing = getattr(sys.modules.get("codegen.checkpoint"), "ENABLED", True)
     key = compiler._digest(BUILD_FORMAT, compiler.CACHE_FORMAT, fp, code_version(),
                            comp.identity, " ".join(comp.flags() + compiler.LIBS),
-                           compiler._machine())
+                           compiler._machine(), f"checkpointing={bool(checkpointing)}")
     return os.path.join(compiler.cache_dir(), f"build_{key[:40]}.json")
 
 

@@ -263,3 +263,21 @@ def test_consumers_reading_farther_back_and_ahead(T, k):
                        te.build(outs, inputs=[d], backend="numpy")(x)):
         assert np.array_equal(a, b)
         assert_same(a, c)
+
+
+def test_checkpoint_switch_is_part_of_the_build_cache_key(monkeypatch):
+    import numpy as np
+    import tensorexpr as te
+    from codegen import checkpoint
+    d = te.placeholder((2, 6), "float32", "d")
+    e = te.recurrence((6, 2), lambda e, t, r: te.select(
+        t == 0, d[r, 0], 0.5 * d[r, t] + 0.5 * e[t - 1, r]), name="e", checkpoints=3)
+    L = te.compute((2,), lambda r: e[5, r] * e[5, r], name="L")
+    H = te.placeholder((2,), "float32", "H")
+    (dd,) = te.differentiate(L, [d], head=H)
+    on = te.build(dd, inputs=[d, H])
+    monkeypatch.setattr(checkpoint, "ENABLED", False)
+    off = te.build(dd, inputs=[d, H])
+    assert on.source != off.source
+    x, h = np.random.rand(2, 6).astype(np.float32), np.ones(2, np.float32)
+    assert np.array_equal(on(x, h), off(x, h))

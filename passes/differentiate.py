@@ -31,7 +31,7 @@ from tensorexpr.ir import (Axis, Compute, Const, Expr, Placeholder, Read, Reduce
                            SelfRef, Tensor, fresh_uid, is_float, same, topo_order,
                            tensor_inputs, INDEX_DTYPE)
 from tensorexpr.polyhedral import NotAffine, Space, params_of, simplify_affine, solve_fiber
-from tensorexpr.transform import rebuild, replace_subexpr, substitute
+from tensorexpr.transform import map_reads, replace_subexpr, substitute
 
 from .normalize import normalize
 from .partials import Site, read_partials
@@ -134,7 +134,7 @@ class _Differentiator:
         if not isinstance(head, Tensor):
             raise TypeError("head must be a tensor of shape prefix + output.shape")
         k = head.ndim - out.ndim
-        if k < 0 or not all(_same_size(a, b) for a, b in zip(head.dims[k:], out.dims)):
+        if k < 0 or not all(same(a, b) for a, b in zip(head.dims[k:], out.dims)):
             raise ValueError(f"head {head.name!r} has shape {head.shape}; it must end with the "
                              f"output's shape {out.shape}")
         return tuple(head.dims[:k]), head
@@ -292,7 +292,7 @@ class _Differentiator:
                 raise TypeError(f"override for {describe(user_t)} must return a tensor")
             want = self.prefix + tuple(x.dims)
             if len(contrib.dims) != len(want) or not all(
-                    _same_size(a, b) for a, b in zip(contrib.dims, want)):
+                    same(a, b) for a, b in zip(contrib.dims, want)):
                 raise ValueError(f"override for {describe(user_t)} returned shape "
                                  f"{contrib.shape} for input {x.name!r}; expected "
                                  f"{tuple(getattr(d, 'value', d) for d in want)}")
@@ -385,18 +385,8 @@ def _group_inputs(d: _Differentiator, t: Tensor) -> list:
 def _replace_self(body: Expr, t: Compute) -> Expr:
     """Reads of a recurrence's handle become reads of the finished tensor."""
     ref = t.self_ref.uid
-
-    def go(e: Expr) -> Expr:
-        e2 = rebuild(e, go)
-        if isinstance(e2, Read) and isinstance(e2.tensor, SelfRef) and e2.tensor.uid == ref:
-            return Read(t, e2.indices, e2.dtype)
-        return e2
-
-    return go(body)
-
-
-def _same_size(a: Expr, b: Expr) -> bool:
-    return same(a, b)
+    return map_reads(body, lambda r: Read(t, r.indices, r.dtype)
+                     if isinstance(r.tensor, SelfRef) and r.tensor.uid == ref else r)
 
 
 def _is_copy(body: Expr, axes) -> bool:
@@ -437,16 +427,10 @@ def _merge_two(a: Expr, b: Expr) -> Optional[Expr]:
 
 def _tidy_indices(e: Expr) -> Expr:
     """Let isl simplify substituted read indices (``2*(i//2) + i%2`` is just ``i``)."""
-    memo: Dict[int, Expr] = {}
 
-    def go(x: Expr) -> Expr:
-        if id(x) not in memo:
-            y = rebuild(x, go)
-            if isinstance(y, Read):
-                idx = tuple(simplify_affine(i) for i in y.indices)
-                if any(a is not b for a, b in zip(idx, y.indices)):
-                    y = Read(y.tensor, idx, y.dtype)
-            memo[id(x)] = y
-        return memo[id(x)]
+    def tidy(r: Read) -> Expr:
+        idx = tuple(simplify_affine(i) for i in r.indices)
+        changed = any(a is not b for a, b in zip(idx, r.indices))
+        return Read(r.tensor, idx, r.dtype) if changed else r
 
-    return go(e)
+    return map_reads(e, tidy)

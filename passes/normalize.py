@@ -13,7 +13,7 @@ from typing import Dict, List, Tuple
 
 from tensorexpr.ir import (Axis, Compute, Const, Expr, Read, Reduce, ScatterAdd, Select,
                            Tensor, Unary, fresh_uid, INDEX_DTYPE, topo_order, walk)
-from tensorexpr.transform import free_axes, rebuild, substitute
+from tensorexpr.transform import free_axes, map_reads, rebuild, substitute
 
 
 def _has_reduce(e: Expr) -> bool:
@@ -126,17 +126,8 @@ def normalize(outputs, owners: Dict[int, int] = None) -> Dict[int, Tensor]:
 
 def _redirect(t: Tensor, done: Dict[int, Tensor]) -> Tensor:
     def fix(e: Expr) -> Expr:
-        memo: Dict[int, Expr] = {}
-
-        def go(x: Expr) -> Expr:
-            if id(x) in memo:
-                return memo[id(x)]
-            y = rebuild(x, go)
-            if isinstance(y, Read) and y.tensor.uid in done and done[y.tensor.uid] is not y.tensor:
-                y = Read(done[y.tensor.uid], y.indices, y.dtype)
-            memo[id(x)] = y
-            return y
-        return go(e)
+        return map_reads(e, lambda r: Read(done[r.tensor.uid], r.indices, r.dtype)
+                         if r.tensor.uid in done and done[r.tensor.uid] is not r.tensor else r)
 
     match t:
         case Compute():

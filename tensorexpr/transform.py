@@ -64,6 +64,27 @@ def substitute(e: Expr, mapping: Dict[Expr, Expr]) -> Expr:
     return go(e)
 
 
+def map_reads(e: Expr, fn: Callable[[Read], Expr]) -> Expr:
+    """``e`` with every read ``r`` replaced by ``fn(r)`` (bottom-up: indices first).
+
+    Shared sub-expressions are rewritten once. ``fn`` returns ``r`` to keep it.
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((4,), name="A"); B = te.placeholder((4,), name="B")
+    >>> map_reads(A[1] + A[2], lambda r: B[r.indices])
+    (B[1] + B[2])
+    """
+    memo: Dict[int, Expr] = {}
+
+    def go(x: Expr) -> Expr:
+        if id(x) not in memo:
+            y = rebuild(x, go)
+            memo[id(x)] = fn(y) if isinstance(y, Read) else y
+        return memo[id(x)]
+
+    return go(e)
+
+
 def replace_subexpr(e: Expr, target: Expr, repl: Expr) -> Expr:
     """``e`` with every sub-expression structurally equal to ``target`` replaced by ``repl``.
 

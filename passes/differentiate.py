@@ -157,10 +157,10 @@ class _Differentiator:
 
     def adjoint_axes(self, t: Tensor) -> Tuple[Axis, ...]:
         if t.uid not in self.axes:
-            names = [f"p{k}" for k in range(len(self.prefix))] + \
-                    [getattr(a, "name", f"i{k}") for k, a in enumerate(getattr(t, "axes", ()))]
-            if len(names) != len(self.prefix) + t.ndim:
-                names = [f"p{k}" for k in range(len(self.prefix))] + [f"i{k}" for k in range(t.ndim)]
+            # A compute's adjoint reuses its axis names; others (inputs, scatters) get i0, i1...
+            own = [a.name for a in t.axes] if isinstance(t, Compute) else \
+                [f"i{k}" for k in range(t.ndim)]
+            names = [f"p{k}" for k in range(len(self.prefix))] + own
             dims = self.prefix + tuple(t.dims)
             self.axes[t.uid] = tuple(Axis(n, Const(0, INDEX_DTYPE), d, fresh_uid())
                                      for n, d in zip(names, dims))

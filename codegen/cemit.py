@@ -13,6 +13,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
+from . import threads
 from .loopast import (Accumulate, Assign, Block, Comment, Decl, Fail, For, If, Kernel, Lit, Load,
                       Local, Op, Stmt, Store, Var)
 
@@ -110,6 +111,8 @@ class _Emitter:
         self.helpers: Dict[str, None] = {}
         self.lines: List[str] = []
         self.math: set = set()
+        #: some loop compares its work with the run-time threshold
+        self.threaded = False
 
     def use(self, name: str) -> str:
         self.helpers.setdefault(name)
@@ -275,8 +278,9 @@ class _Emitter:
         red = "".join(f" reduction({_RED[op]}:{var.name})" for op, var in s.reduction)
         if s.parallel:
             simd = " simd" if s.simd else ""
+            self.threaded = self.threaded or s.work is not None
             cond = "" if s.work is None else \
-                f" if(parallel: {self.text(s.work, _REL + 1)} >= 32768)"
+                f" if(parallel: {self.text(s.work, _REL + 1)} >= {threads.SYMBOL})"
             self.line(ind, f"#pragma omp parallel for{simd}{cond}{red if s.simd else ''}")
         elif s.simd:
             self.line(ind, f"#pragma omp simd{red}")
@@ -363,6 +367,9 @@ def emit(kernel: Kernel) -> str:
     head += _vector_math(em.math)
     for name in sorted(em.helpers):
         head.append(_helper_src(name))
+    if em.threaded:
+        head.append(f"/* set by the runtime when it loads the library (codegen.threads) */\n"
+                    f"int64_t {threads.SYMBOL} = {threads.DEFAULT};\n")
     head.append(f"int {ENTRY}(void *const *bufs, const int64_t *sizes, int64_t *err)")
     head.append("{")
     unused = [p for p, used in (("bufs", kernel.buffers), ("sizes", kernel.sizes)) if not used]

@@ -240,8 +240,11 @@ def _unlink(path: str) -> None:
         pass
 
 
-def compile_shared(source: str, compiler: Optional[Compiler] = None) -> str:
+def compile_shared(source: str, compiler: Optional[Compiler] = None, count: bool = True) -> str:
     """Path of a shared library built from ``source`` (from the cache when possible).
+
+    ``count=False`` leaves ``stats`` alone (the runtime's own helper libraries are not
+    the user's kernels).
 
     Raises :class:`CompilerError` (with the compiler's message and the path of
     the kept source) if the compiler rejects the source.
@@ -254,7 +257,7 @@ def compile_shared(source: str, compiler: Optional[Compiler] = None) -> str:
     d = cache_dir()
     so = os.path.join(d, f"te_{key[:40]}.so")
     if os.path.exists(so):
-        stats["cache_hits"] += 1
+        stats["cache_hits"] += count
         return so
     src = os.path.join(d, f"te_{key[:40]}.c")
     import subprocess
@@ -284,7 +287,7 @@ def compile_shared(source: str, compiler: Optional[Compiler] = None) -> str:
             f"it with the source file below)\ncommand: {shlex.join(cmd)}\n{msg}\n"
             f"source kept at {src}")
     os.replace(tmp, so)
-    stats["compiled"] += 1
+    stats["compiled"] += count
     return so
 
 

@@ -44,7 +44,11 @@ its preconditions do not hold):
   a select whose branches are valid without its condition computes both and
   blends (conditional loads would keep the loop scalar);
 * cheap elementwise intermediates are computed where they are read (inlined)
-  instead of stored; reductions, recurrences and outputs are always stored.
+  instead of stored; reductions, recurrences and outputs are always stored;
+* consecutive tensors that read each other only at their own row (softmax,
+  layer norm, a perceptron) run in one parallel loop over slabs of rows
+  (``codegen.fuse``); a loop nest runs on threads only when its estimated work
+  exceeds a threshold measured at run time (``codegen.threads``).
 """
 from __future__ import annotations
 
@@ -58,7 +62,7 @@ from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder
 from tensorexpr.transform import const_value
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
-from . import reference
+from . import fuse, reference
 from .loopast import (Accumulate, Assign, Block, Buffer, CExpr, Comment, Decl, Fail, For, If,
                       Kernel, Lit, Load, Local, Op, Stmt, Store, Var)
 
@@ -68,8 +72,10 @@ I64 = INDEX_DTYPE
 READ_OUT_OF_RANGE = 1
 SCATTER_OUT_OF_RANGE = 2
 
-#: below this many estimated operations a loop nest stays serial
-PARALLEL_WORK = 1 << 15
+#: below this many estimated operations a loop nest is serial on any machine; above it,
+#: the generated code compares the estimate with a threshold measured at run time
+#: (``codegen.threads``)
+SERIAL_WORK = 1 << 12
 
 #: columns of a row accumulator (elements of the innermost output axis computed together)
 ROW_TILE = 256
@@ -193,6 +199,8 @@ class Lowerer:
                 self.buf[t.self_ref.uid] = b
                 self.dims[t.self_ref.uid] = t.dims
         self.sizes = {name: Var(f"n{k}", I64) for k, name in enumerate(sig.size_names)}
+        #: size variables isl may see in bounds (``fuse`` adds a slab's bounds while lowering it)
+        self.params: Tuple[str, ...] = tuple(sig.size_names)
         self._owner: Optional[Tensor] = None  # the tensor being lowered (for error sites)
         #: cheap elementwise intermediates evaluated where they are read, never stored
         self.inline = _inlinable(sig)
@@ -208,9 +216,21 @@ class Lowerer:
         if bounded is not None:
             return bounded
         body: List[Stmt] = []
-        for t in self.tensors:
-            if isinstance(t, Placeholder):
+        computed = [t for t in self.tensors if not isinstance(t, Placeholder)]
+        for group in fuse.plan(computed, self.inline):
+            fused = fuse.lower_group(self, group)
+            if fused is not None:
+                body.append(Block(tuple(fused)))
                 continue
+            body.extend(self.lower_alone(group))
+        kernel = Kernel(self.title, tuple((v, n) for n, v in self.sizes.items()),
+                        tuple(self.buf[t.uid] for t in self.tensors), tuple(body))
+        return Program(kernel, self.tensors, self.sites)
+
+    def lower_alone(self, tensors: Sequence[Tensor]) -> List[Stmt]:
+        """Each of ``tensors`` in its own loop nest (or as a comment, if inlined)."""
+        body: List[Stmt] = []
+        for t in tensors:
             self._owner = t
             if t.uid in self.inline:
                 body.append(Comment(f"{t} [computed where it is read]"))
@@ -222,9 +242,7 @@ class Lowerer:
             else:
                 raise TypeError(f"the C backend cannot lower {t!r}")
             body.append(Block((Comment(str(t)),) + tuple(stmts)))
-        kernel = Kernel(self.title, tuple((v, n) for n, v in self.sizes.items()),
-                        tuple(self.buf[t.uid] for t in self.tensors), tuple(body))
-        return Program(kernel, self.tensors, self.sites)
+        return body
 
     # {{{ tensors
 
@@ -563,7 +581,7 @@ class Lowerer:
             else:
                 static *= max(c, 1)
         if not symbolic:
-            return None if static >= PARALLEL_WORK else False
+            return Lit(static, I64) if static >= SERIAL_WORK else False
         out: CExpr = Lit(static, I64)
         for f in symbolic:
             out = _mul(out, self.size_expr(f))
@@ -700,7 +718,7 @@ class Lowerer:
                     x, y = _cast(x, t), _cast(y, t)
                 if (op in ("floordiv", "mod") and dt in ("int32", "int64")
                         and not isinstance(x, Lit) and isinstance(y, Lit) and y.value > 0
-                        and scope.proves_nonneg(a, self.sig.size_names)):
+                        and scope.proves_nonneg(a, self.params)):
                     # C's truncating / and % agree with floor semantics here, and
                     # vectorize (the helpers' sign tests do not)
                     return Op("quot" if op == "floordiv" else "rem", (x, y), dt)
@@ -757,7 +775,7 @@ class Lowerer:
         checks = []
         for d, (x, size) in enumerate(zip(e.indices, self.dims[t.uid])):
             cx = self.expr(x, scope, out)
-            if not scope.proves_inside(x, size, self.sig.size_names):
+            if not scope.proves_inside(x, size, self.params):
                 v = self.fresh("t", I64)
                 out.append(Decl(v, cx))
                 cx = v

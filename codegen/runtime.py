@@ -24,7 +24,7 @@ import numpy as np
 from tensorexpr.errors import describe
 from tensorexpr.ir import Binary, Cast, Const, Expr, Read, Select, SizeVar, Unary, walk
 
-from . import compiler
+from . import compiler, threads
 
 #: the kernel's entry point (codegen.cemit.ENTRY; not imported to keep cached builds light)
 ENTRY = "te_kernel"
@@ -167,7 +167,12 @@ class KernelFunction:
     def __init__(self, library_path: str, layout: Layout, sig):
         self.layout = layout
         self.sig = sig
-        fn = getattr(compiler.load(library_path), ENTRY)
+        lib = compiler.load(library_path)
+        fn = getattr(lib, ENTRY)
+        try:  # the work above which its loops run on the thread team (codegen.threads)
+            ctypes.c_int64.in_dll(lib, threads.SYMBOL).value = threads.min_work()
+        except ValueError:
+            pass  # no loop of this program asks
         fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
         fn.restype = ctypes.c_int
         self._fn = fn

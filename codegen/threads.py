@@ -1,0 +1,130 @@
+"""When a loop nest is worth the thread team: a threshold measured on this machine.
+
+A parallel loop pays for waking the OpenMP team and for the barrier at its end.
+On an ordinary machine with spinning threads that is a few microseconds; with
+``OMP_WAIT_POLICY=PASSIVE`` (idle threads sleep in the kernel) or in a sandbox
+it can be tens of microseconds, longer than a whole 1 MB elementwise loop. A
+fixed threshold is wrong on one of the two, so every generated parallel loop
+carries its estimated work and runs on the team only when
+``work >= te_min_work``, a variable of the library that the runtime sets to
+:func:`min_work` when it loads it.
+
+:func:`min_work` measures, once per process, the cost ``c`` of an empty
+parallel region and the cost ``o`` of one operation of a streaming loop, and
+returns the work at which ``n`` threads break even: ``T (1 - 1/n) = c`` with
+``T = work * o``. ``$TENSOREXPR_PARALLEL_WORK`` overrides it.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from typing import Optional
+
+#: the threshold when nothing can be measured (no OpenMP, no compiler)
+DEFAULT = 1 << 15
+#: bounds of a measured threshold (a wild measurement must not serialize everything)
+LOWEST, HIGHEST = 1 << 12, 1 << 24
+#: the name of the threshold variable in every generated library
+SYMBOL = "te_min_work"
+
+_SOURCE = r"""
+#include <stdint.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include <time.h>
+
+static double te_now(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* seconds of each of n empty parallel regions; returns the team size */
+int te_regions(int n, double *out)
+{
+  int threads = 1;
+  for (int k = 0; k < n; k++) {
+    double t0 = te_now();
+#ifdef _OPENMP
+    #pragma omp parallel
+    {
+      if (omp_get_thread_num() == 0) threads = omp_get_num_threads();
+    }
+#endif
+    out[k] = te_now() - t0;
+  }
+  return threads;
+}
+
+/* seconds per element of a serial streaming multiply-add over n floats */
+double te_op_seconds(float *a, const float *b, int64_t n, int reps)
+{
+  double best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    double t0 = te_now();
+    for (int64_t i = 0; i < n; i++) a[i] = a[i] * 0.5f + b[i];
+    double t = te_now() - t0;
+    if (t < best) best = t;
+  }
+  return best / (double)n;
+}
+"""
+
+_lock = threading.Lock()
+_value: Optional[int] = None
+
+
+def min_work() -> int:
+    """Estimated operations above which a loop nest runs on the thread team.
+
+    >>> 1 << 12 <= min_work() <= 1 << 24
+    True
+    """
+    global _value
+    if _value is None:
+        with _lock:
+            if _value is None:
+                _value = _decide()
+    return _value
+
+
+def _decide() -> int:
+    env = os.environ.get("TENSOREXPR_PARALLEL_WORK")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise ValueError(f"$TENSOREXPR_PARALLEL_WORK must be an integer number of "
+                             f"operations, not {env!r}") from None
+    try:
+        return _measure()
+    except Exception:  # no compiler, no OpenMP, an unwritable cache: keep the default
+        return DEFAULT
+
+
+def _measure() -> int:
+    import numpy as np
+
+    from . import compiler
+    lib = compiler.load(compiler.compile_shared(_SOURCE, count=False))
+    lib.te_regions.argtypes = (ctypes.c_int, ctypes.c_void_p)
+    lib.te_regions.restype = ctypes.c_int
+    lib.te_op_seconds.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int)
+    lib.te_op_seconds.restype = ctypes.c_double
+    times = np.zeros(24)
+    threads = lib.te_regions(len(times), times.ctypes.data)
+    if threads <= 1:
+        return HIGHEST  # one thread: a region is pure cost
+    # the first regions start the team; a low quantile, not the median: other work on a
+    # loaded machine delays some wake-ups, which is not what a region costs
+    region = float(np.quantile(times[4:], 0.25))
+    n = 1 << 20  # 8 MiB of operands: beyond the caches, as large tensors are
+    a, b = np.ones(n, np.float32), np.ones(n, np.float32)
+    op = lib.te_op_seconds(a.ctypes.data, b.ctypes.data, n, 5)
+    if not op > 0:
+        return DEFAULT
+    work = region * threads / (threads - 1) / op
+    return int(min(max(work, LOWEST), HIGHEST))

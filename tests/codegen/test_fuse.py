@@ -1,0 +1,117 @@
+"""Row fusion (codegen.fuse): chains of tensors that read each other only at their own
+row run in one loop over slabs of rows. Checked against the numpy backend at sizes that
+leave ragged slabs, with symbolic sizes, and with the schedules a member may use (row
+blocking, split reads, partial sums); chains that read another row must not fuse."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorexpr as te
+from codegen import fuse
+from codegen.c_backend import generate
+from codegen.signature import Signature
+
+from .util import agree, rand
+
+
+def _slab_loops(f) -> int:
+    return f.source.count("slabs of")
+
+
+def _softmax(X, B, D):
+    k1, k2 = te.reduce_axis((0, D), name="k1"), te.reduce_axis((0, D), name="k2")
+    m = te.compute((B,), lambda i: te.max(X[i, k1], axis=k1), name="m")
+    e = te.compute((B, D), lambda i, j: te.exp(X[i, j] - m[i]), name="e")
+    s = te.compute((B,), lambda i: te.sum(e[i, k2], axis=k2), name="s")
+    return te.compute((B, D), lambda i, j: e[i, j] / s[i], name="Y")
+
+
+@pytest.mark.parametrize("b,d", [(1, 5), (13, 40), (67, 9)])
+def test_softmax_is_one_slab_loop(b, d):
+    X = te.placeholder((b, d), name="X")
+    Y = _softmax(X, b, d)
+    f, _ = agree([Y], [X], rand((b, d)))
+    assert _slab_loops(f) == 1
+    assert "#pragma omp parallel" not in f.source.split("slabs of")[1]  # no nested regions
+
+
+def test_softmax_gradient_fuses_and_agrees():
+    X = te.placeholder((19, 33), name="X")
+    Y = _softmax(X, 19, 33)
+    H = te.placeholder(Y.shape, name="H")
+    [dX] = te.differentiate(Y, [X], head=H)
+    f, _ = agree([dX], [X, H], rand((19, 33)), rand((19, 33), seed=1))
+    assert _slab_loops(f) >= 1
+
+
+def test_symbolic_rows_fuse_and_agree_at_every_size():
+    n = te.var("n")
+    X = te.placeholder((n, 12), name="X")
+    Y = _softmax(X, n, 12)
+    fc, fn = te.build(Y), te.build(Y, backend="numpy")
+    assert _slab_loops(fc) == 1
+    for rows in (1, 7, 8, 9, 64, 101):
+        x = rand((rows, 12), seed=rows)
+        np.testing.assert_allclose(fc(x), fn(x), rtol=1e-5, atol=1e-6)
+
+
+def test_row_blocked_members_fuse():
+    # a two-layer perceptron: both products are blocked ROW_BLOCK rows at a time
+    X = te.placeholder((37, 24), name="X")
+    W1 = te.placeholder((24, 40), name="W1")
+    W2 = te.placeholder((40, 11), name="W2")
+    k1, k2 = te.reduce_axis((0, 24), name="k1"), te.reduce_axis((0, 40), name="k2")
+    h = te.compute((37, 40), lambda i, j: te.tanh(te.sum(X[i, k1] * W1[k1, j], axis=k1)),
+                   name="h")
+    Y = te.compute((37, 11), lambda i, o: te.sum(h[i, k2] * W2[k2, o], axis=k2), name="Y")
+    f, _ = agree([Y, h], [X, W1, W2], rand((37, 24)), rand((24, 40), seed=1),
+                 rand((40, 11), seed=2))
+    assert _slab_loops(f) == 1
+
+
+def test_a_read_of_another_row_does_not_fuse():
+    X = te.placeholder((20, 8), name="X")
+    k = te.reduce_axis((0, 8), name="k")
+    s = te.compute((20,), lambda i: te.sum(X[i, k], axis=k), name="s")
+    # row i reads row i + 1 of s: another slab may not have computed it yet
+    Y = te.compute((19, 8), lambda i, j: X[i, j] * s[i + 1], name="Y")
+    f, _ = agree([Y], [X], rand((20, 8)))
+    assert _slab_loops(f) == 0
+
+
+def test_a_read_of_another_row_through_an_inlined_intermediate_does_not_fuse():
+    X = te.placeholder((20, 8), name="X")
+    k = te.reduce_axis((0, 8), name="k")
+    s = te.compute((20, 8), lambda i, j: te.exp(X[i, j]), name="s")  # stored (costly)
+    shifted = te.compute((20, 8), lambda i, j: s[19 - i, j] + 1.0, name="shifted")  # inlined
+    Y = te.compute((20,), lambda i: te.sum(shifted[i, k], axis=k), name="Y")
+    f, _ = agree([Y], [X], rand((20, 8)))
+    assert "shifted" in f.source and "[computed where it is read]" in f.source
+    assert _slab_loops(f) == 0
+
+
+def test_a_whole_column_read_does_not_fuse():
+    X = te.placeholder((16, 8), name="X")
+    r = te.reduce_axis((0, 16), name="r")
+    e = te.compute((16, 8), lambda i, j: te.exp(X[i, j]), name="e")
+    # every row of Y reads every row of e
+    Y = te.compute((16, 8), lambda i, j: te.sum(e[r, j], axis=r) * X[i, j], name="Y")
+    agree([Y], [X], rand((16, 8)))
+    sig = Signature([Y], [X])
+    assert [len(g) for g in fuse.plan([e, Y], set())] == [1, 1]
+    assert "slabs of" not in generate(sig, "t")[1]
+
+
+def test_first_axes_of_different_extent_do_not_fuse():
+    X = te.placeholder((10, 6), name="X")
+    a = te.compute((10, 6), lambda i, j: te.exp(X[i, j]), name="a")
+    b = te.compute((6, 10), lambda j, i: te.exp(a[i, j]), name="b")
+    f, _ = agree([b, a], [X], rand((10, 6)))
+    assert _slab_loops(f) == 0
+
+
+def test_slab_rows():
+    assert fuse.slab_rows(te.const(1, "int64")) == 1
+    assert fuse.slab_rows(te.const(4096, "int64")) % fuse.SLAB_ALIGN == 0
+    assert fuse.slab_rows(te.var("n")) == fuse.SLAB_ALIGN

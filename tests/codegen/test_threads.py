@@ -1,0 +1,58 @@
+"""The measured work threshold of parallel loops (codegen.threads)."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import tensorexpr as te
+from codegen import compiler, threads
+
+
+@pytest.fixture
+def fresh_threshold(monkeypatch):
+    monkeypatch.setattr(threads, "_value", None)
+    yield monkeypatch
+    threads._value = None
+
+
+def test_environment_overrides_the_measurement(fresh_threshold):
+    fresh_threshold.setenv("TENSOREXPR_PARALLEL_WORK", "12345")
+    assert threads.min_work() == 12345
+
+
+def test_a_bad_environment_value_is_named(fresh_threshold):
+    fresh_threshold.setenv("TENSOREXPR_PARALLEL_WORK", "lots")
+    with pytest.raises(ValueError, match="TENSOREXPR_PARALLEL_WORK"):
+        threads.min_work()
+
+
+def test_the_measurement_is_within_its_bounds(fresh_threshold):
+    fresh_threshold.delenv("TENSOREXPR_PARALLEL_WORK", raising=False)
+    assert threads.LOWEST <= threads.min_work() <= threads.HIGHEST
+
+
+@pytest.mark.parametrize("threshold", [1, threads.HIGHEST])
+def test_loaded_kernels_get_the_threshold_and_agree_either_way(fresh_threshold, threshold):
+    fresh_threshold.setenv("TENSOREXPR_PARALLEL_WORK", str(threshold))
+    n = te.var("n")
+    X = te.placeholder((n, 64), name="X")
+    k = te.reduce_axis((0, 64), name="k")
+    # a distinct program per threshold, so the library is loaded after the setting
+    Y = te.compute((n,), lambda i: te.sum(X[i, k] * float(threshold), axis=k), name="Y")
+    f = te.build(Y)
+    assert f"if(parallel: 64 * n0 >= {threads.SYMBOL})" in f.source
+    x = np.random.default_rng(0).random((3000, 64), dtype=np.float32)
+    np.testing.assert_allclose(f(x), (x * threshold).sum(axis=1), rtol=1e-5)
+    loaded = [ctypes.c_int64.in_dll(lib, threads.SYMBOL).value
+              for lib in compiler._libs.values() if _has(lib)]
+    assert threshold in loaded
+
+
+def _has(lib) -> bool:
+    try:
+        ctypes.c_int64.in_dll(lib, threads.SYMBOL)
+        return True
+    except ValueError:
+        return False

@@ -130,6 +130,16 @@ def compile_program(sig, name: Optional[str] = None
     >>> impl([np.arange(3, dtype=np.float32)], {})[0]
     array([0., 2., 4.], dtype=float32)
     """
+    from . import views
+    found = views.find(sig.outputs, sig.inputs)
+    if found:
+        rest = [t for k, t in enumerate(sig.outputs) if k not in found]
+        note = views.describe(sig.outputs, sig.inputs, found)
+        if not rest:
+            return views.WithViews(len(sig.outputs), found, None), note
+        from .signature import Signature
+        impl, source = compile_program(Signature(rest, sig.inputs), name)
+        return views.WithViews(len(sig.outputs), found, impl), note + source
     comp = compiler.find_compiler()
     entry = _entry_path(sig, comp)
     if entry is not None:

@@ -785,3 +785,57 @@ def offset_range(axes: Sequence[Axis], guards: Sequence[Expr], index: Expr, base
     return end(vals.lexmin()), end(vals.lexmax())
 
 # }}}
+
+
+# {{{ affine forms (used by codegen/views.py: outputs that are strided views of inputs)
+
+
+def affine_form(e: Expr, axes: Sequence[Axis]) -> Optional[Tuple[int, Tuple[int, ...]]]:
+    """``(c, (a_1, ..., a_n))`` such that ``e == c + a_1 * axes[0] + ... + a_n * axes[-1]``
+    at every point of the axes' box (constant bounds, no size variables), or None.
+
+    Floor division and modulo are exact here, so a flattening index that is affine
+    only on the box (``(k // 4) * 4 + k % 4 == k``) is recognised.
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> k = Axis("k", Const(0, "int64"), Const(12, "int64"), 7)
+    >>> affine_form((k // 4) * 8 + k % 4, [k])   # not affine: jumps every 4 points
+    >>> affine_form((k // 4) * 4 + k % 4 + 3, [k])
+    (3, (1,))
+    """
+    from .transform import eval_int, substitute
+    los = [_const_int(ax.lo) for ax in axes]
+    his = [_const_int(ax.hi) for ax in axes]
+    if any(v is None for v in los + his) or any(h <= lo for lo, h in zip(los, his)):
+        return None
+    if params_of([e] + list(axes)):
+        return None
+
+    def at(point) -> int:
+        return int(eval_int(substitute(e, {ax: Const(v, INDEX_DTYPE)
+                                           for ax, v in zip(axes, point)})))
+
+    try:
+        base = at(los)
+        coeffs = []
+        for k in range(len(axes)):
+            if his[k] - los[k] == 1:
+                coeffs.append(0)  # a single point: any stride describes it
+                continue
+            step = list(los)
+            step[k] += 1
+            coeffs.append(at(step) - base)
+        c = base - sum(a * lo for a, lo in zip(coeffs, los))
+        sp = Space(list(axes), [])
+        f = sp.aff(e)
+        cand = sp.constant(c)
+        for a, ax in zip(coeffs, axes):
+            cand = cand + sp.vars[dim_name(ax)] * sp.constant(a)
+        box = sp.box()
+        if not box.is_subset(f.eq_set(cand)):
+            return None
+    except (NotAffine, ZeroDivisionError, TypeError):
+        return None
+    return c, tuple(coeffs)
+
+# }}}

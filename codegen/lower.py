@@ -562,19 +562,10 @@ class Lowerer:
 
         return nest_from(0, [None])
 
-    def work(self, t: Compute, axes: Sequence[Axis]):
-        """Estimated operations of one parallel loop nest: None (large), False (too small
-        to be worth threads) or a C expression for symbolic sizes."""
-        factors = [ax.hi for ax in axes]
-        for x in walk(t.body):
-            if isinstance(x, Reduce):
-                for ax in x.axes:
-                    lo, hi = const_value(ax.lo), const_value(ax.hi)
-                    factors.append(Const(hi - lo, I64) if lo is not None and hi is not None
-                                   else Binary("sub", ax.hi, ax.lo, I64))
-        static = 1
-        symbolic = []
-        for f in factors:
+    def work_of(self, dims: Sequence[Expr]):
+        """:meth:`work` of a loop over a box of ``dims`` doing one operation per point."""
+        static, symbolic = 1, []
+        for f in dims:
             c = const_value(f)
             if c is None:
                 symbolic.append(f)
@@ -587,16 +578,33 @@ class Lowerer:
             out = _mul(out, self.size_expr(f))
         return out
 
+    def work(self, t: Compute, axes: Sequence[Axis]):
+        """Estimated operations of one parallel loop nest: None (large), False (too small
+        to be worth threads) or a C expression for symbolic sizes."""
+        factors = [ax.hi for ax in axes]
+        for x in walk(t.body):
+            if isinstance(x, Reduce):
+                for ax in x.axes:
+                    lo, hi = const_value(ax.lo), const_value(ax.hi)
+                    factors.append(Const(hi - lo, I64) if lo is not None and hi is not None
+                                   else Binary("sub", ax.hi, ax.lo, I64))
+        return self.work_of(factors)
+
     def scatter(self, t: ScatterAdd) -> List[Stmt]:
         buf = self.buf[t.uid].name
         total: CExpr = Lit(1, I64)
         for d in t.dims:
             total = _mul(total, self.size_expr(d))
         z = self.fresh("i", I64)
+        fill_work = self.work_of(t.dims)
         fill = For(z, Lit(0, I64), total, 1, Block((Store(buf, z, zero(t.dtype)),)),
-                   note="zero-fill")
+                   note="zero-fill", simd=True, parallel=fill_work is not False,
+                   work=None if fill_work is False else fill_work)
         site = self._site(t, None)
         scope = _Scope({}, (), (), {})
+        rows = self.scatter_rows(t, site)
+        if rows is not None:
+            return [fill] + rows
 
         def point(inner: _Scope, out: List[Stmt]):
             value = _cast(self.expr(t.value, inner, out), t.dtype)
@@ -612,6 +620,48 @@ class Lowerer:
         loops: List[Stmt] = []
         self.loops(t.axes, t.where, scope, point, loops)
         return [fill] + loops
+
+    def scatter_rows(self, t: ScatterAdd, site: int) -> Optional[List[Stmt]]:
+        """A scatter over a box whose last axis ``d`` is itself the last target index
+        (``dE[idx[i], d] += H[i, d]``, an embedding's gradient): the other target
+        indices are computed and checked once per row, outside the loop over ``d``,
+        which then adds a contiguous row in vector lanes (distinct ``d``, distinct
+        targets). Rows are added in order, as the point-by-point loops would."""
+        if t.where is not None or len(t.axes) < 2 or len(t.indices) < 1:
+            return None
+        d = t.axes[-1]
+        last = t.indices[-1]
+        if not (isinstance(last, Axis) and last.uid == d.uid and same(d.hi, t.dims[-1])
+                and const_value(d.lo) == 0):
+            return None
+        if any(_uses(x, {d.uid}) for x in t.indices[:-1]):
+            return None
+        buf = self.buf[t.uid].name
+        outer = list(t.axes[:-1])
+        vars_ = [self.fresh("k", I64) for _ in outer]
+        scope = _Scope({ax.uid: v for ax, v in zip(outer, vars_)}, tuple(outer), (), {})
+        head: List[Stmt] = []
+        idx: List[CExpr] = []
+        checks = []
+        for k, (x, size) in enumerate(zip(t.indices[:-1], t.dims[:-1])):
+            v = self.fresh("t", I64)
+            head.append(Decl(v, self.expr(x, scope, head)))
+            idx.append(v)
+            if not scope.proves_inside(x, size, self.params):
+                checks.append((k, v, self.size_expr(size)))
+        dv = self.fresh("k", I64)
+        inner_scope = scope.child(axes=(d,), env={d.uid: dv})
+        body: List[Stmt] = []
+        value = _cast(self.expr(t.value, inner_scope, body), t.dtype)
+        body.append(Store(buf, self.offset(t.uid, idx + [dv]), value, add=True))
+        block = Block(tuple(body))
+        row = For(dv, Lit(0, I64), self.size_expr(d.hi), 1, block, note=d.name,
+                  simd=_simd_safe(block))
+        nest: Stmt = Block(tuple(head) + (_checked(SCATTER_OUT_OF_RANGE, site, checks, [row]),))
+        for ax, v in reversed(list(zip(outer, vars_))):
+            nest = For(v, self.size_expr(ax.lo), self.size_expr(ax.hi), 1,
+                       nest if isinstance(nest, Block) else Block((nest,)), note=ax.name)
+        return [nest]
 
     # }}}
 

@@ -444,6 +444,24 @@ def test_scatter_add_built_from_the_ir():
         f(g, np.array([1, 7, 1, 0, 1], np.int64))
 
 
+def test_an_embedding_gradient_checks_each_row_once_and_adds_it_in_vector_lanes():
+    E = te.placeholder((7, 5, 16), name="E")
+    idx = te.placeholder((3, 4), "int64", name="idx")
+    Y = te.compute((3, 4, 5, 16), lambda a, b, c, d: E[idx[a, b], c, d], name="Y")
+    H = te.placeholder(Y.shape, name="H")
+    [dE] = te.differentiate(Y, [E], head=H)
+    ids = np.array([[1, 6, 1, 0], [2, 1, 1, 3], [0, 0, 6, 5]], np.int64)
+    h = rand((3, 4, 5, 16))
+    f, (got,) = agree([dE], [E, idx, H], rand((7, 5, 16)), ids, h)
+    want = np.zeros((7, 5, 16), np.float32)
+    np.add.at(want, ids, h)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    body = f.source.split("zero-fill")[1]
+    assert body.count("te_fail(") == 1 and "#pragma omp simd" in body
+    with pytest.raises(IndexError, match="scatters to index 7 in dimension 0"):
+        f(rand((7, 5, 16)), np.where(ids == 5, 7, ids), h)
+
+
 # }}}
 
 # {{{ generated source

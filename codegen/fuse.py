@@ -140,7 +140,9 @@ def lower_group(lowerer, group: List[Compute]) -> Optional[List[Stmt]]:
     if len(stored) < 2:
         return None
     ax = stored[0].axes[0]
-    rows = slab_rows(Binary("sub", ax.hi, ax.lo, I64))
+    lo_c, hi_c = const_value(ax.lo), const_value(ax.hi)
+    rows = slab_rows(Const(hi_c - lo_c, I64) if lo_c is not None and hi_c is not None
+                     else Binary("sub", ax.hi, ax.lo, I64))
     lo_var, hi_var = lowerer.fresh("s", I64), lowerer.fresh("s", I64)
     lo_size, hi_size = SizeVar(SLAB_LO), SizeVar(SLAB_HI)
     saved_sizes = dict(lowerer.sizes)

@@ -33,6 +33,7 @@ def test_softmax_is_one_slab_loop(b, d):
     Y = _softmax(X, b, d)
     f, _ = agree([Y], [X], rand((b, d)))
     assert _slab_loops(f) == 1
+    assert f"slabs of {fuse.slab_rows(te.const(b, 'int64'))} rows" in f.source
     assert "#pragma omp parallel" not in f.source.split("slabs of")[1]  # no nested regions
 
 

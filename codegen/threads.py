@@ -10,7 +10,9 @@ carries its estimated work and runs on the team only when
 :func:`min_work` when it loads it.
 
 :func:`min_work` measures, once per process, the cost ``c`` of an empty
-parallel region and the cost ``o`` of one operation of a streaming loop, and
+parallel region started after a short pause (so the team has gone to sleep, as
+between kernel calls; a low quantile, so that a moment of contention does not
+decide) and the cost ``o`` of one operation of a streaming loop, and
 returns the work at which ``n`` threads break even: ``T (1 - 1/n) = c`` with
 ``T = work * o``. ``$TENSOREXPR_PARALLEL_WORK`` overrides it.
 """
@@ -29,6 +31,7 @@ LOWEST, HIGHEST = 1 << 12, 1 << 24
 SYMBOL = "te_min_work"
 
 _SOURCE = r"""
+#define _POSIX_C_SOURCE 199309L
 #include <stdint.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -42,11 +45,14 @@ static double te_now(void)
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-/* seconds of each of n empty parallel regions; returns the team size */
-int te_regions(int n, double *out)
+/* seconds of each of n empty parallel regions, each after a pause of gap seconds (as
+   between kernel calls: the team has gone to sleep); returns the team size */
+int te_regions(int n, double gap, double *out)
 {
   int threads = 1;
   for (int k = 0; k < n; k++) {
+    struct timespec pause = {0, (long)(gap * 1e9)};
+    nanosleep(&pause, NULL);
     double t0 = te_now();
 #ifdef _OPENMP
     #pragma omp parallel
@@ -110,20 +116,21 @@ def _measure() -> int:
 
     from . import compiler
     lib = compiler.load(compiler.compile_shared(_SOURCE, count=False))
-    lib.te_regions.argtypes = (ctypes.c_int, ctypes.c_void_p)
+    lib.te_regions.argtypes = (ctypes.c_int, ctypes.c_double, ctypes.c_void_p)
     lib.te_regions.restype = ctypes.c_int
     lib.te_op_seconds.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int)
     lib.te_op_seconds.restype = ctypes.c_double
-    times = np.zeros(24)
-    threads = lib.te_regions(len(times), times.ctypes.data)
+    times = np.zeros(16)
+    threads = lib.te_regions(len(times), 2e-4, times.ctypes.data)
     if threads <= 1:
         return HIGHEST  # one thread: a region is pure cost
     # the first regions start the team; a low quantile, not the median: other work on a
     # loaded machine delays some wake-ups, which is not what a region costs
-    region = float(np.quantile(times[4:], 0.25))
-    n = 1 << 20  # 8 MiB of operands: beyond the caches, as large tensors are
+    # (sorted, not np.quantile: that imports numpy.ma, tens of milliseconds)
+    region = sorted(times[2:].tolist())[len(times[2:]) // 4]
+    n = 1 << 19  # 4 MiB of operands: beyond the fast caches, as large tensors are
     a, b = np.ones(n, np.float32), np.ones(n, np.float32)
-    op = lib.te_op_seconds(a.ctypes.data, b.ctypes.data, n, 5)
+    op = lib.te_op_seconds(a.ctypes.data, b.ctypes.data, n, 3)
     if not op > 0:
         return DEFAULT
     work = region * threads / (threads - 1) / op

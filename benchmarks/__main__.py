@@ -41,6 +41,9 @@ def parse(argv=None) -> argparse.Namespace:
                              "so the first build is a cold compile)")
     parser.add_argument("--no-rebuild", action="store_true",
                         help="skip the cached rebuild of tensorexpr programs in a new process")
+    parser.add_argument("--no-growth", action="store_true",
+                        help="skip the growth check (tensorexpr's forward and VJP timed again "
+                             "at a grown size of each case)")
     args = parser.parse_args(argv)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in systems if s not in ORDER]
@@ -61,9 +64,12 @@ def main(argv=None) -> int:
 
     opts = Options(cases=args.case, systems=args.systems, quick=args.quick,
                    te_backend=args.te_backend, cache_dir=args.cache_dir,
-                   rebuild=not args.no_rebuild)
+                   rebuild=not args.no_rebuild, growth=not args.no_growth)
     results = run(opts, log=lambda s: print(s, file=sys.stderr, flush=True))
     print(report.table(results))
+    grown = report.growth_table(results)
+    if grown:
+        print("\n" + grown)
     report.write_json(results, args.json)
     print(f"\nresults: {args.json}")
     note = report.write_png(results, args.png)

@@ -10,6 +10,7 @@ import math
 import os
 from typing import List, Optional
 
+from benchmarks import growth
 from benchmarks.systems import ORDER
 
 COLUMNS = [("system", 7), ("build_s f/v", 15), ("cached f/v", 15), ("fwd_ms", 9),
@@ -39,7 +40,8 @@ def _pair(a: Optional[float], b: Optional[float]) -> str:
     return "-" if a is None and b is None else f"{_seconds(a)}/{_seconds(b)}"
 
 
-def _status(row: dict) -> str:
+def status_text(row: dict) -> str:
+    """A system's status, with the forward's when that differs and is not ok."""
     if row["fwd_status"] == row["status"] or row["fwd_status"] == "ok":
         return row["status"]
     return f"{row['status']}; forward {row['fwd_status']}"
@@ -62,7 +64,7 @@ def table(results: dict) -> str:
                      _ms(row, "fwd"), _ms(row, "vjp"), _num(row.get("vjp_fwd")),
                      _num(row.get("err"), err=True), _rate(row, "fwd"), _rate(row, "vjp"),
                      _num(ratio.get("fwd")),
-                     _num(ratio.get("vjp")), _status(row)]
+                     _num(ratio.get("vjp")), status_text(row)]
             lines.append("".join(f"{c:<{w}} " if w else c for c, (_, w) in zip(cells, COLUMNS)))
     lines += [""] + notes(meta)
     return "\n".join(lines)
@@ -108,6 +110,38 @@ def notes(meta: dict) -> List[str]:
     if "cached_rebuild_error" in meta:
         out.append(f"cached rebuild: {meta['cached_rebuild_error']}")
     return out
+
+
+GROWTH_COLUMNS = [("case", 20), ("grown", 10), ("work x", 6), ("fwd_ms", 19),
+                  ("vjp_ms", 19), ("vjp/fwd", 14), ("exp f/v", 10), ("status", 0)]
+
+
+def growth_table(results: dict) -> str:
+    """The growth check as a second table (empty if no case has one)."""
+    cases = [c for c in results["cases"] if c.get("growth")]
+    if not cases:
+        return ""
+    head = "".join(f"{name:<{w}} " if w else name for name, w in GROWTH_COLUMNS)
+    lines = ["growth check (tensorexpr): forward and VJP at the case's size -> grown", head,
+             "-" * len(head)]
+    for case in cases:
+        g = case["growth"]
+        exps = ("-" if g.get("fwd_exp") is None or g.get("vjp_exp") is None
+                else f"{g['fwd_exp']:.2f}/{g['vjp_exp']:.2f}")
+        status = g["status"] + (" (noisy: a median over "
+                                f"{NOISY:g}x the fastest call)" if g.get("noisy") else "")
+        cells = [f"{case['id']}. {case['title']}"[:20],
+                 " ".join(f"{k}x{v}" for k, v in g["grow"].items()),
+                 _num(g.get("size_ratio")), growth.pair(g.get("fwd_ms"), _num),
+                 growth.pair(g.get("vjp_ms"), _num), growth.pair(g.get("vjp_fwd"), _num),
+                 exps, status]
+        lines.append("".join(f"{c:<{w}} " if w else c
+                             for c, (_, w) in zip(cells, GROWTH_COLUMNS)))
+    flagged = [str(c["id"]) for c in cases if growth.flagged(c["growth"])]
+    lines += ["", f"{results['meta'].get('growth') or growth.RULE}",
+              f"flagged: case {', '.join(flagged)}" if flagged
+              else "flagged: none (by this rule, no gradient grows faster than its forward)"]
+    return "\n".join(lines)
 
 
 def _strict(x):

@@ -4,7 +4,8 @@ Timings of the systems are interleaved (``timing.interleaved``) and the
 tensorexpr/peer ratios are taken round by round. The tensorexpr programs are
 compiled into a fresh on-disk cache (``$TENSOREXPR_CACHE_DIR``) unless one is
 given, so the first build is a cold compile; after all cases, a new process
-builds them again with that cache warm (``benchmarks.rebuild``).
+builds them again with that cache warm (``benchmarks.rebuild``). Each case's
+tensorexpr forward and VJP are also timed at a grown size (``benchmarks.growth``).
 """
 from __future__ import annotations
 
@@ -21,12 +22,13 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from benchmarks import IDLE_THREADS, THREADS
+from benchmarks import IDLE_THREADS, THREADS, growth
 from benchmarks.cases import CASES, Case, by_id
+from benchmarks.report import NOISY, status_text
 from benchmarks.reference import DEFINITION, TOLERANCE, reference, rel_err
 from benchmarks.systems import ORDER, Prepared, first_line, module
-from benchmarks.timing import (FULL, QUICK, copy_gbps, interleaved, machine_peak, median,
-                               paired_ratio, peak_gflops)
+from benchmarks.timing import (FULL, GROWTH, QUICK, copy_gbps, interleaved, machine_peak,
+                               median, paired_ratio, peak_gflops)
 
 FWD_INCLUDES = ("one call of the forward on given inputs, output materialised (torch under "
                 "no_grad, JAX jitted, tensorexpr the built forward program)")
@@ -43,6 +45,7 @@ class Options:
     te_backend: str = "c"
     cache_dir: Optional[str] = None  # None: a fresh temporary cache, removed afterwards
     rebuild: bool = True
+    growth: bool = True  # time tensorexpr at the grown size too
 
 
 def run(opts: Options, log: Callable[[str], None] = lambda s: None) -> dict:
@@ -114,8 +117,39 @@ def run_case(case: Case, systems: Sequence[str], opts: Options) -> dict:
     work = vars(case.work(p, inputs, Y.size * np.dtype(np.float32).itemsize))
     if work["unit"] == "byte":
         work["roof_gbps"] = {part: copy_gbps(work[part], opts.quick) for part in ("fwd", "vjp")}
-    return {"id": case.id, "key": case.key, "title": case.title, "params": p, "work": work,
-            "systems": rows, "ratios": ratios}
+    out = {"id": case.id, "key": case.key, "title": case.title, "params": p, "work": work,
+           "systems": rows, "ratios": ratios}
+    if opts.growth and "te" in preps:
+        out["growth"] = measure_growth(case, preps["te"], work["fwd"], opts)
+    return out
+
+
+def measure_growth(case: Case, small: Prepared, small_work: int, opts: Options) -> dict:
+    """tensorexpr's forward and VJP at the case's size (``small``, already built and
+    checked) and at its grown size, timed interleaved; see ``benchmarks.growth``."""
+    p = case.params(opts.quick, grown=True)
+    out = {"grow": dict(case.grow), "params": {k: p[k] for k in case.grow}}
+    if small.fwd is None or small.vjp is None:
+        out["status"] = "not measured (no working forward and VJP at the base size)"
+        return out
+    inputs = case.inputs(p)
+    Y, H, grads = reference(case, p, inputs)
+    big, row = _prepare_and_check("te", case, p, inputs, H, Y, grads, opts)
+    out.update({k: row[k] for k in ("fwd_build_s", "build_s", "err") if k in row})
+    if big.fwd is None or big.vjp is None or row["status"] != "ok" or row["fwd_status"] != "ok":
+        out["status"] = status_text(row)
+        return out
+    budget = QUICK if opts.quick else GROWTH
+    fns = {"fwd": small.fwd, "vjp": small.vjp, "fwd_big": big.fwd, "vjp_big": big.vjp}
+    samples = interleaved(fns, budget)
+    ms = {k: median(xs) * 1e3 for k, xs in samples.items()}
+    fastest = {k: min(min(r) for r in xs) * 1e3 for k, xs in samples.items()}
+    work = case.work(p, inputs, Y.size * np.dtype(np.float32).itemsize).fwd
+    out.update(growth.judge((ms["fwd"], ms["fwd_big"]), (ms["vjp"], ms["vjp_big"]),
+                            work / small_work))
+    out["noisy"] = any(ms[k] > NOISY * fastest[k] for k in ms)
+    return out
+
 
 
 def _prepare_and_check(name, case, p, inputs, H, Y, grads, opts):
@@ -224,6 +258,7 @@ def _meta(opts, systems, skipped, peak, cache, own_cache) -> dict:
                  "others: bytes of the arrays that must be read and written once, as a % of "
                  "a numpy copy moving as many bytes (the bandwidth of the cache level or DRAM "
                  "that this much data lives in)"),
+        "growth": growth.RULE if opts.growth and "te" in systems else None,
         "idle_threads": {k: os.environ.get(k) for k in IDLE_THREADS},
         "peak": peak,
     }

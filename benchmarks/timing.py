@@ -32,6 +32,8 @@ class Budget:
 
 FULL = Budget(sample_s=0.05, min_rounds=5, max_rounds=15, total_s=4.0)
 QUICK = Budget(sample_s=0.005, min_rounds=3, max_rounds=5, total_s=0.3)
+#: the growth check (four tensorexpr programs per case): a shorter total than FULL
+GROWTH = Budget(sample_s=0.05, min_rounds=5, max_rounds=15, total_s=2.0)
 
 
 def interleaved(fns: Dict[str, Callable[[], object]],

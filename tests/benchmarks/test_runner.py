@@ -57,7 +57,7 @@ def test_median_and_paired_ratio_ignore_outliers():
     assert timing.median([]) is None and timing.paired_ratio([], []) is None
 
 
-MODULES = ["benchmarks", "benchmarks.cases", "benchmarks.reference", "benchmarks.report",
+MODULES = ["benchmarks", "benchmarks.cases", "benchmarks.growth", "benchmarks.reference", "benchmarks.report",
            "benchmarks.timing", "benchmarks.systems", "benchmarks.systems.te_sys",
            "benchmarks.systems.numpy_sys", "benchmarks.systems.torch_sys",
            "benchmarks.systems.jax_sys"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import subprocess
@@ -58,6 +59,23 @@ def test_case_figures_are_sane(run):
     else:  # an unsupported gradient has no made-up figures
         assert "vjp_ms" not in te and "err" not in te
     assert case["ratios"]["te/numpy"]["fwd"] > 0
+
+
+def test_growth_check(run):
+    stdout, res, _ = run
+    g = res["cases"][0]["growth"]
+    assert g["grow"] == {"M": 4} and g["params"] == {"M": 256}
+    assert g["size_ratio"] == pytest.approx(4.0)  # M x 4 is 4x the matmul's FLOPs
+    assert g["err"] < 1e-3 and g["build_s"] > 0  # the grown gradient is checked, not just timed
+    assert g["status"] == "ok" or g["status"].startswith("grows faster")
+    (f0, f1), (v0, v1) = g["fwd_ms"], g["vjp_ms"]
+    assert 0 < f0 < f1 and 0 < v0 < v1  # 4x the work takes longer
+    assert g["vjp_fwd"] == pytest.approx([v0 / f0, v1 / f1])
+    assert g["fwd_exp"] == pytest.approx(math.log(f1 / f0) / math.log(4.0))
+    assert "VJP's exponent exceeds the forward's" in res["meta"]["growth"]
+    line = re.search(r"^1\. matmul +Mx4 +4 +(.*)$", stdout.split("growth check")[1], re.M)
+    assert line and line.group(1).endswith(g["status"]), stdout[-3000:]
+    assert re.search(r"^flagged: ", stdout, re.M)
 
 
 def test_table_and_chart(run):

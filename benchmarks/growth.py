@@ -1,0 +1,78 @@
+"""The growth check: does a gradient's cost grow faster than its forward's?
+
+Issue 5 asks for no quadratic cliffs (TVM's softmax, clamped blur and embedding
+gradients grow with the square of the row, signal or vocabulary while their
+forwards grow linearly), checked at two sizes. The runner times tensorexpr's
+forward and VJP at a case's size and at the size grown by the case's ``grow``
+factors (``benchmarks.cases``), all four programs interleaved round by round so
+a burst of load lands on all of them alike. This module turns those medians into
+growth exponents and a verdict.
+
+The size ratio ``s`` is the ratio of the forward's analytic work (FLOPs or bytes,
+``Case.work``) between the two sizes, about 4 for every case; a cost growing as
+the work has exponent ``log(t_big / t_small) / log(s) = 1``, a quadratic cliff 2.
+
+>>> g = judge(fwd_ms=(1.0, 4.0), vjp_ms=(2.0, 32.0), size_ratio=4.0)
+>>> g["fwd_exp"], g["vjp_exp"], g["vjp_fwd"], g["status"]
+(1.0, 2.0, (2.0, 8.0), 'grows faster (VJP exponent 2.00 vs forward 1.00)')
+>>> judge(fwd_ms=(1.0, 4.4), vjp_ms=(2.0, 8.0), size_ratio=4.0)["status"]
+'ok'
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence, Tuple
+
+#: The VJP's exponent may exceed the forward's by this much before a case is flagged.
+MARGIN = 0.3
+
+RULE = (f"grown: the sizes multiplied as shown; work x = forward work (FLOPs or bytes) grown / "
+        f"base; exp = log(t_grown / t_base) / log(work x), 1 = growing as the work, 2 = "
+        f"quadratic; the four tensorexpr programs (forward and VJP at both sizes) are timed "
+        f"interleaved, medians. Flagged 'grows faster' when the VJP's exponent exceeds the "
+        f"forward's by more than {MARGIN:g} (its vjp/fwd ratio grows over "
+        f"{4 ** MARGIN:.2f}x at work x 4) AND exceeds 1 + {MARGIN:g} (it grows faster than "
+        f"its work): timer noise moves a median by ~10%, far less than the {4 ** MARGIN:.2f}x, "
+        f"and a VJP growing no faster than its work is no cliff even next to a forward still "
+        f"dominated by the fixed cost of a call (exponent below 1)")
+
+
+def exponent(t_small: float, t_big: float, size_ratio: float) -> Optional[float]:
+    """``log(t_big / t_small) / log(size_ratio)``; None if not measurable.
+
+    >>> exponent(1.0, 16.0, 4.0), exponent(1.0, 2.0, 1.0)
+    (2.0, None)
+    """
+    if not (t_small > 0 and t_big > 0 and size_ratio > 1):
+        return None
+    return math.log(t_big / t_small) / math.log(size_ratio)
+
+
+def judge(fwd_ms: Sequence[float], vjp_ms: Sequence[float], size_ratio: float) -> dict:
+    """Exponents, ratios and the verdict from ``(base, grown)`` medians of each part."""
+    fe = exponent(fwd_ms[0], fwd_ms[1], size_ratio)
+    ve = exponent(vjp_ms[0], vjp_ms[1], size_ratio)
+    out = {"size_ratio": size_ratio, "fwd_ms": tuple(fwd_ms), "vjp_ms": tuple(vjp_ms),
+           "vjp_fwd": (vjp_ms[0] / fwd_ms[0], vjp_ms[1] / fwd_ms[1]),
+           "fwd_exp": fe, "vjp_exp": ve}
+    if fe is None or ve is None:
+        out["status"] = "not measurable (the sizes do not differ)"
+    elif ve - fe > MARGIN and ve > 1 + MARGIN:
+        out["status"] = f"grows faster (VJP exponent {ve:.2f} vs forward {fe:.2f})"
+    else:
+        out["status"] = "ok"
+    return out
+
+
+def flagged(growth: Optional[dict]) -> bool:
+    """Whether a case's growth entry says its gradient grows faster than its forward."""
+    return bool(growth) and growth.get("status", "").startswith("grows faster")
+
+
+def pair(xs: Optional[Tuple[float, float]], fmt) -> str:
+    """``"a -> b"`` for a (base, grown) pair, ``-`` if missing.
+
+    >>> pair((0.5, 2.0), "{:.2g}".format), pair(None, str)
+    ('0.5 -> 2', '-')
+    """
+    return "-" if not xs else f"{fmt(xs[0])} -> {fmt(xs[1])}"

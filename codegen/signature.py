@@ -46,9 +46,11 @@ class Signature:
         input_uids = {t.uid for t in self.inputs}
         for t in self.inputs:
             if not isinstance(t, Placeholder):
-                raise TypeError(f"inputs must be placeholders; {describe(t)} is computed")
+                # te.build turns a computed tensor of inputs= into a placeholder first
+                raise TypeError(f"inputs must be placeholders; {describe(t)} is computed "
+                                f"(te.build accepts it as a given value)")
         if len(input_uids) != len(self.inputs):
-            raise ValueError("the same placeholder is listed twice in inputs")
+            raise ValueError("the same tensor is listed twice in inputs")
         for t in self.order:
             if isinstance(t, Placeholder) and t.uid not in input_uids:
                 raise TensorExprError(

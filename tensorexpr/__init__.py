@@ -10,14 +10,15 @@ array([3., 3.], dtype=float32)
 from .api import (abs, cast, ceil, compute, const, cos, exp, floor, log, max, maximum, min,
                   minimum, placeholder, recurrence, reduce_axis, select, sigmoid, sin, sqrt,
                   sum, tanh, var)
-from .build import Function, build
+from .build import Function, build, saved_values
 from .errors import (BoundsError, CompilerError, CompilerNotFoundError, RecurrenceError,
                      TensorExprError)
 from .ir import Tensor
 
 __all__ = ["abs", "cast", "ceil", "compute", "const", "cos", "exp", "floor", "log", "max",
            "maximum", "min", "minimum", "placeholder", "recurrence", "reduce_axis", "select",
-           "sigmoid", "sin", "sqrt", "sum", "tanh", "var", "Function", "build", "BoundsError",
+           "sigmoid", "sin", "sqrt", "sum", "tanh", "var", "Function", "build", "saved_values",
+           "BoundsError",
            "CompilerError", "CompilerNotFoundError", "RecurrenceError", "TensorExprError",
            "Tensor"]
 

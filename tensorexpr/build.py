@@ -1,9 +1,11 @@
 """``te.build``: turn tensors into a callable on numpy arrays, on a chosen backend."""
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-from .ir import Placeholder, Tensor, topo_order
+from .ir import (Binary, Compute, Placeholder, Read, Reduce, ScatterAdd, SelfRef, Tensor,
+                 Unary, fresh_uid, tensor_inputs, topo_order, walk)
 
 BACKENDS = ("c", "numpy")
 
@@ -46,6 +48,11 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
     """Compile ``outputs`` into a function of ``inputs``.
 
     ``inputs=None`` takes every placeholder the outputs read, in creation order.
+    A *computed* tensor (a compute, recurrence or scatter-add) in ``inputs`` is a
+    given value: its array is passed at call time and the program reads it instead
+    of computing it, so whatever only it needed need not be passed (a backward
+    pass given the values its forward saved; see :func:`saved_values`). If it is
+    also an output, that output is a copy of the array passed.
     ``backend`` is ``"c"`` (generated C, compiled by the system compiler, cached
     on disk) or ``"numpy"`` (the reference interpreter).
 
@@ -70,9 +77,11 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
     inputs = list(inputs)
     bad = [x for x in inputs if not isinstance(x, Tensor)]
     if bad:
-        raise TypeError(f"inputs= takes the placeholders of the program, not "
-                        f"{type(bad[0]).__name__}; pass arrays when calling the built function")
-    sig = Signature(outs, inputs)
+        raise TypeError(f"inputs= takes the tensors of the program (placeholders, or computed "
+                        f"tensors given as values), not {type(bad[0]).__name__}; pass arrays "
+                        f"when calling the built function")
+    cut_outs, cut_inputs = cut(outs, inputs)
+    sig = Signature(cut_outs, cut_inputs)
     if backend == "numpy":
         from codegen import reference
         from .printer import program_str
@@ -80,9 +89,151 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
         def impl(arrays, sizes):
             return reference.run(sig.outputs, sig.inputs, arrays, sizes,
                                  lambda t: sig.shape(t, sizes))
-        return Function(outs, sig, impl, program_str(outs), "numpy")
-    if backend == "c":
+        fn = Function(outs, sig, impl, program_str(cut_outs), "numpy")
+    elif backend == "c":
         from codegen.c_backend import compile_program
         impl, source = compile_program(sig, name=name)
-        return Function(outs, sig, impl, source, "c")
-    raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        fn = Function(outs, sig, impl, source, "c")
+    else:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    fn.inputs = inputs  # the caller's tensors (given ones included), not their stand-ins
+    return fn
+
+
+def cut(outputs: Sequence[Tensor], inputs: Sequence[Tensor]
+        ) -> Tuple[List[Tensor], List[Tensor]]:
+    """``(outputs, inputs)`` with every computed tensor of ``inputs`` given: each becomes
+    a placeholder of the same name, shape and dtype (a fresh uid, the same origin), and
+    every read of it, in everything ``outputs`` reach, reads that placeholder instead.
+
+    Rewritten tensors keep their uids (they hold the same values); tensors nothing
+    given reaches are returned unchanged, so a program without given tensors is the
+    caller's own graph.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4,), name="X")
+    >>> E = te.compute((4,), lambda i: te.exp(X[i]), name="E")
+    >>> Y = te.compute((4,), lambda i: E[i] * 2.0, name="Y")
+    >>> (y,), ins = cut([Y], [E])
+    >>> [type(t).__name__ for t in ins], str(y.body)
+    (['Placeholder'], '(E[i] * 2.0)')
+    >>> y.body.a.tensor is ins[0]
+    True
+    """
+    given: Dict[int, Tensor] = {}
+    stand_in: List[Tensor] = []
+    for t in inputs:
+        if isinstance(t, (Compute, ScatterAdd)) and t.uid not in given:
+            given[t.uid] = Placeholder(t.name, t.dims, t.dtype, fresh_uid(), t.origin)
+        elif isinstance(t, SelfRef):
+            raise TypeError(f"inputs= cannot take the self-reference of a recurrence "
+                            f"({t.name!r}); list the recurrence tensor itself")
+        stand_in.append(given.get(t.uid, t))
+    if not given:
+        return list(outputs), list(inputs)
+    new: Dict[int, Tensor] = dict(given)
+
+    def redirect(r: Read):
+        t = new.get(r.tensor.uid)
+        return r if t is None or t is r.tensor else Read(t, r.indices, r.dtype)
+
+    from .transform import map_reads
+    # Topological order: a tensor's producers are rewritten before its own reads are.
+    for t in topo_order(list(outputs)):
+        if t.uid in new or not any(p.uid in new for p in tensor_inputs(t)):
+            continue
+        if isinstance(t, Compute):
+            new[t.uid] = dataclasses.replace(t, body=map_reads(t.body, redirect))
+        elif isinstance(t, ScatterAdd):
+            new[t.uid] = dataclasses.replace(
+                t, indices=tuple(map_reads(i, redirect) for i in t.indices),
+                value=map_reads(t.value, redirect),
+                where=None if t.where is None else map_reads(t.where, redirect))
+    return [new.get(t.uid, t) for t in outputs], stand_in
+
+
+# {{{ which forward values a gradient should be given
+
+#: operations worth not recomputing (the ones codegen/lower.py's _inlinable calls costly)
+_COSTLY = ("pow", "floordiv", "mod", "exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos")
+
+
+def _worth_saving(t: Tensor) -> bool:
+    """A recurrence, a scatter-add, or a compute with a reduction or a transcendental
+    function: not the cheap elementwise arithmetic the C backend computes where it is
+    read anyway."""
+    if isinstance(t, ScatterAdd):
+        return True
+    if not isinstance(t, Compute):
+        return False
+    if t.self_ref is not None:
+        return True
+    return any(isinstance(x, Reduce) or (isinstance(x, (Binary, Unary)) and x.op in _COSTLY)
+               for x in walk(t.body))
+
+
+def saved_values(gradients: Union[Tensor, Sequence[Tensor]],
+                 forward: Union[Tensor, Sequence[Tensor]]) -> List[Tensor]:
+    """The tensors of the forward graph that a backward pass should be given instead
+    of recomputing (PyTorch's "saved tensors", JAX's "residuals").
+
+    ``gradients`` are tensors from :func:`te.differentiate` of ``forward``'s
+    outputs. The answer lists, in the forward graph's topological order, the
+    user's own tensor objects (found by uid) that the gradients read and that are
+    costly to recompute: reductions, recurrences, scatter-adds and tensors whose
+    body calls ``exp``, ``log``, ``tanh``, ``sigmoid``, ``sqrt``, ``sin``, ``cos``,
+    ``**``, ``//`` or ``%``. Cheap elementwise tensors are not listed; the gradient
+    recomputes them (from saved values where they read one). Placeholders never
+    are. Build the forward with them as extra outputs, once, and the gradient with
+    them as inputs::
+
+        saved = te.saved_values(grads, Y)
+        forward = te.build([Y] + saved, inputs=params)
+        backward = te.build(grads, inputs=params + [H] + saved)
+
+    A reduction that ``te.differentiate`` extracted from inside a tensor's body and
+    that the gradient reads directly (not through that tensor) is not part of the
+    user's graph and is recomputed.
+
+    >>> import numpy as np, tensorexpr as te
+    >>> X = te.placeholder((2, 3), name="X")
+    >>> k = te.reduce_axis(3, name="k")
+    >>> E = te.compute((2, 3), lambda i, j: te.exp(X[i, j]), name="E")
+    >>> S = te.compute((2,), lambda i: te.sum(E[i, k], axis=k), name="S")
+    >>> Y = te.compute((2, 3), lambda i, j: E[i, j] / S[i], name="Y")
+    >>> H = te.placeholder((2, 3), name="H")
+    >>> (dX,) = te.differentiate(Y, [X], head=H)
+    >>> saved = te.saved_values(dX, Y)
+    >>> [t.name for t in saved]
+    ['E', 'S']
+    >>> x, h = np.ones((2, 3), np.float32), np.ones((2, 3), np.float32)
+    >>> y, e, s = te.build([Y] + saved, inputs=[X], backend="numpy")(x)
+    >>> g = te.build(dX, inputs=[X, H] + saved, backend="numpy")(x, h, e, s)
+    >>> bool(np.allclose(g, te.build(dX, inputs=[X, H], backend="numpy")(x, h), atol=1e-6))
+    True
+    """
+    grads = [gradients] if isinstance(gradients, Tensor) else list(gradients)
+    fwd_outs = [forward] if isinstance(forward, Tensor) else list(forward)
+    if not all(isinstance(t, Tensor) for t in grads + fwd_outs):
+        raise TypeError("te.saved_values takes tensors: saved_values(gradients, forward_outputs)")
+    fwd = {t.uid: t for t in topo_order(fwd_outs)}
+    saved: Dict[int, Tensor] = {}
+    seen: set = set()
+    stack = list(grads)
+    while stack:
+        t = stack.pop()
+        if t.uid in seen:
+            continue
+        seen.add(t.uid)
+        own = fwd.get(t.uid)
+        if own is not None and _worth_saving(own):
+            saved[t.uid] = own
+            continue  # given: nothing behind it is computed by the gradient
+        # A cheap forward tensor is recomputed from what its user-written body reads
+        # (differentiate may hold a normalized copy of it; the uids it reads agree).
+        stack.extend(tensor_inputs(own if own is not None else t))
+    order = {t.uid: k for k, t in enumerate(fwd.values())}
+    return sorted(saved.values(), key=lambda t: order[t.uid])
+
+
+# }}}

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import threads
 from .loopast import (Accumulate, Assign, Block, Comment, Decl, Fail, For, If, Kernel, Lit, Load,
-                      Local, Op, Stmt, Store, Var)
+                      Local, Op, Region, Stmt, Store, Var)
 
 CTYPE = {"bool": "bool", "int32": "int32_t", "int64": "int64_t", "float32": "float",
          "float64": "double"}
@@ -264,6 +264,14 @@ class _Emitter:
                     self.stmt(x, ind)
             case For():
                 self.loop(s, ind)
+            case Region(body, work):
+                self.threaded = self.threaded or work is not None
+                cond = "" if work is None else \
+                    f" if(parallel: {self.text(work, _REL + 1)} >= {threads.SYMBOL})"
+                self.line(ind, f"#pragma omp parallel{cond}")
+                self.line(ind, "{")
+                self.stmt(body, ind + 1)
+                self.line(ind, "}")
             case If():
                 self.if_(s, ind)
             case Local(name, dtype, size):
@@ -276,7 +284,14 @@ class _Emitter:
     def loop(self, s: For, ind: int) -> None:
         v = s.var.name
         red = "".join(f" reduction({_RED[op]}:{var.name})" for op, var in s.reduction)
-        if s.parallel:
+        if s.team:
+            simd = " simd" if s.simd and s.team.startswith("for") else ""
+            words = s.team.split()
+            self.line(ind, f"#pragma omp {words[0]}{simd}{red if simd else ''}"
+                           f"{''.join(' ' + w for w in words[1:])}")
+            if s.simd and not simd:
+                self.line(ind, f"#pragma omp simd{red}")
+        elif s.parallel:
             simd = " simd" if s.simd else ""
             self.threaded = self.threaded or s.work is not None
             cond = "" if s.work is None else \

@@ -145,6 +145,20 @@ class For:
     note: str = ""
     simd: bool = False
     reduction: Tuple[Tuple[str, Var], ...] = ()
+    #: inside a :class:`Region`: "for" (the team shares the iterations, then waits),
+    #: "for nowait" (shares them, no wait: the next loop does not touch what this one
+    #: writes nor write what it reads), "single" (one thread runs it, the others wait)
+    team: str = ""
+
+
+@dataclass(frozen=True)
+class Region:
+    """``#pragma omp parallel`` around loops whose ``team`` says how the threads share
+    them: several loop nests for one wake-up of the team (``work``: as for a parallel
+    :class:`For`, None = always on the team)."""
+
+    body: Block
+    work: Optional[CExpr] = None
 
 
 @dataclass(frozen=True)
@@ -171,7 +185,7 @@ class Comment:
     text: str
 
 
-Stmt = Union[Decl, Assign, Accumulate, Store, Fail, Block, For, If, Local, Comment]
+Stmt = Union[Decl, Assign, Accumulate, Store, Fail, Block, For, Region, If, Local, Comment]
 
 # }}}
 

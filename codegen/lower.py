@@ -223,6 +223,8 @@ class Lowerer:
                 body.append(Block(tuple(fused)))
                 continue
             body.extend(self.lower_alone(group))
+        from . import regions  # one parallel region for consecutive loop nests
+        body = regions.merge(body)
         kernel = Kernel(self.title, tuple((v, n) for n, v in self.sizes.items()),
                         tuple(self.buf[t.uid] for t in self.tensors), tuple(body))
         return Program(kernel, self.tensors, self.sites)

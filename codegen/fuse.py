@@ -83,7 +83,9 @@ def plan(tensors: Sequence[Tensor], inline: set) -> List[List[Tensor]]:
 
 
 def _candidate(t: Tensor) -> bool:
-    return isinstance(t, Compute) and t.carry is None and t.self_ref is None and t.ndim >= 1
+    from . import layout  # its transposed copies are read across rows: never fused
+    return (isinstance(t, Compute) and t.carry is None and t.self_ref is None and t.ndim >= 1
+            and not layout.is_copy(t))
 
 
 def _joins(t: Tensor, group: List[Tensor], inlined: Dict[int, Compute]) -> bool:

@@ -62,7 +62,7 @@ from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder
 from tensorexpr.transform import const_value
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
-from . import fuse, reference
+from . import fuse, layout, reference
 from .loopast import (Accumulate, Assign, Block, Buffer, CExpr, Comment, Decl, Fail, For, If,
                       Kernel, Lit, Load, Local, Op, Stmt, Store, Var)
 
@@ -204,6 +204,7 @@ class Lowerer:
         self._owner: Optional[Tensor] = None  # the tensor being lowered (for error sites)
         #: cheap elementwise intermediates evaluated where they are read, never stored
         self.inline = _inlinable(sig)
+        layout.install(self)  # transposed copies for dot-product sums (codegen.layout)
 
     def fresh(self, prefix: str, dtype: str) -> Var:
         k = self.counters.get(prefix, 0)

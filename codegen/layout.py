@@ -1,0 +1,247 @@
+"""Transposed copies for dot-product-shaped sums (``H B^T``), so they run by rows.
+
+The fast schedule of a sum (``lower.Lowerer.compute_rows``) keeps the innermost
+output axis ``j`` innermost: every read walks along ``j`` in its last index, and
+a tile of ``j`` is reduced at once in vector lanes. A sum like the gradient of a
+matrix product, ``dA[i, k] = sum_j H[i, j] * B[k, j]``, has no such read: ``B``
+is indexed by the output axis ``k`` in its first dimension and walks along the
+reduction axis. Its schedule (``compute_jam``) reduces each element in vector
+lanes along ``j`` and is about twice slower.
+
+This module gives such a sum a transposed copy of the operand, ``B_T[j, k] =
+B[k, j]`` (a blocked transpose, ``O(n^2)`` work for an ``O(n^3)`` sum), and
+lowers the sum as ``sum_j H[i, j] * B_T[j, k]``: by rows. Each element still
+adds the same products in the same order as the point-by-point loops.
+
+:func:`install` (called when a :class:`~codegen.lower.Lowerer` is created)
+replaces such a sum in the lowerer's tensor list by its rewritten form (same
+uid, so same buffer and output) and places the copies before it; the sum then
+takes the rows schedule by the ordinary rules. A copy is made only when
+
+* the sum is dot-product shaped (``lower._jam_reduce``) and would otherwise not be
+  computed by rows, and after the move it would be (``lower._row_reduce``);
+* each moved read indexes its tensor with the output axis ``j`` itself in one
+  dimension other than the last, and the last dimension free of ``j``; every index
+  is an axis whose range lies inside its dimension (no read that a run-time check
+  guards is moved: its error report names the tensor the user wrote);
+* the sum has at least ``MIN_ROWS`` rows (the other output axes): the copy's cost
+  is that of one row;
+* the copy can be placed between its source and the sum without changing how
+  row fusion (``codegen.fuse``) groups the other tensors. Copies are never fused
+  (``fuse`` asks :func:`is_copy`): the sum reads a copy across its rows, so the
+  copy must be complete before the sum's slab loop starts.
+
+Programs with recurrences are left alone (their lowering keeps rolling buffers).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from tensorexpr.ir import (Axis, Compute, Const, Placeholder, Read, Tensor, INDEX_DTYPE,
+                           fresh_uid, same, tensor_inputs, walk)
+from tensorexpr.transform import const_value, map_reads
+
+from . import fuse
+
+I64 = INDEX_DTYPE
+
+#: a sum gets transposed operands only if its output has at least this many rows
+#: (the product of its outer extents; symbolic extents count as many)
+MIN_ROWS = 8
+
+
+#: uids of the copies made here (uids are never reused); ``fuse`` keeps them out of groups
+_COPIES: set = set()
+
+
+def is_copy(t: Tensor) -> bool:
+    """Is ``t`` a transposed copy made by this module?"""
+    return t.uid in _COPIES
+
+
+def transposed(x: Tensor, p: int) -> Compute:
+    """A copy of ``x`` with dimension ``p`` moved last: ``x_T[..., a_p] = x[..., a_p, ...]``.
+
+    >>> import tensorexpr as te
+    >>> B = te.placeholder((3, 5), name="B")
+    >>> t = transposed(B, 0)
+    >>> t.name, t.shape
+    ('B_T', (5, 3))
+    """
+    dims = tuple(d for k, d in enumerate(x.dims) if k != p) + (x.dims[p],)
+    axes = tuple(Axis(f"a{k}", Const(0, I64), d, fresh_uid()) for k, d in enumerate(dims))
+    rest = list(axes[:-1])
+    idx = tuple(axes[-1] if k == p else rest.pop(0) for k in range(x.ndim))
+    out = Compute(f"{x.name}_T", dims, x.dtype, fresh_uid(), x.origin, axes=axes,
+                  body=Read(x, idx, x.dtype))
+    _COPIES.add(out.uid)
+    return out
+
+
+def moved_read(r: Read, p: int, copy: Tensor) -> Read:
+    """``r`` (of ``x``) as the same element of ``copy = transposed(x, p)``."""
+    idx = tuple(x for k, x in enumerate(r.indices) if k != p) + (r.indices[p],)
+    return Read(copy, idx, r.dtype)
+
+
+def _moves(t: Tensor) -> Optional[List[Tuple[Read, int]]]:
+    """The reads of ``t``'s sum to move and the dimension of each to move last, or None
+    when ``t`` is not a sum that moving reads turns into a row sum."""
+    from .lower import _jam_reduce, _row_reduce
+    if not isinstance(t, Compute) or t.carry is not None or t.self_ref is not None:
+        return None
+    red = _jam_reduce(t)
+    if red is None or _row_reduce(t) is not None:
+        return None
+    rows = 1
+    for ax in t.axes[:-1]:
+        lo, hi = const_value(ax.lo), const_value(ax.hi)
+        rows *= MIN_ROWS if lo is None or hi is None else max(hi - lo, 0)
+    if rows < MIN_ROWS:
+        return None
+    j = t.axes[-1]
+    out: List[Tuple[Read, int]] = []
+    exprs = [red.body] + ([red.where] if red.where is not None else [])
+    for r in (x for e in exprs for x in walk(e) if isinstance(x, Read)):
+        uses = [any(isinstance(x, Axis) and x.uid == j.uid for x in walk(i))
+                for i in r.indices]
+        if not any(uses[:-1]):
+            continue
+        where = [k for k, u in enumerate(uses) if u]
+        if len(where) != 1 or where[0] == len(uses) - 1:
+            return None
+        p = where[0]
+        if not (isinstance(r.indices[p], Axis) and r.indices[p].uid == j.uid):
+            return None
+        if not isinstance(r.tensor, (Placeholder, Compute)) or r.tensor.uid == t.uid:
+            return None
+        if not all(_inside(i, d) for i, d in zip(r.indices, r.tensor.dims)):
+            return None
+        out.append((r, p))
+    return out or None
+
+
+def _inside(index, dim) -> bool:
+    """Is ``index`` an axis whose range lies inside ``[0, dim)`` (a read no run-time check
+    guards: moved, it needs none either)?"""
+    if not isinstance(index, Axis):
+        return False
+    lo, hi, n = const_value(index.lo), const_value(index.hi), const_value(dim)
+    return lo is not None and lo >= 0 and (same(index.hi, dim) or (
+        hi is not None and n is not None and hi <= n))
+
+
+def _apply(t: Compute, copies: Dict[Tuple[int, int], Compute]) -> Optional[Compute]:
+    """``t`` with its movable reads redirected to ``copies`` (keyed by tensor uid and
+    moved dimension), or None when a copy is missing or the result is no row sum."""
+    from dataclasses import replace
+
+    from .lower import _row_reduce
+    moves = _moves(t)
+    if moves is None or any((r.tensor.uid, p) not in copies for r, p in moves):
+        return None
+    which = {id(r): p for r, p in moves}
+    # Reads are matched by identity before any rebuilding: map_reads hands fn the
+    # rebuilt read, which is the same object when its indices are unchanged (they
+    # hold no reads here).
+    body = map_reads(t.body, lambda r: moved_read(r, which[id(r)], copies[(r.tensor.uid,
+                                                                         which[id(r)])])
+                     if id(r) in which else r)
+    out = replace(t, body=body)
+    return out if _row_reduce(out) is not None else None
+
+
+def plan(computed: Sequence[Tensor], inline: set) -> List[Tensor]:
+    """The computed tensors of a program (in order) with each sum whose reads move
+    replaced by its rewritten form (same uid: same buffer) and the transposed copies
+    placed before it.
+
+    >>> import tensorexpr as te
+    >>> H = te.placeholder((16, 32), name="H"); B = te.placeholder((24, 32), name="B")
+    >>> j = te.reduce_axis((0, 32), name="j")
+    >>> dA = te.compute((16, 24), lambda i, k: te.sum(H[i, j] * B[k, j], axis=j), name="dA")
+    >>> [str(t).split(" for ")[0].strip() for t in plan([dA], set())]
+    ['B_T[a0, a1] = B[a1, a0]', 'dA[i, k] = sum_{j in [0, 32)} (H[i, j] * B_T[j, k])']
+    """
+    order = list(computed)
+    if any(isinstance(t, Compute) and (t.carry is not None or t.self_ref is not None)
+           for t in order):
+        return order  # recurrences: rolling buffers are planned on the original tensors
+    copies: Dict[Tuple[int, int], Compute] = {}
+    for t in list(order):
+        moves = _moves(t)
+        if moves is None:
+            continue
+        mine: Dict[Tuple[int, int], Compute] = {}
+        new: List[Compute] = []
+        for r, p in moves:
+            key = (r.tensor.uid, p)
+            if key in copies:
+                mine[key] = copies[key]  # another sum's copy of the same operand
+            elif key not in mine:
+                mine[key] = transposed(r.tensor, p)
+                new.append(mine[key])
+        moved = _apply(t, mine)
+        if moved is None:
+            continue
+        trial: Optional[List[Tensor]] = [moved if x.uid == t.uid else x for x in order]
+        for c in new:
+            trial = _place(trial, c, moved, inline)
+            if trial is None:
+                break
+        if trial is not None:
+            order = trial
+            copies.update(mine)
+    return order
+
+
+def _groups(tensors: Sequence[Tensor], inline: set) -> List[Tuple[int, ...]]:
+    return [tuple(t.uid for t in g) for g in fuse.plan(list(tensors), inline)]
+
+
+def _place(order: List[Tensor], copy: Compute, consumer: Tensor, inline: set
+           ) -> Optional[List[Tensor]]:
+    """``order`` with ``copy`` inserted after its source and before ``consumer``, at the
+    first group boundary where row fusion groups every other tensor as before (the
+    copy is never fused: ``fuse`` asks :func:`is_copy`); None if there is no such
+    place."""
+    before = _groups(order, inline)
+    pos = {t.uid: k for k, t in enumerate(order)}
+
+    def ready(t: Tensor) -> int:
+        """The first position where ``t`` can be read: after it, or, if it is computed
+        where it is read (inlined), after what it reads."""
+        if t.uid not in pos:
+            return 0
+        if t.uid not in inline:
+            return pos[t.uid] + 1
+        return max([ready(x) for x in tensor_inputs(t)], default=0)
+
+    first = ready(copy.body.tensor)
+    last = pos[consumer.uid]
+    b = 0
+    for gi in range(len(before) + 1):
+        if first <= b <= last:
+            trial = order[:b] + [copy] + order[b:]
+            if _groups(trial, inline) == before[:gi] + [(copy.uid,)] + before[gi:]:
+                return trial
+        if gi < len(before):
+            b += len(before[gi])
+    return None
+
+
+def install(lowerer) -> None:
+    """Plan the copies of ``lowerer``'s program: its tensor list becomes :func:`plan`'s,
+    and every tensor gets its buffer again, in program order, named as ``Lowerer``
+    names them."""
+    from .loopast import Buffer
+    n = len(lowerer.sig.inputs)
+    inputs, computed = lowerer.tensors[:n], lowerer.tensors[n:]
+    order = plan(computed, lowerer.inline)
+    if len(order) == len(computed):
+        return
+    lowerer.tensors = list(inputs) + order
+    for k, t in enumerate(lowerer.tensors):
+        lowerer.buf[t.uid] = Buffer(f"b{k}", t.dtype, isinstance(t, Placeholder),
+                                    f"{t.name}{' (input)' if isinstance(t, Placeholder) else ''}")
+        lowerer.dims[t.uid] = t.dims

@@ -1,0 +1,199 @@
+"""Transposed copies for dot-product-shaped sums (codegen.layout): ``H B^T`` is computed by
+rows on a copy ``B_T``. Checked against the numpy backend with ragged and symbolic sizes,
+through gradients (matmul, a two-layer perceptron), with copies shared between sums,
+copies of intermediates and of fused chains, and where no copy must be made."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import tensorexpr as te
+from codegen import fuse, layout
+from codegen.lower import _row_reduce
+
+from .util import agree, rand
+
+
+def _copies(f) -> int:
+    """How many transposed copies the C program computes."""
+    return f.source.count("_T[a0, a1")
+
+
+def _section(f, name: str) -> str:
+    """The C code of tensor ``name``: from its comment to the next tensor's."""
+    start = f.source.index(f"/* {name}[")
+    nxt = re.search(r"/\* \w+\[", f.source[start + 3:])
+    return f.source[start:] if nxt is None else f.source[start:start + 3 + nxt.start()]
+
+
+def _by_rows(f, name: str) -> bool:
+    """Is ``name`` computed by rows (an accumulator array over a tile of its last axis)
+    rather than by the jam schedule (dot products in vector lanes)?"""
+    code = _section(f, name)
+    return "acc" in code and "reduction(+:" not in code
+
+
+@pytest.mark.parametrize("m,n,k", [(8, 8, 8), (13, 37, 21), (33, 19, 70)])
+def test_matmul_input_gradient_runs_by_rows_on_a_copy(m, n, k):
+    A = te.placeholder((m, k), name="A")
+    B = te.placeholder((k, n), name="B")
+    r = te.reduce_axis((0, k), name="r")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    H = te.placeholder((m, n), name="H")
+    dA, dB = te.differentiate(C, [A, B], head=H)
+    f, _ = agree([dA, dB], [A, B, H], rand((m, k)), rand((k, n), seed=1),
+                 rand((m, n), seed=2))
+    assert _copies(f) == 1 and "B_T" in f.source
+    assert _by_rows(f, "dA") and _by_rows(f, "dB")
+
+
+def test_symbolic_sizes_agree_at_every_size():
+    m, n = te.var("m"), te.var("n")
+    H = te.placeholder((m, 33), name="H")
+    B = te.placeholder((n, 33), name="B")
+    k = te.reduce_axis((0, 33), name="k")
+    D = te.compute((m, n), lambda i, j: te.sum(H[i, k] * B[j, k], axis=k) * 0.5 + 1.0,
+                   name="D")
+    fc, fn = te.build(D), te.build(D, backend="numpy")
+    assert _copies(fc) == 1 and _by_rows(fc, "D")
+    for rows, cols in ((1, 1), (7, 9), (9, 40), (17, 3)):
+        h, b = rand((rows, 33), seed=rows), rand((cols, 33), seed=cols + 1)
+        np.testing.assert_allclose(fc(h, b), fn(h, b), rtol=1e-5, atol=1e-5)
+
+
+def test_each_element_sums_in_order():
+    # rows add each element's products one after another, as the definition does: the
+    # result is the float32 sequential sum, bit for bit
+    H = te.placeholder((9, 50), name="H")
+    B = te.placeholder((12, 50), name="B")
+    k = te.reduce_axis((0, 50), name="k")
+    D = te.compute((9, 12), lambda i, j: te.sum(H[i, k] * B[j, k], axis=k), name="D")
+    h, b = rand((9, 50)), rand((12, 50), seed=1)
+    got = te.build(D)(h, b)
+    want = np.zeros((9, 12), dtype=np.float32)
+    for kk in range(50):
+        want += h[:, kk:kk + 1] * b[:, kk][None, :]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_mlp_gradients_agree_and_stay_fused():
+    Bn, I, Hd, O = 19, 24, 20, 10
+    X = te.placeholder((Bn, I), name="X")
+    W1 = te.placeholder((I, Hd), name="W1")
+    b1 = te.placeholder((Hd,), name="b1")
+    W2 = te.placeholder((Hd, O), name="W2")
+    b2 = te.placeholder((O,), name="b2")
+    k1, k2 = te.reduce_axis((0, I), name="k1"), te.reduce_axis((0, Hd), name="k2")
+    h = te.compute((Bn, Hd), lambda i, j: te.tanh(te.sum(X[i, k1] * W1[k1, j], axis=k1)
+                                                  + b1[j]), name="h")
+    Y = te.compute((Bn, O), lambda i, o: te.sum(h[i, k2] * W2[k2, o], axis=k2) + b2[o],
+                   name="Y")
+    H = te.placeholder((Bn, O), name="H")
+    grads = te.differentiate(Y, [X, W1, b1, W2, b2], head=H)
+    f, _ = agree(list(grads), [X, W1, b1, W2, b2, H], rand((Bn, I)), rand((I, Hd), seed=1),
+                 rand((Hd,), seed=2), rand((Hd, O), seed=3), rand((O,), seed=4),
+                 rand((Bn, O), seed=5))
+    assert "W1_T" in f.source and "W2_T" in f.source
+    assert _by_rows(f, "dX") and _by_rows(f, "dh")
+    assert f.source.count("slabs of") >= 1
+
+
+def test_one_copy_serves_every_sum_reading_it():
+    H1 = te.placeholder((10, 16), name="H1")
+    H2 = te.placeholder((12, 16), name="H2")
+    B = te.placeholder((20, 16), name="B")
+    k1, k2 = te.reduce_axis((0, 16), name="k1"), te.reduce_axis((0, 16), name="k2")
+    D1 = te.compute((10, 20), lambda i, j: te.sum(H1[i, k1] * B[j, k1], axis=k1), name="D1")
+    D2 = te.compute((12, 20), lambda i, j: te.sum(H2[i, k2] * B[j, k2], axis=k2), name="D2")
+    f, _ = agree([D1, D2], [H1, H2, B], rand((10, 16)), rand((12, 16), seed=1),
+                 rand((20, 16), seed=2))
+    assert _copies(f) == 1 and _by_rows(f, "D1") and _by_rows(f, "D2")
+
+
+def test_copies_of_computed_and_inlined_intermediates():
+    H = te.placeholder((11, 18), name="H")
+    B = te.placeholder((14, 18), name="B")
+    E = te.compute((14, 18), lambda a, b: te.exp(B[a, b] * 0.1), name="E")  # stored
+    S = te.compute((14, 18), lambda a, b: B[a, b] * 2.0 - 1.0, name="S")  # inlined
+    k1, k2 = te.reduce_axis((0, 18), name="k1"), te.reduce_axis((0, 18), name="k2")
+    D1 = te.compute((11, 14), lambda i, j: te.sum(H[i, k1] * E[j, k1], axis=k1), name="D1")
+    D2 = te.compute((11, 14), lambda i, j: te.sum(H[i, k2] * S[j, k2], axis=k2), name="D2")
+    f, _ = agree([D1, D2], [H, B], rand((11, 18)), rand((14, 18), seed=1))
+    assert "E_T" in f.source and "S_T" in f.source
+    assert _by_rows(f, "D1") and _by_rows(f, "D2")
+    assert f.source.index("/* E[a, b] =") < f.source.index("/* E_T[a0, a1] =")
+
+
+def test_a_copy_of_a_fused_chain_keeps_the_chain_fused():
+    # softmax rows P (one fused slab loop), then G = H P^T: the copy of P comes after
+    # the chain, which stays one loop
+    X = te.placeholder((24, 40), name="X")
+    H = te.placeholder((16, 40), name="H")
+    k1, k2 = te.reduce_axis((0, 40), name="k1"), te.reduce_axis((0, 40), name="k2")
+    m = te.compute((24,), lambda i: te.max(X[i, k1], axis=k1), name="m")
+    e = te.compute((24, 40), lambda i, j: te.exp(X[i, j] - m[i]), name="e")
+    s = te.compute((24,), lambda i: te.sum(e[i, k2], axis=k2), name="s")
+    P = te.compute((24, 40), lambda i, j: e[i, j] / s[i], name="P")
+    d = te.reduce_axis((0, 40), name="d")
+    G = te.compute((16, 24), lambda i, j: te.sum(H[i, d] * P[j, d], axis=d), name="G")
+    f, _ = agree([G], [X, H], rand((24, 40)), rand((16, 40), seed=1))
+    assert "P_T" in f.source and _by_rows(f, "G")
+    assert f.source.count("slabs of") == 1
+
+
+def test_groups_are_kept_when_the_copy_has_the_rows_of_a_fused_chain():
+    # every tensor has 32 rows, the copy too: it may join a fused group, but the
+    # groups of the other tensors stay as they were
+    X = te.placeholder((32, 32), name="X")
+    B = te.placeholder((32, 32), name="B")
+    H = te.placeholder((32, 32), name="H")
+    k1, k2 = te.reduce_axis((0, 32), name="k1"), te.reduce_axis((0, 32), name="k2")
+    m = te.compute((32,), lambda i: te.max(X[i, k1], axis=k1), name="m")
+    Y = te.compute((32, 32), lambda i, j: te.exp(X[i, j] - m[i]), name="Y")
+    D = te.compute((32, 32), lambda i, j: te.sum(H[i, k2] * B[j, k2], axis=k2), name="D")
+    computed = [m, Y, D]
+    before = [[t.uid for t in g] for g in fuse.plan(computed, set())]
+    order = layout.plan(computed, set())
+    after = [[t.uid for t in g if not t.name.endswith("_T")]
+             for g in fuse.plan(order, set())]
+    assert [g for g in after if g] == before
+    assert [t.name for t in order].count("B_T") == 1
+    moved = [t for t in order if t.uid == D.uid][0]
+    assert _row_reduce(moved) is not None
+    agree([Y, D], [X, B, H], rand((32, 32)), rand((32, 32), seed=1), rand((32, 32), seed=2))
+
+
+def test_no_copy_for_few_rows_or_guarded_reads():
+    # four rows: a copy would cost as much as the sum
+    H = te.placeholder((4, 30), name="H")
+    B = te.placeholder((40, 30), name="B")
+    k = te.reduce_axis((0, 30), name="k")
+    D = te.compute((4, 40), lambda i, j: te.sum(H[i, k] * B[j, k], axis=k), name="D")
+    f, _ = agree([D], [H, B], rand((4, 30)), rand((40, 30), seed=1))
+    assert _copies(f) == 0 and not _by_rows(f, "D")
+    # a data-dependent row of B: its run-time check names B, so the read stays
+    H2 = te.placeholder((16, 30), name="H2")
+    idx = te.placeholder((40,), dtype="int64", name="idx")
+    k2 = te.reduce_axis((0, 30), name="k2")
+    G = te.compute((16, 40), lambda i, j: te.sum(H2[i, k2] * B[idx[j], k2], axis=k2),
+                   name="G")
+    order = layout.plan([G], set())
+    assert [t.name for t in order] == ["G"]
+    fc = te.build(G, inputs=[H2, B, idx])
+    bad = np.zeros(40, dtype=np.int64)
+    bad[7] = 40
+    with pytest.raises(IndexError, match="B"):
+        fc(rand((16, 30)), rand((40, 30), seed=1), bad)
+
+
+def test_recurrence_programs_are_left_alone():
+    X = te.placeholder((16, 12), name="X")
+    W = te.placeholder((12, 12), name="W")
+    k = te.reduce_axis((0, 12), name="k")
+    R = te.recurrence((16, 12), lambda self, t, j: te.select(
+        t > 0, self[t - 1, j] * 0.5 + X[t, j], X[t, j]), name="R")
+    D = te.compute((16, 12), lambda i, j: te.sum(R[i, k] * W[j, k], axis=k), name="D")
+    assert [t.name for t in layout.plan([R, D], set())] == ["R", "D"]
+    agree([D], [X, W], rand((16, 12)), rand((12, 12), seed=1))

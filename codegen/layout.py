@@ -24,8 +24,8 @@ takes the rows schedule by the ordinary rules. A copy is made only when
   dimension other than the last, and the last dimension free of ``j``; every index
   is an axis whose range lies inside its dimension (no read that a run-time check
   guards is moved: its error report names the tensor the user wrote);
-* the sum has at least ``MIN_ROWS`` rows (the other output axes): the copy's cost
-  is that of one row;
+* the sum has at least ``MIN_ROWS`` rows per element of the copy (the extents of
+  the outer output axes the moved read does not use): the copy costs one row;
 * the copy can be placed between its source and the sum without changing how
   row fusion (``codegen.fuse``) groups the other tensors. Copies are never fused
   (``fuse`` asks :func:`is_copy`): the sum reads a copy across its rows, so the
@@ -45,8 +45,9 @@ from . import fuse
 
 I64 = INDEX_DTYPE
 
-#: a sum gets transposed operands only if its output has at least this many rows
-#: (the product of its outer extents; symbolic extents count as many)
+#: a sum gets a transposed copy of an operand only if it reads each element of it at least
+#: this many times (once per value of the outer output axes the read does not use;
+#: symbolic extents count as many)
 MIN_ROWS = 8
 
 
@@ -93,12 +94,6 @@ def _moves(t: Tensor) -> Optional[List[Tuple[Read, int]]]:
     red = _jam_reduce(t)
     if red is None or _row_reduce(t) is not None:
         return None
-    rows = 1
-    for ax in t.axes[:-1]:
-        lo, hi = const_value(ax.lo), const_value(ax.hi)
-        rows *= MIN_ROWS if lo is None or hi is None else max(hi - lo, 0)
-    if rows < MIN_ROWS:
-        return None
     j = t.axes[-1]
     out: List[Tuple[Read, int]] = []
     exprs = [red.body] + ([red.where] if red.where is not None else [])
@@ -116,6 +111,17 @@ def _moves(t: Tensor) -> Optional[List[Tuple[Read, int]]]:
         if not isinstance(r.tensor, (Placeholder, Compute)) or r.tensor.uid == t.uid:
             return None
         if not all(_inside(i, d) for i, d in zip(r.indices, r.tensor.dims)):
+            return None
+        # The sum reads each element of the copy once per value of the output axes the
+        # read does not use (``i`` of ``H B^T``, not the batch axis of a batched one):
+        # the copy costs one such row.
+        rows = 1
+        for ax in t.axes[:-1]:
+            if any(isinstance(x, Axis) and x.uid == ax.uid for i in r.indices for x in walk(i)):
+                continue
+            lo, hi = const_value(ax.lo), const_value(ax.hi)
+            rows *= MIN_ROWS if lo is None or hi is None else max(hi - lo, 0)
+        if rows < MIN_ROWS:
             return None
         out.append((r, p))
     return out or None

@@ -62,7 +62,7 @@ from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder
 from tensorexpr.transform import const_value
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
-from . import fuse, layout, reference
+from . import fuse, layout, reference, residue
 from .loopast import (Accumulate, Assign, Block, Buffer, CExpr, Comment, Decl, Fail, For, If,
                       Kernel, Lit, Load, Local, Op, Stmt, Store, Var)
 
@@ -271,6 +271,10 @@ class Lowerer:
             red = _jam_reduce(t)
             if red is not None:
                 return self.compute_jam(t, red)
+            if _transposed_axis(t) is None and _split_factor(t) is None:
+                hoist = _row_invariant_indices(t)
+                if hoist:
+                    return self.compute_gather_rows(t, hoist)
         axes = list(t.axes)
         carry = t.carry.axis if t.carry is not None else None
         order = ([carry] if carry is not None else []) + [k for k in range(len(axes)) if k != carry]
@@ -317,6 +321,57 @@ class Lowerer:
                               note=ax.name + (" (sequential)" if k == carry else ""),
                               simd=simd and k == order[-1]),))
         return list(body.stmts)
+
+    def compute_gather_rows(self, t: Compute, hoist: List[Tuple[Read, int]]) -> List[Stmt]:
+        """``t`` (no recurrence) whose data-dependent indices ``hoist`` (``idx[i]`` of
+        ``E[idx[i], d]``) do not move along the innermost axis: they are loaded and
+        checked once per row, and the row runs without checks (contiguous, in vector
+        lanes). A row with a bad index runs the point-by-point loop instead, which
+        records the error and reads 0 exactly as before."""
+        axes = list(t.axes)
+        j = axes[-1]
+        outer = axes[:-1]
+        vars_ = [self.fresh("i", I64) for _ in outer]
+        oscope = _Scope({ax.uid: v for ax, v in zip(outer, vars_)}, tuple(outer), (), {})
+        pre: List[Stmt] = []
+        bad: List[CExpr] = []
+        known: Dict[Expr, CExpr] = {}
+        for r, d in hoist:
+            x = r.indices[d]
+            if x in known:
+                continue
+            v = self.fresh("t", I64)
+            pre.append(Decl(v, self.expr(x, oscope, pre)))
+            known[x] = v
+            size = self.size_expr(self.dims[r.tensor.uid][d])
+            bad.append(Op("or", (Op("lt", (v, Lit(0, I64)), "bool"),
+                                 Op("ge", (v, size), "bool")), "bool"))
+
+        def row(memo) -> For:
+            jv = self.fresh("i", I64)
+            sc = oscope.child(axes=(j,), env={j.uid: jv})
+            sc.memo.update(memo)
+            stmts: List[Stmt] = []
+            value = self.expr(t.body, sc, stmts)
+            stmts.append(Store(self.buf[t.uid].name, self.offset(t.uid, vars_ + [jv]),
+                               _cast(value, t.dtype)))
+            block = Block(tuple(stmts))
+            return For(jv, self.size_expr(j.lo), self.size_expr(j.hi), 1, block, note=j.name,
+                       simd=_simd_safe(block))
+
+        fast = row({("in range", x): v for x, v in known.items()})
+        cond = bad[0]
+        for b in bad[1:]:
+            cond = Op("or", (cond, b), "bool")
+        nest: Stmt = Block(tuple(pre) + (If(cond, Block((row({}),)), Block((fast,))),))
+        work = self.work(t, axes)
+        for k in reversed(range(len(outer))):
+            ax = outer[k]
+            parallel = k == 0 and work is not False
+            nest = For(vars_[k], self.size_expr(ax.lo), self.size_expr(ax.hi), 1,
+                       nest if isinstance(nest, Block) else Block((nest,)),
+                       parallel=parallel, work=work if parallel else None, note=ax.name)
+        return [nest]
 
     def compute_blocks(self, t: Compute, a: int, vars_, body: Block, work) -> List[Stmt]:
         """``t``'s loops (no recurrence: any order is valid) with the innermost axis and
@@ -417,7 +472,7 @@ class Lowerer:
 
         return nest_from(0, [None])
 
-    def compute_rows(self, t: Compute, red: Reduce) -> List[Stmt]:
+    def compute_rows(self, t: Compute, red: Reduce, sp=None) -> List[Stmt]:
         """``t`` whose body is ``epilogue(red)`` with the reduction computed for a tile of
         the innermost output axis ``j`` at once: an accumulator array over the tile, isl
         loops over ``(red's axes..., j)`` with ``j`` innermost (contiguous reads,
@@ -426,7 +481,16 @@ class Lowerer:
 
         When an outer axis ``i`` takes no part in the reads along ``j`` nor in the
         domain (``i`` of a matmul), ``ROW_BLOCK`` values of ``i`` share each such read:
-        their accumulators are updated together (registers, not memory)."""
+        their accumulators are updated together (registers, not memory).
+
+        A row read at ``x // s`` or ``(x - k) // s`` (a strided convolution's gradient)
+        is computed per residue ``x = s*q + r`` over ``q`` (``codegen.residue``; ``sp``)."""
+        if sp is None:
+            sp = residue.split(t, red)
+            if sp is not None:
+                self.buf[sp.tensor.uid] = self.buf[t.uid]
+                self.dims[sp.tensor.uid] = t.dims
+                return self.compute_rows(sp.tensor, sp.red, sp)
         axes = list(t.axes)
         j = axes[-1]
         outer = axes[:-1]
@@ -442,6 +506,8 @@ class Lowerer:
         env = {ax.uid: v for ax, v in zip(outer, vars_)}
         scope_axes = tuple(outer)
         conds = polyhedral.conjuncts(red.where)
+        if sp is not None:  # x = s*q + r inside x's range
+            conds = conds + [Binary("lt", j, sp.count, "bool")]
         if tiled:
             jt = Axis(f"{j.name}_tile", Const(0, I64),
                       Binary("floordiv", Binary("add", j.hi, Const(tile - 1, I64), I64),
@@ -456,7 +522,9 @@ class Lowerer:
                                     "bool")]
         else:
             base = Lit(0, I64)
-        exact = n is not None and n % width == 0  # every tile is full: constant trip counts
+        # every tile is full: constant trip counts
+        exact = n is not None and n % width == 0 and (
+            sp is None or const_value(sp.orig.axes[-1].hi) % sp.s == 0)
         rx = list(red.axes) + [j]
         # Bounds of j that move with a reduction axis p (a gradient's gather, a padded
         # convolution) start each pass at another offset of the accumulator, whose loads
@@ -526,11 +594,15 @@ class Lowerer:
                 est: List[Stmt] = []
                 value = self.expr(t.body, escope, est)
                 idx = [v if k != ri or rows[r] is None else rows[r] for k, v in enumerate(vars_)]
+                if sp is not None:  # element q of residue r is x = s*q + r
+                    idx, jv = idx[:-1], _add(_mul(Lit(sp.s, I64), jv), idx[-1])
                 est.append(Store(self.buf[t.uid].name, self.offset(t.uid, idx + [jv]),
                                  _cast(value, t.dtype)))
                 hi: CExpr = Lit(width, I64)
                 if not exact:
-                    hi = Op("min", (_fold("sub", self.size_expr(j.hi), base, I64), hi), I64)
+                    end = (self.size_expr(j.hi) if sp is None
+                           else self.expr(sp.count, scope.child(), out))
+                    hi = Op("min", (_fold("sub", end, base, I64), hi), I64)
                 eblock = Block(tuple(est))
                 out.append(For(jj, Lit(0, I64), hi, 1, eblock, note=j.name,
                                simd=_simd_safe(eblock)))
@@ -827,6 +899,10 @@ class Lowerer:
         idx: List[CExpr] = []
         checks = []
         for d, (x, size) in enumerate(zip(e.indices, self.dims[t.uid])):
+            known = scope.memo.get(("in range", x)) if scope.memo else None
+            if known is not None:  # loaded and checked once per row (compute_gather_rows)
+                idx.append(known)
+                continue
             cx = self.expr(x, scope, out)
             if not scope.proves_inside(x, size, self.params):
                 v = self.fresh("t", I64)
@@ -1038,6 +1114,35 @@ def _transposed_axis(t: Compute) -> Optional[int]:
                     and (m is None or m >= 2 * TRANSPOSE_BLOCK)):
                 return k
     return None
+
+
+def _row_invariant_indices(t: Compute) -> List[Tuple[Read, int]]:
+    """``(read, dimension)`` of the data-dependent indices that ``t``'s body evaluates
+    at every point (not under a select's branch or a reduction) and that do not use its
+    innermost axis; empty unless ``t`` has at least two axes."""
+    if t.ndim < 2:
+        return []
+    j = t.axes[-1].uid
+    out: List[Tuple[Read, int]] = []
+
+    def visit(e: Expr) -> None:
+        match e:
+            case Select(c, _, _, _):
+                visit(c)
+            case Reduce():
+                return
+            case Read(_, indices):
+                for d, x in enumerate(indices):
+                    if not _uses(x, {j}) and any(isinstance(y, Read) for y in walk(x)):
+                        out.append((e, d))
+                    visit(x)
+            case Binary(_, a, b, _):
+                visit(a)
+                visit(b)
+            case Unary(_, a, _) | Cast(a, _):
+                visit(a)
+    visit(t.body)
+    return out
 
 
 def _jam_reduce(t: Compute) -> Optional[Reduce]:

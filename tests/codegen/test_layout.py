@@ -63,6 +63,29 @@ def test_symbolic_sizes_agree_at_every_size():
         np.testing.assert_allclose(fc(h, b), fn(h, b), rtol=1e-5, atol=1e-5)
 
 
+def test_batched_scores_copy_the_keys_per_batch():
+    # attention scores S[b, i, j] = sum_d Q[b, i, d] K[b, j, d]: K_T[b, d, j] per batch
+    n = te.var("n")
+    Q = te.placeholder((3, n, 12), name="Q")
+    K = te.placeholder((3, 20, 12), name="K")
+    d = te.reduce_axis((0, 12), name="d")
+    S = te.compute((3, n, 20), lambda b, i, j: te.sum(Q[b, i, d] * K[b, j, d], axis=d),
+                   name="S")
+    fc, fn = te.build(S), te.build(S, backend="numpy")
+    assert "/* K_T[a0, a1, a2] = K[a0, a2, a1]" in fc.source and _by_rows(fc, "S")
+    for rows in (1, 9, 30):
+        q, k = rand((3, rows, 12), seed=rows), rand((3, 20, 12), seed=1)
+        np.testing.assert_allclose(fc(q, k), fn(q, k), rtol=1e-5, atol=1e-5)
+    # many batches but few rows in each: every element of a copy would be read by
+    # only four rows
+    Q4 = te.placeholder((64, 4, 12), name="Q4")
+    K4 = te.placeholder((64, 20, 12), name="K4")
+    d4 = te.reduce_axis((0, 12), name="d4")
+    S4 = te.compute((64, 4, 20), lambda b, i, j: te.sum(Q4[b, i, d4] * K4[b, j, d4], axis=d4),
+                    name="S4")
+    assert [t.name for t in layout.plan([S4], set())] == ["S4"]
+
+
 def test_each_element_sums_in_order():
     # rows add each element's products one after another, as the definition does: the
     # result is the float32 sequential sum, bit for bit

@@ -307,3 +307,24 @@ def test_select_branches_are_blended_only_where_valid_without_the_condition():
                    name="Z")
     W = te.compute((5,), lambda i: te.select(i < 4, m[i - 0] * 2.0, -1.0), name="W")
     agree([Z, W], [X, m], x, mm)
+
+
+def test_a_gather_checks_its_row_index_once_per_row():
+    E = te.placeholder((9, 40), name="E")
+    idx = te.placeholder((6,), "int64", name="idx")
+    Y = te.compute((6, 40), lambda i, d: E[idx[i], d] * 2.0 + E[idx[5 - i], d], name="Y")
+    ids = np.array([3, 0, 8, 8, 1, 2], np.int64)
+    f, _ = agree([Y], [E, idx], rand((9, 40)), ids)
+    fast = without_comments(f.source).split("} else {")[-1]
+    assert "#pragma omp simd" in fast and "te_fail" not in fast
+    with pytest.raises(IndexError, match="index 9 in dimension 0"):
+        f(rand((9, 40)), np.array([3, 0, 9, 8, 1, 2], np.int64))
+
+
+def test_a_gather_under_a_select_is_not_hoisted_out_of_its_condition():
+    E = te.placeholder((9, 40), name="E")
+    idx = te.placeholder((6,), "int64", name="idx")
+    # a negative index is never read: the select's condition guards it
+    Y = te.compute((6, 40), lambda i, d: te.select(idx[i] >= 0, E[idx[i], d], 0.0), name="Y")
+    ids = np.array([3, -1, 8, -5, 1, 2], np.int64)
+    agree([Y], [E, idx], rand((9, 40)), ids)

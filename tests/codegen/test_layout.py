@@ -220,3 +220,17 @@ def test_recurrence_programs_are_left_alone():
     D = te.compute((16, 12), lambda i, j: te.sum(R[i, k] * W[j, k], axis=k), name="D")
     assert [t.name for t in layout.plan([R, D], set())] == ["R", "D"]
     agree([D], [X, W], rand((16, 12)), rand((12, 12), seed=1))
+
+
+def test_a_checked_read_beside_a_moved_one_reports_its_own_tensor():
+    H = te.placeholder((20, 30), name="H")
+    B = te.placeholder((40, 30), name="B")
+    idx = te.placeholder((16,), dtype="int64", name="idx")
+    k = te.reduce_axis((0, 30), name="k")
+    D = te.compute((16, 40), lambda i, j: te.sum(H[idx[i], k] * B[j, k], axis=k), name="D")
+    ix = np.arange(16, dtype=np.int64)[::-1].copy()
+    f, _ = agree([D], [H, B, idx], rand((20, 30)), rand((40, 30), seed=1), ix)
+    assert "B_T" in f.source and _by_rows(f, "D")
+    ix[5] = 25
+    with pytest.raises(IndexError, match=r"reads 'H' at index 25 .*H\[idx\[i\], k\]"):
+        f(rand((20, 30)), rand((40, 30), seed=1), ix)

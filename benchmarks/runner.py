@@ -106,6 +106,7 @@ def run_case(case: Case, systems: Sequence[str], opts: Options) -> dict:
     for row in rows.values():
         if row.get("fwd_ms") and row.get("vjp_ms"):
             row["vjp_fwd"] = row["vjp_ms"] / row["fwd_ms"]
+    _time_te_recompute(preps.get("te"), rows.get("te"), opts)
     ratios = {}
     for peer in systems:
         if peer == "te":
@@ -178,6 +179,22 @@ def _prepare_and_check(name, case, p, inputs, H, Y, grads, opts):
             prep.vjp, prep.vjp_status = None, f"unsupported (running: {first_line(exc)})"
     row["fwd_status"], row["status"] = prep.fwd_status, prep.vjp_status
     return prep, row
+
+
+def _time_te_recompute(prep: Optional[Prepared], row: Optional[dict], opts: Options) -> None:
+    """Hook of ``te_sys``: tensorexpr's VJP is timed given the forward's saved values;
+    the gradient recomputing them (``prep.vjp_recompute``) is timed too, interleaved
+    with the given-values one, into ``vjp_recompute_ms`` (JSON only)."""
+    recompute = getattr(prep, "vjp_recompute", None)
+    if recompute is None or prep.vjp is None:
+        return
+    try:
+        xs = interleaved({"given": prep.vjp, "recompute": recompute},
+                         QUICK if opts.quick else GROWTH)
+        row["vjp_recompute_ms"] = median(xs["recompute"]) * 1e3
+    except Exception as exc:  # a reference figure: its failure is noted, not fatal
+        row["vjp_recompute_ms"] = None
+        row["vjp_recompute_status"] = f"unsupported ({first_line(exc)})"
 
 
 def _warm_up_compiler(backend: str) -> Optional[float]:

@@ -4,7 +4,12 @@
 output tensor; ``build_forward`` and ``build_vjp`` compile them (the runner and
 the cached-rebuild subprocess share these, so both build exactly the same
 programs). The VJP program is ``te.differentiate(Y, inputs=wrt, head=H)`` built
-with every forward input and ``H`` as inputs.
+with every forward input, ``H`` and the forward values ``te.saved_values`` picks
+(softmax's exponentials and row sums, a layer norm's mean and variance, an MLP's
+hidden layer, maxpool's output) as inputs: like PyTorch's autograd and the
+hand-written numpy backward, it is timed given what the forward saved. Those
+values come from a second forward program, ``te.build([Y] + saved, inputs=ph)``,
+run once when the case is prepared.
 
 >>> from benchmarks.cases import CASES
 >>> ph, Y = define(CASES[0], CASES[0].params(quick=True))
@@ -21,8 +26,12 @@ from benchmarks.cases import conv_out
 from benchmarks.systems import Prepared, first_line, forward_table, timed
 
 LABEL = "tensorexpr"
-VJP_INCLUDES = ("the built gradient program called with the inputs and H; forward "
-                "intermediates the gradient reads are recomputed inside it")
+VJP_INCLUDES = ("the built gradient program called with the inputs, H and the forward values "
+                "te.saved_values picks (reductions, exp/tanh/... tensors the gradient reads; "
+                "computed once beforehand by a forward that also returns them), i.e. the "
+                "backward alone given what the forward saved; cheap elementwise forward values "
+                "are recomputed inside it. The gradient recomputing every forward value "
+                "instead is vjp_recompute_ms in the JSON (cases that save something)")
 NO_DIFFERENTIATE = "unsupported (te.differentiate not available yet)"
 
 
@@ -148,23 +157,46 @@ def build_forward(case, p, backend: str):
 
 
 def build_vjp(case, p, backend: str):
-    """``(function, seconds)``: differentiate + compile the VJP program (no call).
+    """``(vjp, save, seconds)``: differentiate, pick the values to save
+    (``te.saved_values``) and compile the forward that also returns them
+    (``save``; None when the gradient needs none) and the VJP program given them
+    (no call). ``vjp`` takes the forward's inputs, ``H``, then ``save``'s outputs
+    after the first.
 
     Raises whatever ``te.differentiate`` or ``te.build`` raise.
     """
     ph, Y = define(case, p)
     H = te.placeholder(Y.shape, dtype=Y.dtype, name="H")
-    by_name = {t.name: t for t in ph}
     t0 = time.perf_counter()
+    grads = _gradients(case, ph, Y, H)
+    saved = te.saved_values(grads, Y)
+    save = te.build([Y] + saved, inputs=ph, backend=backend) if saved else None
+    f = te.build(grads, inputs=ph + [H] + saved, backend=backend)
+    return f, save, time.perf_counter() - t0
+
+
+def build_vjp_recompute(case, p, backend: str):
+    """The VJP program that recomputes every forward value it reads, from the inputs
+    and ``H`` alone (for the ``vjp_recompute_ms`` figure)."""
+    ph, Y = define(case, p)
+    H = te.placeholder(Y.shape, dtype=Y.dtype, name="H")
+    return te.build(_gradients(case, ph, Y, H), inputs=ph + [H], backend=backend)
+
+
+def _gradients(case, ph, Y, H) -> List[te.Tensor]:
+    by_name = {t.name: t for t in ph}
     grads = te.differentiate(Y, inputs=[by_name[n] for n in case.wrt], head=H)
-    grads = [grads] if isinstance(grads, te.Tensor) else list(grads)
-    f = te.build(grads, inputs=ph + [H], backend=backend)
-    return f, time.perf_counter() - t0
+    return [grads] if isinstance(grads, te.Tensor) else list(grads)
 
 
 def prepare(case, p, inputs, H, backend: str = "c") -> Prepared:
     """Build (and call once) the forward and, if ``te.differentiate`` exists at call
-    time, the VJP program; failures become statuses.
+    time, the VJP program given the saved forward values; failures become statuses.
+
+    ``build_s`` covers differentiating, both programs' compiles, one call of the
+    saving forward and the first VJP call. ``vjp_recompute`` (set when something is
+    saved) calls the gradient that recomputes the saved values instead; it is built
+    on its first call, so preparing never compiles it.
 
     >>> from benchmarks.cases import CASES
     >>> case = CASES[6]
@@ -185,10 +217,28 @@ def prepare(case, p, inputs, H, backend: str = "c") -> Prepared:
         prep.vjp_status = NO_DIFFERENTIATE
         return prep
     try:
-        g, seconds = build_vjp(case, p, backend)
-        _, first = timed(lambda: g(*args, H))
-        prep.vjp, prep.build_s = (lambda: g(*args, H)), seconds + first
+        g, save, seconds = build_vjp(case, p, backend)
+
+        def first_call():
+            vals = save(*args)[1:] if save is not None else ()
+            g(*args, H, *vals)
+            return vals
+        saved, first = timed(first_call)
+        prep.vjp, prep.build_s = (lambda: g(*args, H, *saved)), seconds + first
+        if save is not None:
+            prep.vjp_recompute = _lazy(lambda: build_vjp_recompute(case, p, backend),
+                                       lambda r: r(*args, H))
     except Exception as exc:
         prep.vjp_status = f"unsupported ({first_line(exc)})"
     return prep
 
+
+def _lazy(make, call):
+    """A function that builds its program on the first call (``make``), then runs it."""
+    built = []
+
+    def run():
+        if not built:
+            built.append(make())
+        return call(built[0])
+    return run

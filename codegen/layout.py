@@ -22,8 +22,9 @@ takes the rows schedule by the ordinary rules. A copy is made only when
   computed by rows, and after the move it would be (``lower._row_reduce``);
 * each moved read indexes its tensor with the output axis ``j`` itself in one
   dimension other than the last, and the last dimension free of ``j``; every index
-  is an axis whose range lies inside its dimension (no read that a run-time check
-  guards is moved: its error report names the tensor the user wrote);
+  is an axis ranging over its whole dimension (no read that a run-time check guards
+  is moved: its error report names the tensor the user wrote; and the copy holds
+  only elements the sum reads);
 * the sum has at least ``MIN_ROWS`` rows per element of the copy (the extents of
   the outer output axes the moved read does not use): the copy costs one row;
 * the copy can be placed between its source and the sum without changing how
@@ -110,7 +111,7 @@ def _moves(t: Tensor) -> Optional[List[Tuple[Read, int]]]:
             return None
         if not isinstance(r.tensor, (Placeholder, Compute)) or r.tensor.uid == t.uid:
             return None
-        if not all(_inside(i, d) for i, d in zip(r.indices, r.tensor.dims)):
+        if not all(_covers(i, d) for i, d in zip(r.indices, r.tensor.dims)):
             return None
         # The sum reads each element of the copy once per value of the output axes the
         # read does not use (``i`` of ``H B^T``, not the batch axis of a batched one):
@@ -127,14 +128,15 @@ def _moves(t: Tensor) -> Optional[List[Tuple[Read, int]]]:
     return out or None
 
 
-def _inside(index, dim) -> bool:
-    """Is ``index`` an axis whose range lies inside ``[0, dim)`` (a read no run-time check
-    guards: moved, it needs none either)?"""
+def _covers(index, dim) -> bool:
+    """Is ``index`` an axis ranging over exactly ``[0, dim)``? Then the read needs no
+    run-time check (moved, it needs none either), and the copy holds no element the
+    sum does not read (a copy of a large tensor for a few of its rows would cost more
+    than the sum)."""
     if not isinstance(index, Axis):
         return False
     lo, hi, n = const_value(index.lo), const_value(index.hi), const_value(dim)
-    return lo is not None and lo >= 0 and (same(index.hi, dim) or (
-        hi is not None and n is not None and hi <= n))
+    return lo == 0 and (same(index.hi, dim) or (hi is not None and hi == n))
 
 
 def _apply(t: Compute, copies: Dict[Tuple[int, int], Compute]) -> Optional[Compute]:

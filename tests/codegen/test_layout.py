@@ -196,6 +196,12 @@ def test_no_copy_for_few_rows_or_guarded_reads():
     D = te.compute((4, 40), lambda i, j: te.sum(H[i, k] * B[j, k], axis=k), name="D")
     f, _ = agree([D], [H, B], rand((4, 30)), rand((40, 30), seed=1))
     assert _copies(f) == 0 and not _by_rows(f, "D")
+    # the sum reads 12 of B's 4000 rows: a copy of all of B would cost more than the sum
+    Bbig = te.placeholder((4000, 30), name="Bbig")
+    kb = te.reduce_axis((0, 30), name="kb")
+    Hb = te.placeholder((16, 30), name="Hb")
+    P = te.compute((16, 12), lambda i, j: te.sum(Hb[i, kb] * Bbig[j, kb], axis=kb), name="P")
+    assert [t.name for t in layout.plan([P], set())] == ["P"]
     # a data-dependent row of B: its run-time check names B, so the read stays
     H2 = te.placeholder((16, 30), name="H2")
     idx = te.placeholder((40,), dtype="int64", name="idx")

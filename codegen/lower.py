@@ -30,8 +30,10 @@ its preconditions do not hold):
   a matmul, ``f`` of a convolution) is blocked ``ROW_BLOCK`` rows at a time;
   bounds of ``j`` that move with a short reduction axis get one accumulator per
   value of it (store forwarding), combined at the end;
-* dot-product-like sums (``H B^T``: no read walks along ``j``) reduce ``JAM`` x
-  ``JAM`` elements in one loop nest, each read loaded once for its row or column;
+* dot-product-like sums (``H B^T``: no read walks along ``j``) read a transposed
+  copy of the operand instead (``codegen.layout``; then they run by rows) when it
+  is read by enough rows; the others reduce ``JAM`` x ``JAM`` elements in one loop
+  nest, each read loaded once for its row or column;
 * ``sum(select(c, x, 0))`` becomes ``sum(x, where=c)`` (adding +0.0 to a sum
   that starts at +0.0 changes nothing), so ``c`` becomes a loop bound;
 * float sums over several axes keep partial sums per value of their last axis

@@ -113,7 +113,7 @@ def notes(meta: dict) -> List[str]:
 
 
 GROWTH_COLUMNS = [("case", 20), ("grown", 10), ("work x", 6), ("fwd_ms", 19),
-                  ("vjp_ms", 19), ("vjp/fwd", 14), ("exp f/v", 10), ("status", 0)]
+                  ("vjp_ms", 19), ("vjp/fwd", 16), ("exp f/v", 11), ("status", 0)]
 
 
 def growth_table(results: dict) -> str:

@@ -3,7 +3,10 @@
 Every call allocates the outputs as fresh numpy arrays (the caller owns them);
 intermediates are allocated once per sizes and reused by later calls (fresh
 pages cost more than the kernels on bandwidth-bound programs), unless another
-thread is using them at that moment. A call passes all buffers, the size values and an error record to the kernel
+thread is using them at that moment; so is the pointer array holding their
+addresses, so a call only fills in its inputs' and outputs' (a call of a small
+program costs ~3 us of Python here, the validation of ``codegen.signature`` ~1).
+A call passes all buffers, the size values and an error record to the kernel
 through ctypes, and raises ``IndexError`` if the kernel met an out-of-range
 data-dependent index.
 
@@ -157,6 +160,18 @@ def _address(a: np.ndarray, _view=ctypes.c_char.from_buffer, _addr=ctypes.addres
         return a.ctypes.data
 
 
+@dataclass
+class _Plan:
+    """A kernel's calls at one set of size values (used under its lock)."""
+
+    ptrs: ctypes.Array  # the buffers' addresses: inputs and fresh outputs set per call
+    fresh: List[Tuple[int, Tuple[int, ...], np.dtype]]  # (slot, shape, dtype) per call
+    outputs: List[Tuple[int, bool]]  # (input to copy, True) or (fresh array, False)
+    size_ptr: int
+    err: ctypes.Array  # zero between calls
+    scratch: List[np.ndarray]  # the reused buffers, kept alive here
+
+
 class KernelFunction:
     """``impl(arrays, sizes) -> outputs`` for a compiled program and its :class:`Layout`.
 
@@ -192,8 +207,11 @@ class KernelFunction:
         out = set(layout.outputs)
         self._scratch_ids = [j for j in range(len(layout.buffers)) if n + j not in out]
         self._scratch_set = frozenset(self._scratch_ids)
-        self._scratch: Dict[tuple, List[np.ndarray]] = {}
-        self._scratch_lock = threading.Lock()
+        self._size_names = tuple(layout.size_names)
+        # Per size values, for the caller holding the lock: the pointer array with the
+        # reused buffers' addresses filled in, what to allocate fresh, the error record.
+        self._plans: Dict[tuple, _Plan] = {}
+        self._lock = threading.Lock()
 
     def _for_sizes(self, key: tuple):
         got = self._per_sizes.get(key)
@@ -211,30 +229,55 @@ class KernelFunction:
                                           vals.ctypes.data)
         return got
 
+    def _plan(self, key: tuple) -> "_Plan":
+        buffers, _, size_ptr = self._for_sizes(key)
+        n = self._n_inputs
+        scratch = [np.empty(*buffers[j]) for j in self._scratch_ids]
+        ptrs = self._ptr_type()
+        for j, a in zip(self._scratch_ids, scratch):
+            ptrs[n + j] = _address(a)
+        fresh = [(n + j, s, d) for j, (s, d) in enumerate(buffers) if j not in self._scratch_set]
+        slot = {k: m for m, (k, _, _) in enumerate(fresh)}
+        outputs = [(k, True) if k < n else (slot[k], False) for k in self.layout.outputs]
+        if len(self._plans) > 8:  # the reused buffers of other sizes are dropped
+            self._plans.clear()
+        plan = self._plans[key] = _Plan(ptrs, fresh, outputs, size_ptr,
+                                        (ctypes.c_int64 * _ERR_WORDS)(), scratch)
+        return plan
+
     def __call__(self, arrays: Sequence[np.ndarray], sizes: Dict[str, int]) -> List[np.ndarray]:
-        got = self._per_sizes.get(key := tuple([sizes[name] for name in self.layout.size_names]))
-        buffers, _, size_ptr = got if got is not None else self._for_sizes(key)
-        bufs: List[np.ndarray] = list(arrays)
-        pooled = self._scratch_lock.acquire(blocking=False)
+        key = tuple([sizes[name] for name in self._size_names])
+        if not self._lock.acquire(blocking=False):
+            return self._call_private(arrays, key)  # another thread is running this kernel
         try:
-            if pooled:
-                scratch = self._scratch.get(key)
-                if scratch is None:
-                    if len(self._scratch) > 8:
-                        self._scratch.clear()
-                    scratch = self._scratch[key] = [
-                        np.empty(*buffers[j]) for j in self._scratch_ids]
-                fresh, reuse = iter(scratch), self._scratch_set
-                bufs.extend([next(fresh) if j in reuse else np.empty(s, dtype=d)
-                             for j, (s, d) in enumerate(buffers)])
-            else:  # another thread is running this kernel: private buffers
-                bufs.extend([np.empty(s, dtype=d) for s, d in buffers])
-            ptrs = self._ptr_type(*[_address(b) for b in bufs])
-            err = (ctypes.c_int64 * _ERR_WORDS)()
-            rc = self._fn(ptrs, size_ptr, err)
+            plan = self._plans.get(key) or self._plan(key)
+            ptrs = plan.ptrs
+            for k, a in enumerate(arrays):
+                ptrs[k] = _address(a)
+            outs = []
+            for k, shape, dtype in plan.fresh:
+                a = np.empty(shape, dtype)
+                ptrs[k] = _address(a)
+                outs.append(a)
+            err, failed = plan.err, None
+            rc = self._fn(ptrs, plan.size_ptr, err)
+            if rc != 0 or err[0] != 0:
+                failed = tuple(err)
+                ctypes.memset(err, 0, ctypes.sizeof(err))  # the next call starts clean
         finally:
-            if pooled:
-                self._scratch_lock.release()
+            self._lock.release()
+        if failed is not None:
+            raise self._error(failed)
+        return [arrays[k].copy() if copy else outs[k] for k, copy in plan.outputs]
+
+    def _call_private(self, arrays: Sequence[np.ndarray], key: tuple) -> List[np.ndarray]:
+        """A call with buffers and an error record of its own (thread-safe, slower)."""
+        buffers, _, size_ptr = self._for_sizes(key)
+        bufs: List[np.ndarray] = list(arrays)
+        bufs.extend([np.empty(s, dtype=d) for s, d in buffers])
+        ptrs = self._ptr_type(*[_address(b) for b in bufs])
+        err = (ctypes.c_int64 * _ERR_WORDS)()
+        rc = self._fn(ptrs, size_ptr, err)
         if rc != 0 or err[0] != 0:
             raise self._error(tuple(err))
         return [bufs[k].copy() if copy else bufs[k] for k, copy in self._outputs]

@@ -76,12 +76,10 @@ class Signature:
         # Computed tensors whose shape depends on sizes: e.g. (n - 3,) is negative for n = 2.
         self._sized = [t for t in self.order if not isinstance(t, Placeholder)
                        and any(not isinstance(d, Const) for d in t.dims)]
-        # The fast path of bind: per-input dtype and rank, where each size is read, and
-        # the input shapes and size values of every size binding already validated.
+        # The fast path of bind: per-input dtype, and the size values of every tuple of
+        # input shapes already validated (the shapes decide the sizes and every check).
         self._dtypes = [np.dtype(t.dtype) for t in self.inputs]
-        self._ndims = [t.ndim for t in self.inputs]
-        self._sources = [self.size_source[name] for name in self.size_names]
-        self._bound: Dict[tuple, Tuple[List[Tuple[int, ...]], Dict[str, int]]] = {}
+        self._bound: Dict[Tuple[Tuple[int, ...], ...], Dict[str, int]] = {}
 
     def shape(self, t: Tensor, sizes: Dict[str, int]) -> Tuple[int, ...]:
         """The concrete shape of ``t`` once sizes are known."""
@@ -101,18 +99,16 @@ class Signature:
     def bind(self, args: tuple, kwargs: dict) -> Tuple[List[np.ndarray], Dict[str, int]]:
         """Validate a call and return (input arrays in order, size values)."""
         # A call like an earlier valid one (positional C-contiguous arrays of the right
-        # dtypes and rank, sizes seen before) needs only a few comparisons.
+        # dtypes, shapes seen before) needs only a few comparisons and one lookup.
         if not kwargs and len(args) == len(self._dtypes):
-            arrays = []
-            for v, dt, nd in zip(args, self._dtypes, self._ndims):
-                if type(v) is not np.ndarray or v.dtype != dt or v.ndim != nd \
+            for v, dt in zip(args, self._dtypes):
+                if type(v) is not np.ndarray or (v.dtype is not dt and v.dtype != dt) \
                         or not v.flags.c_contiguous:
                     break
-                arrays.append(v)
             else:
-                got = self._bound.get(tuple([arrays[k].shape[d] for k, d in self._sources]))
-                if got is not None and all(a.shape == s for a, s in zip(arrays, got[0])):
-                    return arrays, dict(got[1])
+                got = self._bound.get(tuple([v.shape for v in args]))
+                if got is not None:
+                    return list(args), dict(got)
         return self._bind_checked(args, kwargs)
 
     def _bind_checked(self, args: tuple, kwargs: dict):
@@ -160,8 +156,7 @@ class Signature:
                     f"or clamp the shape (e.g. te.maximum(n - 3, 0))")
         if len(self._bound) > 4096:
             self._bound.clear()
-        self._bound[tuple(sizes[name] for name in self.size_names)] = (
-            [tuple(a.shape) for a in arrays], dict(sizes))
+        self._bound[tuple([tuple(a.shape) for a in arrays])] = dict(sizes)
         return arrays, sizes
 
     def _array(self, t: Tensor, v) -> np.ndarray:

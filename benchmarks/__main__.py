@@ -3,6 +3,10 @@
     python -m benchmarks                       # every case, every installed system
     python -m benchmarks --quick               # reduced sizes, under a minute
     python -m benchmarks --case 1 --case 8 --systems te,torch
+
+After the main table comes the growth check (``benchmarks.growth``): tensorexpr's
+forward and VJP at each case's size and at a grown size, their growth exponents,
+and a flag on any gradient growing faster than its forward (``--no-growth`` skips it).
 """
 from __future__ import annotations
 

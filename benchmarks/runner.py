@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -72,7 +73,7 @@ def run(opts: Options, log: Callable[[str], None] = lambda s: None) -> dict:
         for case_id in opts.cases:
             case = by_id(case_id)
             log(f"case {case.id}: {case.title} ...")
-            results.append(run_case(case, systems, opts))
+            results.append(run_case(case, systems, opts, log))
         if "te" in systems and opts.rebuild and results:
             log("cached rebuild of the tensorexpr programs in a new process ...")
             _add_cached_rebuild(results, opts, meta)
@@ -85,7 +86,8 @@ def run(opts: Options, log: Callable[[str], None] = lambda s: None) -> dict:
     return {"meta": meta, "cases": results}
 
 
-def run_case(case: Case, systems: Sequence[str], opts: Options) -> dict:
+def run_case(case: Case, systems: Sequence[str], opts: Options,
+             log: Callable[[str], None] = lambda s: None) -> dict:
     """Build, check and time one case on every system; one entry of ``cases``."""
     p = case.params(opts.quick)
     inputs = case.inputs(p)
@@ -121,7 +123,11 @@ def run_case(case: Case, systems: Sequence[str], opts: Options) -> dict:
     out = {"id": case.id, "key": case.key, "title": case.title, "params": p, "work": work,
            "systems": rows, "ratios": ratios}
     if opts.growth and "te" in preps:
+        log(f"case {case.id}: growth check at "
+            + ", ".join(f"{k} x{v}" for k, v in case.grow.items()) + " ...")
+        t0 = time.perf_counter()
         out["growth"] = measure_growth(case, preps["te"], work["fwd"], opts)
+        out["growth"]["seconds"] = time.perf_counter() - t0
     return out
 
 

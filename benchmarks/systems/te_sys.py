@@ -31,7 +31,8 @@ VJP_INCLUDES = ("the built gradient program called with the inputs, H and the fo
                 "computed once beforehand by a forward that also returns them), i.e. the "
                 "backward alone given what the forward saved; cheap elementwise forward values "
                 "are recomputed inside it. The gradient recomputing every forward value "
-                "instead is vjp_recompute_ms in the JSON (cases that save something)")
+                "instead is vjp_recompute_ms in the JSON (cases that save something); build_s "
+                "also covers compiling and calling once the forward that returns the values")
 NO_DIFFERENTIATE = "unsupported (te.differentiate not available yet)"
 
 

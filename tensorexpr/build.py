@@ -191,9 +191,12 @@ def saved_values(gradients: Union[Tensor, Sequence[Tensor]],
         forward = te.build([Y] + saved, inputs=params)
         backward = te.build(grads, inputs=params + [H] + saved)
 
-    A reduction that ``te.differentiate`` extracted from inside a tensor's body and
-    that the gradient reads directly (not through that tensor) is not part of the
-    user's graph and is recomputed.
+    ``te.differentiate`` first moves a reduction written inside a body (the sum
+    in ``te.sqrt(te.sum(...))``) into a tensor of its own (named like ``T_sum``).
+    When the gradient reads such a tensor directly, the answer lists that
+    extracted tensor (it is not one of the user's objects, but it reads only
+    forward values, so the forward program can return it too); reductions nested
+    inside other extracted reductions are not recognized and are recomputed.
 
     >>> import numpy as np, tensorexpr as te
     >>> X = te.placeholder((2, 3), name="X")
@@ -217,7 +220,9 @@ def saved_values(gradients: Union[Tensor, Sequence[Tensor]],
     if not all(isinstance(t, Tensor) for t in grads + fwd_outs):
         raise TypeError("te.saved_values takes tensors: saved_values(gradients, forward_outputs)")
     fwd = {t.uid: t for t in topo_order(fwd_outs)}
+    extracted = _extracted_reductions(fwd_outs)
     saved: Dict[int, Tensor] = {}
+    owner_of: Dict[int, int] = {}
     seen: set = set()
     stack = list(grads)
     while stack:
@@ -229,11 +234,41 @@ def saved_values(gradients: Union[Tensor, Sequence[Tensor]],
         if own is not None and _worth_saving(own):
             saved[t.uid] = own
             continue  # given: nothing behind it is computed by the gradient
+        if own is None and isinstance(t, Compute) and isinstance(t.body, Reduce):
+            owner = _find_extracted(t, extracted)
+            if owner is not None:
+                saved[t.uid], owner_of[t.uid] = t, owner
+                continue
         # A cheap forward tensor is recomputed from what its user-written body reads
         # (differentiate may hold a normalized copy of it; the uids it reads agree).
         stack.extend(tensor_inputs(own if own is not None else t))
     order = {t.uid: k for k, t in enumerate(fwd.values())}
-    return sorted(saved.values(), key=lambda t: order[t.uid])
+    # An extracted reduction goes just before the tensor it came from.
+    return sorted(saved.values(), key=lambda t: (order[owner_of[t.uid]], 0) if t.uid in owner_of
+                  else (order[t.uid], 1))
+
+
+def _extracted_reductions(outputs: Sequence[Tensor]) -> list:
+    """``[(shape key, owner uid)]`` of the reductions normalization extracts from the
+    bodies of ``outputs``' graph, as ``te.differentiate`` does (deterministically,
+    so a gradient's own copies have the same keys)."""
+    from passes.normalize import _shape_key, normalize
+    owners: Dict[int, int] = {}
+    norm = normalize(list(outputs), owners)
+    return [(_shape_key(norm[uid]), owner) for uid, owner in owners.items()]
+
+
+def _find_extracted(t: Compute, extracted: list) -> Optional[int]:
+    """The uid of the forward tensor ``t`` was extracted from, if it is one of ``extracted``."""
+    if not extracted:
+        return None
+    from passes.normalize import _shape_key
+    from .ir import same
+    key = _shape_key(t)
+    for k, owner in extracted:
+        if same(k, key):
+            return owner
+    return None
 
 
 # }}}

@@ -175,6 +175,19 @@ def test_inputs_none_is_unchanged_and_lists_placeholders_only():
     assert f.inputs == [X]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_given_tensor_nothing_reads_is_an_unused_input_like_a_placeholder(backend):
+    (X,), Y = _softmax()
+    Z = te.compute((2,), lambda i: te.exp(X[0, i]), name="Z")
+    f = te.build(Y, inputs=[X, Z], backend=backend)
+    assert [t.name for t in f.inputs] == ["X", "Z"] and "Z" in repr(f)
+    x = rand(3, 5)
+    np.testing.assert_allclose(f(x, np.zeros(2, np.float32)), te.build(Y, backend=backend)(x),
+                               rtol=1e-6)
+    with pytest.raises(TypeError, match=r"missing input\(s\): Z"):
+        f(x)
+
+
 def test_builds_differing_in_what_is_given_never_share_a_kernel():
     X = te.placeholder((4,), name="X")
     A = te.compute((4,), lambda i: te.exp(X[i]), name="A")
@@ -248,3 +261,23 @@ def test_saved_values_skips_cheap_tensors_and_looks_through_them():
 
 
 # }}}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reductions_extracted_from_a_body_are_saved_when_the_gradient_reads_them(backend):
+    X = te.placeholder((3, 4), name="X")
+    k1, k2 = te.reduce_axis(4, name="k1"), te.reduce_axis(4, name="k2")
+    # differentiate moves both sums into tensors of their own (T_sum) and reads them
+    T = te.compute((3,), lambda i: te.sqrt(te.sum(X[i, k1] * X[i, k1], axis=k1))
+                   * te.sum(te.exp(X[i, k2]), axis=k2), name="T")
+    H = te.placeholder((3,), name="H")
+    (dX,) = te.differentiate(T, [X], head=H)
+    saved = te.saved_values(dX, T)
+    assert [t.name for t in saved] == ["T_sum", "T_sum"]
+    x, h = rand(3, 4, seed=3), rand(3, seed=4)
+    t, *vals = te.build([T] + saved, inputs=[X], backend=backend)(x)
+    sums = {round(float(v[0]), 4) for v in vals}
+    assert sums == {round(float((x[0] ** 2).sum()), 4), round(float(np.exp(x[0]).sum()), 4)}
+    given = te.build(dX, inputs=[X, H] + saved, backend=backend)
+    np.testing.assert_allclose(given(x, h, *vals), te.build(dX, backend=backend)(x, h),
+                               rtol=1e-5, atol=1e-6)

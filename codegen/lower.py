@@ -64,7 +64,7 @@ from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder
 from tensorexpr.transform import const_value
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
-from . import fuse, layout, reference, residue
+from . import fulltile, fuse, layout, reference, residue
 from .loopast import (Accumulate, Assign, Block, Buffer, CExpr, Comment, Decl, Fail, For, If,
                       Kernel, Lit, Load, Local, Op, Stmt, Store, Var)
 
@@ -527,6 +527,13 @@ class Lowerer:
         # every tile is full: constant trip counts
         exact = n is not None and n % width == 0 and (
             sp is None or const_value(sp.orig.axes[-1].hi) % sp.s == 0)
+        if tiled:
+            jstart: Expr = start
+            jend: Expr = Binary("add", start, Const(tile, I64), I64)
+            if n is None or n % tile:
+                jend = Binary("min", jend, j.hi, I64)
+        else:
+            jstart, jend = j.lo, j.hi
         rx = list(red.axes) + [j]
         # Bounds of j that move with a reduction axis p (a gradient's gather, a padded
         # convolution) start each pass at another offset of the accumulator, whose loads
@@ -576,12 +583,16 @@ class Lowerer:
             nest: List[Stmt] = []
             tree, rest = polyhedral.loop_nest(rx, conds, scope.axes, scope.guards)
             affine = [c for c in conds if not any(c is r for r in rest)]
+            # bounds of j that move with a tap: the whole tile, masked (codegen.fulltile)
+            tree, full = fulltile.widen(tree, jstart, jend, keep={jt.uid} if tiled else ())
             # A data-dependent condition around a value that is safe and cheap to
             # compute anyway becomes a blend with the identity, not a branch (masked
             # stores of the accumulator do not forward to the next pass's loads):
             # sum + 0.0 and max(x, -inf) leave the accumulator unchanged.
             blend = bool(rest) and _pure(red.body)
             self._tree(tree, rx, affine, [] if blend else rest, scope, {}, point, nest)
+            if full:
+                nest = fulltile.hoist(nest, lambda dt: self.fresh("t", dt))
             out.extend(_mark_inner_simd(nest))
             # the epilogue: one element per j of the tile (and row)
             for r in range(len(rows)):

@@ -1,0 +1,228 @@
+"""Full-tile row loops: a row reduction's innermost loop over the whole tile, masked.
+
+In a row reduction (``lower.Lowerer.compute_rows``) the innermost loop runs over
+the row axis ``j`` of the tile, with bounds from isl. When those bounds move with
+a reduction axis (a padded convolution: ``max(0, 1 - kx) <= x < min(32, 33 - kx)``,
+a convolution gradient, a strided residue), the loop has a variable trip count:
+the compiler cannot keep it in full vector registers and runs much of it in
+scalar remainder code. Here such a loop instead runs over the whole tile, a
+constant trip count, and tests ``lo <= j < hi`` at each point:
+
+    if (lo < hi) {
+      w = W[f, c, ky, kx];            // loads that do not move with j, hoisted
+      for (j = start; j < end; j++)   // the whole tile
+        if (lo <= j && j < hi) acc[j] += X[..., j + kx - 1] * w;
+    }
+
+The points computed and the order in which each element adds them are those of
+the isl loop; only the loop shape changes. Loads that do not depend on ``j`` run
+once before the loop, inside ``lo < hi`` (so only where the isl loop would have
+run at least once, where they are valid: the same points are proven or checked).
+The compiler turns the remaining conditional loads and stores into masked vector
+operations.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Dict, List, Optional, Tuple
+
+from tensorexpr.ir import Axis, Binary, Const, Expr, Unary, walk
+from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
+
+from .loopast import (Accumulate, Assign, Block, CExpr, Decl, For, If, Load, Op, Stmt, Store,
+                      Var)
+
+#: marks the iterator of a full-tile loop (its note in the generated code)
+MARK = " (full tile)"
+
+
+#: bounds may move with axes of at most this extent (a kernel's taps, a stride's
+#: residues): the masked points are then a few per row, not most of it (a triangle)
+SHORT = 8
+
+
+def widen(tree, start: Expr, end: Expr, keep=()):
+    """``tree`` (an isl loop tree over axes whose last is the row axis ``j``) with each
+    innermost unit-step loop over ``j`` (its body a single point) replaced by a loop over ``[start, end)`` whose point
+    runs where the old bounds hold, the whole inside ``if (lo < hi)``. ``j`` must be
+    the innermost loop of the points (the other axes bound outside). Only loops
+    whose bounds move with short axes (constant extent at most ``SHORT``) and the
+    axes in ``keep`` (uids: the tile) are widened.
+
+    Returns ``(tree, changed)``."""
+    changed = False
+
+    def short(e: Expr) -> bool:
+        for x in walk(e):
+            if isinstance(x, Axis) and x.uid not in keep:
+                span = _interval(x)
+                if span is None or span[1] - span[0] >= SHORT:
+                    return False
+        return True
+
+    def go(node):
+        nonlocal changed
+        match node:
+            case LoopBlock(items):
+                return LoopBlock(tuple(go(x) for x in items))
+            case LoopFor(it, lo, hi, step, body):
+                if (step == 1 and isinstance(body, LoopPoint) and isinstance(body.values[-1], Axis)
+                        and body.values[-1].uid == it.uid
+                        and not (_same(lo, start) and _same(hi, end))
+                        and short(lo) and short(hi)):
+                    changed = True
+                    full = Axis(it.name + MARK, it.lo, it.hi, it.uid)
+                    inside = Binary("and", Binary("ge", it, lo, "bool"),
+                                    Binary("lt", it, hi, "bool"), "bool")
+                    loop = LoopFor(full, start, end, 1, LoopIf(inside, body, None))
+                    return LoopIf(Binary("lt", lo, hi, "bool"), loop, None)
+                return LoopFor(it, lo, hi, step, go(body))
+            case LoopLet(it, value, body):
+                return LoopLet(it, value, go(body))
+            case LoopIf(cond, then, orelse):
+                return LoopIf(cond, go(then), None if orelse is None else go(orelse))
+        return node
+
+    out = go(tree)
+    return out, changed
+
+
+def _interval(e: Expr, depth: int = 0) -> Optional[Tuple[int, int]]:
+    """Inclusive integer bounds of ``e`` over the boxes of its axes (whose bounds may
+    be expressions of other axes: isl writes ``i3%2 <= kx < 2 + 1``), or None."""
+    if depth > 8:
+        return None
+    match e:
+        case Const(v, _) if isinstance(v, int):
+            return (v, v)
+        case Axis():
+            lo, hi = _interval(e.lo, depth + 1), _interval(e.hi, depth + 1)
+            return None if lo is None or hi is None else (lo[0], hi[1] - 1)
+        case Binary(op, a, b, _) if op in ("add", "sub", "mul", "min", "max", "floordiv", "mod"):
+            x, y = _interval(a, depth + 1), _interval(b, depth + 1)
+            if x is None or y is None:
+                return None
+            if op == "add":
+                return (x[0] + y[0], x[1] + y[1])
+            if op == "sub":
+                return (x[0] - y[1], x[1] - y[0])
+            if op in ("min", "max"):
+                f = min if op == "min" else max
+                return (f(x[0], y[0]), f(x[1], y[1]))
+            if op == "mul":
+                ps = [u * v for u in x for v in y]
+                return (min(ps), max(ps))
+            if y[0] == y[1] and y[0] > 0:  # by a positive constant
+                if op == "floordiv":
+                    return (x[0] // y[0], x[1] // y[0])
+                return (0, y[0] - 1)
+        case Unary("neg", a, _):
+            x = _interval(a, depth + 1)
+            return None if x is None else (-x[1], -x[0])
+    return None
+
+
+def _same(a: Expr, b: Expr) -> bool:
+    from tensorexpr.ir import same
+    return same(a, b)
+
+
+def hoist(stmts: List[Stmt], fresh) -> List[Stmt]:
+    """``stmts`` with the loads of each full-tile loop (:func:`widen`) that do not depend
+    on variables set inside it declared just before it (``fresh(dtype)`` names them)."""
+    out: List[Stmt] = []
+    for s in stmts:
+        match s:
+            case Block(items):
+                out.append(Block(tuple(hoist(list(items), fresh))))
+            case If(c, then, orelse):
+                out.append(If(c, Block(tuple(hoist(list(then.stmts), fresh))),
+                              None if orelse is None else
+                              Block(tuple(hoist(list(orelse.stmts), fresh)))))
+            case For() if s.note.endswith(MARK):
+                inner = _defined(s.body) | {s.var.name}
+                written = _stored(s.body)
+                table: Dict[Load, Var] = {}
+                decls: List[Stmt] = []
+
+                def lift(x: CExpr) -> CExpr:
+                    match x:
+                        case Load(buf, off, dt) if not (_vars(off) & inner) and buf not in written:
+                            if x not in table:
+                                table[x] = fresh(dt)
+                                decls.append(Decl(table[x], x))
+                            return table[x]
+                        case Op(op, args, dt) if op != "select":  # a select's branches: as written
+                            return Op(op, tuple(lift(a) for a in args), dt)
+                    return x
+
+                body = _map(s.body, lift, top=True)
+                out.extend(decls + [replace(s, body=body)])
+            case For():
+                out.append(replace(s, body=Block(tuple(hoist(list(s.body.stmts), fresh)))))
+            case _:
+                out.append(s)
+    return out
+
+
+def _map(s, lift, top: bool = False):
+    """``s`` with ``lift`` applied to the values it computes (not to the offsets it stores
+    at), in the point's mask (``top``) but not in other conditionals: a load a run-time
+    check guards stays behind its check."""
+    match s:
+        case Block(items):
+            return Block(tuple(_map(x, lift, top) for x in items))
+        case If(c, then, orelse):
+            if not top:
+                return s
+            return If(c, _map(then, lift), None if orelse is None else _map(orelse, lift))
+        case Store(buf, off, value, add):
+            return Store(buf, off, lift(value), add)
+        case Accumulate(var, op, value):
+            return Accumulate(var, op, lift(value))
+        case Assign(var, value):
+            return Assign(var, lift(value))
+        case Decl(var, init):
+            return Decl(var, None if init is None else lift(init))
+    return s
+
+
+def _stored(s) -> set:
+    """Names of the buffers and local arrays ``s`` stores to."""
+    match s:
+        case Block(items):
+            return set().union(*(_stored(x) for x in items)) if items else set()
+        case If(_, then, orelse):
+            return _stored(then) | (set() if orelse is None else _stored(orelse))
+        case For():
+            return _stored(s.body)
+        case Store(buf, _, _, _):
+            return {buf}
+    return set()
+
+
+def _defined(s) -> set:
+    """Names of the variables declared or assigned in ``s`` (and loop iterators)."""
+    match s:
+        case Block(items):
+            return set().union(*(_defined(x) for x in items)) if items else set()
+        case If(_, then, orelse):
+            return _defined(then) | (set() if orelse is None else _defined(orelse))
+        case For():
+            return {s.var.name} | _defined(s.body)
+        case Decl(var, _) | Assign(var, _):
+            return {var.name}
+        case Accumulate(var, _, _):
+            return {var.name}
+    return set()
+
+
+def _vars(x: CExpr) -> set:
+    match x:
+        case Var(name, _):
+            return {name}
+        case Op(_, args, _):
+            return set().union(*(_vars(a) for a in args)) if args else set()
+        case Load(_, off, _):
+            return _vars(off)
+    return set()

@@ -32,7 +32,10 @@ from benchmarks.timing import (FULL, GROWTH, QUICK, copy_gbps, interleaved, mach
                                median, paired_ratio, peak_gflops)
 
 FWD_INCLUDES = ("one call of the forward on given inputs, output materialised (torch under "
-                "no_grad, JAX jitted, tensorexpr the built forward program)")
+                "no_grad, JAX jitted, tensorexpr the built forward program), except where a "
+                "system returns a view of an input (numpy's reshape and transpose, tensorexpr's "
+                "outputs that re-index an input, also in gradients: flatten, a transpose's "
+                "gradient)")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -1,0 +1,138 @@
+"""Convolutions and their gradients on the C backend against the numpy backend: padded
+(full-tile masked row loops, ``codegen.fulltile``), strided (residue splits of the
+input gradient, ``codegen.residue``), dilated, ragged and symbolic sizes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorexpr as te
+from codegen import fulltile, residue
+from tensorexpr.ir import Reduce, walk
+
+from .util import agree, rand
+
+
+def conv2d(X, W, s=1, pad=0, dil=1):
+    """``Y[n, f, y, x] = sum_{c, ky, kx} X[n, c, y*s + ky*dil - pad, x*s + kx*dil - pad]
+    * W[f, c, ky, kx]`` with zero padding as a select (as the benchmark writes it)."""
+    N, C, H, Wd = X.shape
+    F, _, KH, KW = W.shape
+    oh = (H + 2 * pad - dil * (KH - 1) - 1) // s + 1
+    ow = (Wd + 2 * pad - dil * (KW - 1) - 1) // s + 1
+    c, ky, kx = (te.reduce_axis((0, n), name=nm) for n, nm in ((C, "c"), (KH, "ky"), (KW, "kx")))
+
+    def body(n, f, y, x):
+        iy, ix = y * s + ky * dil - pad, x * s + kx * dil - pad
+        term = X[n, c, iy, ix] * W[f, c, ky, kx]
+        if pad:
+            term = te.select((iy >= 0) & (iy < H) & (ix >= 0) & (ix < Wd), term, 0.0)
+        return te.sum(term, axis=[c, ky, kx])
+    return te.compute((N, F, oh, ow), body, name="Y")
+
+
+def check(shape_x, shape_w, **kw):
+    X = te.placeholder(shape_x, name="X")
+    W = te.placeholder(shape_w, name="W")
+    Y = conv2d(X, W, **kw)
+    H = te.placeholder(Y.shape, name="H")
+    dX, dW = te.differentiate(Y, [X, W], head=H)
+    x, w, h = rand(shape_x), rand(shape_w, seed=1), rand(Y.shape, seed=2)
+    fy, _ = agree([Y], [X, W], x, w)
+    fg, _ = agree([dX, dW], [X, W, H], x, w, h, rtol=1e-4)
+    return fy.source, fg.source
+
+
+@pytest.mark.parametrize("s,pad,dil,hw", [
+    (1, 1, 1, (9, 11)),    # padded: full-tile masked rows
+    (2, 0, 1, (11, 9)),    # stride 2, odd sizes: residues of unequal length
+    (3, 1, 1, (10, 13)),   # stride 3 and padding
+    (1, 0, 2, (12, 10)),   # dilation 2: the input gradient is padding-like
+    (2, 2, 2, (13, 14)),   # everything at once
+])
+def test_conv_forward_and_gradients(s, pad, dil, hw):
+    fwd, grad = check((2, 3) + hw, (5, 3, 3, 3), s=s, pad=pad, dil=dil)
+    if pad or dil > 1:
+        assert fulltile.MARK in fwd + grad
+    if s > 1:  # the input gradient's reads step by 1 along q (no stepped loops over x)
+        assert f"//{s}" in grad
+
+
+def test_conv_wide_rows_are_tiled_and_masked():
+    # rows longer than a tile: the masked loop runs over each tile
+    fwd, grad = check((1, 2, 3, 70), (9, 2, 3, 3), s=1, pad=1)
+    assert fulltile.MARK in fwd
+
+
+def test_conv_with_symbolic_sizes():
+    n, h, w = te.var("n"), te.var("h"), te.var("w")
+    X = te.placeholder((n, 2, h, w), name="X")
+    W = te.placeholder((4, 2, 3, 3), name="W")
+    c, ky, kx = te.reduce_axis((0, 2)), te.reduce_axis((0, 3)), te.reduce_axis((0, 3))
+    Y = te.compute((n, 4, h, w), lambda b, f, y, x: te.sum(te.select(
+        (y + ky - 1 >= 0) & (y + ky - 1 < h) & (x + kx - 1 >= 0) & (x + kx - 1 < w),
+        X[b, c, y + ky - 1, x + kx - 1] * W[f, c, ky, kx], 0.0), axis=[c, ky, kx]), name="Y")
+    H = te.placeholder((n, 4, h, w), name="H")
+    dX, dW = te.differentiate(Y, [X, W], head=H)
+    fc = te.build([Y, dX, dW], inputs=[X, W, H])
+    fn = te.build([Y, dX, dW], inputs=[X, W, H], backend="numpy")
+    for nn, hh, ww in [(1, 1, 1), (2, 5, 9), (1, 4, 40)]:
+        args = rand((nn, 2, hh, ww)), rand((4, 2, 3, 3), seed=1), rand((nn, 4, hh, ww), seed=2)
+        for g, e in zip(fc(*args), fn(*args)):
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+
+
+def test_strided_gradient_with_symbolic_width():
+    w = te.var("w")
+    Hd = te.placeholder((3, w), name="Hd")
+    k = te.reduce_axis((0, 3), name="k")
+    # the input gradient of a stride-2 1-d convolution of width 2*w + 1
+    D = te.compute((3, 2 * w + 1), lambda i, x: te.sum(
+        Hd[i, (x - k) // 2], axis=k,
+        where=((x - k) % 2 == 0) & (x - k >= 0) & ((x - k) // 2 < w)), name="D")
+    fc, fn = te.build(D), te.build(D, backend="numpy")
+    for ww in (1, 4, 9):
+        hd = rand((3, ww))
+        np.testing.assert_allclose(fc(hd), fn(hd), rtol=1e-5, atol=1e-5)
+    assert "//2" in fc.source
+
+
+def test_masked_points_are_never_evaluated():
+    # padding: the untaken branch reads outside X and multiplies by an infinite weight;
+    # neither may reach the result (0 * inf would be NaN)
+    X = te.placeholder((1, 1, 4, 20), name="X")
+    W = te.placeholder((1, 1, 3, 3), name="W")
+    Y = conv2d(X, W, pad=1)
+    w = np.ones((1, 1, 3, 3), np.float32)
+    w[0, 0, 1, 0] = np.inf  # kx = 0 is outside the image at x = 0
+    x = rand((1, 1, 4, 20), low=1, high=2)
+    fc, (y,) = agree([Y], [X, W], x, w)
+    assert np.isfinite(y[0, 0, :, 0]).all() and np.isinf(y[0, 0, :, 1:]).all()
+    assert fulltile.MARK in fc.source
+
+
+def test_residue_rewrites_floor_division_exactly():
+    H = te.placeholder((4, 8), name="H")
+    k = te.reduce_axis((0, 3), name="k")
+    D = te.compute((4, 17), lambda i, x: te.sum(H[i, (x - k) // 2], axis=k,
+                                                where=((x - k) % 2 == 0) & (x >= k)
+                                                & (x - k < 16)), name="D")
+    red = next(e for e in walk(D.body) if isinstance(e, Reduce))
+    sp = residue.split(D, red)
+    assert sp is not None and sp.s == 2 and [a.name for a in sp.tensor.axes] == ["i", "x%2", "x//2"]
+    # the read moves with q alone: H[i, q + (r - k) // 2]
+    (read,) = [e for e in walk(sp.red.body) if hasattr(e, "indices")]
+    assert str(read.indices[1]).startswith("(x//2 + ")
+    # no floor division or modulo of the split axis remains
+    for e in walk(sp.tensor.body):
+        if getattr(e, "op", None) in ("floordiv", "mod"):
+            assert all(getattr(a, "uid", None) != sp.q.uid for a in walk(e))
+
+
+def test_residue_leaves_mixed_divisors_alone():
+    X = te.placeholder((4, 12), name="X")
+    k = te.reduce_axis((0, 2), name="k")
+    D = te.compute((4, 12), lambda i, x: te.sum(X[i, x // 2] + X[i, x // 3], axis=k), name="D")
+    red = next(e for e in walk(D.body) if isinstance(e, Reduce))
+    assert residue.factor(D, red) is None
+    agree([D], [X], rand((4, 12)))

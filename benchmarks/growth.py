@@ -11,11 +11,14 @@ growth exponents and a verdict.
 The size ratio ``s`` is the ratio of the forward's analytic work (FLOPs or bytes,
 ``Case.work``) between the two sizes, about 4 for every case; a cost growing as
 the work has exponent ``log(t_big / t_small) / log(s) = 1``, a quadratic cliff 2.
+The verdict uses each program's fastest call: load from other processes only
+ever slows a call down, and on a busy machine it moved the medians enough to
+swing an exponent by 0.2.
 
 >>> g = judge(fwd_ms=(1.0, 4.0), vjp_ms=(2.0, 32.0), size_ratio=4.0)
 >>> g["fwd_exp"], g["vjp_exp"], g["vjp_fwd"], g["status"]
 (1.0, 2.0, (2.0, 8.0), 'grows faster (VJP exponent 2.00 vs forward 1.00)')
->>> judge(fwd_ms=(1.0, 4.4), vjp_ms=(2.0, 8.0), size_ratio=4.0)["status"]
+>>> judge(fwd_ms=(1.0, 4.4), vjp_ms=(2.0, 12.0), size_ratio=4.0)["status"]
 'ok'
 """
 from __future__ import annotations
@@ -23,18 +26,20 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence, Tuple
 
-#: The VJP's exponent may exceed the forward's by this much before a case is flagged.
-MARGIN = 0.3
+#: The VJP's exponent may exceed the forward's (and 1) by this much before a case is flagged.
+MARGIN = 0.5
 
 RULE = (f"grown: the sizes multiplied as shown; work x = forward work (FLOPs or bytes) grown / "
-        f"base; exp = log(t_grown / t_base) / log(work x), 1 = growing as the work, 2 = "
-        f"quadratic; the four tensorexpr programs (forward and VJP at both sizes) are timed "
-        f"interleaved, medians. Flagged 'grows faster' when the VJP's exponent exceeds the "
-        f"forward's by more than {MARGIN:g} (its vjp/fwd ratio grows over "
-        f"{4 ** MARGIN:.2f}x at work x 4) AND exceeds 1 + {MARGIN:g} (it grows faster than "
-        f"its work): timer noise moves a median by ~10%, far less than the {4 ** MARGIN:.2f}x, "
-        f"and a VJP growing no faster than its work is no cliff even next to a forward still "
-        f"dominated by the fixed cost of a call (exponent below 1)")
+        f"base; ms = fastest call of each of the four tensorexpr programs (forward and VJP at "
+        f"both sizes, timed interleaved); exp = log(t_grown / t_base) / log(work x): 1 = "
+        f"growing as the work, 2 = quadratic. Flagged 'grows faster' when the VJP's exponent "
+        f"exceeds the forward's by more than {MARGIN:g} (its vjp/fwd ratio grows over "
+        f"{4 ** MARGIN:.2g}x at work x 4) AND exceeds 1 + {MARGIN:g} (it grows faster than "
+        f"its work). The margin lies between memory-hierarchy effects (a softmax VJP moving "
+        f"1.5x the forward's bytes leaves the cache sooner: differences of 0.15-0.35 measured) "
+        f"and the quadratic cliffs sought (a difference near 1); a VJP growing no faster than "
+        f"its work is no cliff even next to a forward still dominated by the fixed cost of a "
+        f"call (exponent below 1)")
 
 
 def exponent(t_small: float, t_big: float, size_ratio: float) -> Optional[float]:
@@ -49,11 +54,10 @@ def exponent(t_small: float, t_big: float, size_ratio: float) -> Optional[float]
 
 
 def judge(fwd_ms: Sequence[float], vjp_ms: Sequence[float], size_ratio: float) -> dict:
-    """Exponents, ratios and the verdict from ``(base, grown)`` medians of each part."""
+    """Exponents, vjp/fwd ratios and the verdict from ``(base, grown)`` times of each part."""
     fe = exponent(fwd_ms[0], fwd_ms[1], size_ratio)
     ve = exponent(vjp_ms[0], vjp_ms[1], size_ratio)
-    out = {"size_ratio": size_ratio, "fwd_ms": tuple(fwd_ms), "vjp_ms": tuple(vjp_ms),
-           "vjp_fwd": (vjp_ms[0] / fwd_ms[0], vjp_ms[1] / fwd_ms[1]),
+    out = {"size_ratio": size_ratio, "vjp_fwd": (vjp_ms[0] / fwd_ms[0], vjp_ms[1] / fwd_ms[1]),
            "fwd_exp": fe, "vjp_exp": ve}
     if fe is None or ve is None:
         out["status"] = "not measurable (the sizes do not differ)"

@@ -112,8 +112,8 @@ def notes(meta: dict) -> List[str]:
     return out
 
 
-GROWTH_COLUMNS = [("case", 20), ("grown", 10), ("work x", 6), ("fwd_ms", 19),
-                  ("vjp_ms", 19), ("vjp/fwd", 16), ("exp f/v", 11), ("status", 0)]
+GROWTH_COLUMNS = [("case", 20), ("grown", 10), ("work x", 6), ("fwd min ms", 19),
+                  ("vjp min ms", 19), ("vjp/fwd", 16), ("exp f/v", 11), ("status", 0)]
 
 
 def growth_table(results: dict) -> str:
@@ -128,12 +128,12 @@ def growth_table(results: dict) -> str:
         g = case["growth"]
         exps = ("-" if g.get("fwd_exp") is None or g.get("vjp_exp") is None
                 else f"{g['fwd_exp']:.2f}/{g['vjp_exp']:.2f}")
-        status = g["status"] + (" (noisy: a median over "
-                                f"{NOISY:g}x the fastest call)" if g.get("noisy") else "")
+        status = g["status"] + (f" (noisy run: a median over {NOISY:g}x the fastest call)"
+                                if g.get("noisy") else "")
         cells = [f"{case['id']}. {case['title']}"[:20],
                  " ".join(f"{k}x{v}" for k, v in g["grow"].items()),
-                 _num(g.get("size_ratio")), growth.pair(g.get("fwd_ms"), _num),
-                 growth.pair(g.get("vjp_ms"), _num), growth.pair(g.get("vjp_fwd"), _num),
+                 _num(g.get("size_ratio")), growth.pair(g.get("fwd_min_ms"), _num),
+                 growth.pair(g.get("vjp_min_ms"), _num), growth.pair(g.get("vjp_fwd"), _num),
                  exps, status]
         lines.append("".join(f"{c:<{w}} " if w else c
                              for c, (_, w) in zip(cells, GROWTH_COLUMNS)))

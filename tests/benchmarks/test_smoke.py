@@ -69,10 +69,11 @@ def test_growth_check(run):
     assert g["err"] < 1e-3 and g["build_s"] > 0  # the grown gradient is checked, not just timed
     assert 0 < g["seconds"] < 60
     assert g["status"] == "ok" or g["status"].startswith("grows faster")
-    (f0, f1), (v0, v1) = g["fwd_ms"], g["vjp_ms"]
+    (f0, f1), (v0, v1) = g["fwd_min_ms"], g["vjp_min_ms"]
     assert 0 < f0 < f1 and 0 < v0 < v1  # 4x the work takes longer
     assert g["vjp_fwd"] == pytest.approx([v0 / f0, v1 / f1])
     assert g["fwd_exp"] == pytest.approx(math.log(f1 / f0) / math.log(4.0))
+    assert all(m >= fastest for m, fastest in zip(g["fwd_ms"] + g["vjp_ms"], [f0, f1, v0, v1]))
     assert "VJP's exponent exceeds the forward's" in res["meta"]["growth"]
     line = re.search(r"^1\. matmul +Mx4 +4 +(.*)$", stdout.split("growth check")[1], re.M)
     assert line and line.group(1).endswith(g["status"]), stdout[-3000:]

@@ -63,3 +63,25 @@ def test_grown_programs_are_checked_and_timed():
     assert got["size_ratio"] == pytest.approx(4.0)
     assert got["status"] in ("ok",) or growth.flagged(got)
     assert all(np.isfinite(x) and x > 0 for x in got["fwd_min_ms"] + got["vjp_min_ms"])
+
+
+def test_a_quadratic_gradient_is_flagged_by_the_run(monkeypatch):
+    # A stand-in system whose forward costs n and whose VJP costs n^2 (right values).
+    import time
+    from benchmarks.systems import te_sys
+
+    def prepare(case, p, inputs, H, backend="c"):
+        Y, _, grads = runner.reference(case, p, inputs)
+        n = p["n"] / 10000
+        return Prepared(fwd=lambda: (time.sleep(1e-3 * n), Y)[1],
+                        vjp=lambda: (time.sleep(1e-3 * n * n), grads)[1])
+    monkeypatch.setattr(te_sys, "prepare", prepare)
+    case = CASES[13]
+    p = case.params(quick=True)
+    inputs = case.inputs(p)
+    Y, H, grads = runner.reference(case, p, inputs)
+    small, row = runner._prepare_and_check("te", case, p, inputs, H, Y, grads, runner.Options())
+    got = runner.measure_growth(case, small, case.work(p, inputs, Y.size * 4).fwd,
+                                runner.Options(quick=True))
+    assert growth.flagged(got), got
+    assert got["vjp_exp"] > 1.7 and got["fwd_exp"] < 1.2

@@ -152,10 +152,11 @@ def _apply(t: Compute, copies: Dict[Tuple[int, int], Compute]) -> Optional[Compu
     # Reads are matched by identity before any rebuilding: map_reads hands fn the
     # rebuilt read, which is the same object when its indices are unchanged (they
     # hold no reads here).
-    body = map_reads(t.body, lambda r: moved_read(r, which[id(r)], copies[(r.tensor.uid,
-                                                                         which[id(r)])])
-                     if id(r) in which else r)
-    out = replace(t, body=body)
+    def move(r: Read) -> Read:
+        p = which.get(id(r))
+        return r if p is None else moved_read(r, p, copies[(r.tensor.uid, p)])
+
+    out = replace(t, body=map_reads(t.body, move))
     return out if _row_reduce(out) is not None else None
 
 

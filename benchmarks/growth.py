@@ -69,7 +69,11 @@ def judge(fwd_ms: Sequence[float], vjp_ms: Sequence[float], size_ratio: float) -
 
 
 def flagged(growth: Optional[dict]) -> bool:
-    """Whether a case's growth entry says its gradient grows faster than its forward."""
+    """Whether a case's growth entry says its gradient grows faster than its forward.
+
+    >>> flagged(judge((1.0, 4.0), (1.0, 16.0), 4.0)), flagged({"status": "ok"}), flagged(None)
+    (True, False, False)
+    """
     return bool(growth) and growth.get("status", "").startswith("grows faster")
 
 

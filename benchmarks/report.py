@@ -117,7 +117,18 @@ GROWTH_COLUMNS = [("case", 20), ("grown", 10), ("work x", 6), ("fwd min ms", 19)
 
 
 def growth_table(results: dict) -> str:
-    """The growth check as a second table (empty if no case has one)."""
+    """The growth check as a second table (empty if no case has one).
+
+    >>> from benchmarks.growth import judge
+    >>> g = {"grow": {"n": 4}, "fwd_min_ms": (1.0, 4.0), "vjp_min_ms": (1.0, 16.0),
+    ...      **judge((1.0, 4.0), (1.0, 16.0), 4.0)}
+    >>> text = growth_table({"meta": {}, "cases": [{"id": 14, "title": "blur", "growth": g}]})
+    >>> row = text.splitlines()[3]
+    >>> row.split()[:7], row.endswith("1.00/2.00   grows faster (VJP exponent 2.00 vs forward 1.00)")
+    (['14.', 'blur', 'nx4', '4', '1', '->', '4'], True)
+    >>> text.splitlines()[-1]
+    'flagged: case 14'
+    """
     cases = [c for c in results["cases"] if c.get("growth")]
     if not cases:
         return ""

@@ -240,3 +240,9 @@ def test_a_checked_read_beside_a_moved_one_reports_its_own_tensor():
     ix[5] = 25
     with pytest.raises(IndexError, match=r"reads 'H' at index 25 .*H\[idx\[i\], k\]"):
         f(rand((20, 30)), rand((40, 30), seed=1), ix)
+
+
+def test_docstring_examples_hold():
+    import doctest
+    result = doctest.testmod(layout)
+    assert result.attempted > 0 and result.failed == 0

@@ -64,7 +64,7 @@ from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder
 from tensorexpr.transform import const_value
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
-from . import fulltile, fuse, layout, reference, residue
+from . import fulltile, fuse, layout, reference, residue, taps
 from .loopast import (Accumulate, Assign, Block, Buffer, CExpr, Comment, Decl, Fail, For, If,
                       Kernel, Lit, Load, Local, Op, Stmt, Store, Var)
 
@@ -273,6 +273,9 @@ class Lowerer:
             red = _jam_reduce(t)
             if red is not None:
                 return self.compute_jam(t, red)
+            tapped = taps.lower(self, t)  # short innermost axes: all taps per pass
+            if tapped is not None:
+                return tapped
             if _transposed_axis(t) is None and _split_factor(t) is None:
                 hoist = _row_invariant_indices(t)
                 if hoist:

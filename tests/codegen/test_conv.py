@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tensorexpr as te
-from codegen import fulltile, residue
+from codegen import fulltile, residue, taps
 from tensorexpr.ir import Reduce, walk
 
 from .util import agree, rand
@@ -136,3 +136,46 @@ def test_residue_leaves_mixed_divisors_alone():
     red = next(e for e in walk(D.body) if isinstance(e, Reduce))
     assert residue.factor(D, red) is None
     agree([D], [X], rand((4, 12)))
+
+
+def test_weight_gradient_by_taps():
+    X = te.placeholder((2, 3, 9, 12), name="X")
+    W = te.placeholder((8, 3, 3, 3), name="W")
+    Y = conv2d(X, W, pad=1)
+    H = te.placeholder(Y.shape, name="H")
+    dW = te.differentiate(Y, [W], head=H)[0]
+    red = next(e for e in walk(dW.body) if isinstance(e, Reduce))
+    plan = taps.plan(dW)
+    assert plan is not None and plan[0] is red and plan[1] == 2
+    assert dW.axes[plan[2]].hi.value == 8  # f is blocked: the X reads serve the block
+    h = rand(Y.shape, seed=2)
+    h[:, :, 0, 0] = np.inf  # tap (0, 0) never reaches (y, x) = (0, 0): X[.., -1, -1]
+    fc, (dw,) = agree([dW], [X, W, H], rand((2, 3, 9, 12)), rand((8, 3, 3, 3), seed=1), h)
+    assert np.isfinite(dw[:, :, 0, 0]).all() and not np.isfinite(dw[:, :, 1, 1]).any()
+    assert "part0[" in fc.source and " & (" in fc.source  # row and lane tests, one mask
+
+
+def test_taps_need_a_float_sum_and_a_long_last_axis():
+    A = te.placeholder((6, 20), dtype="int32", name="A")
+    k = te.reduce_axis((0, 20), name="k")
+    S = te.compute((6, 3), lambda i, d: te.sum(A[i, k] * d, axis=k), name="S")
+    assert taps.plan(S) is None  # an integer sum
+    B = te.placeholder((6, 5), name="B")
+    r = te.reduce_axis((0, 5), name="r")
+    T = te.compute((6, 3), lambda i, d: te.sum(B[i, r] * d, axis=r), name="T")
+    assert taps.plan(T) is None  # 5 lanes
+    agree([S], [A], rand((6, 20), dtype="int32"))
+    agree([T], [B], rand((6, 5)))
+
+
+def test_taps_with_a_symbolic_outer_axis():
+    n = te.var("n")
+    X = te.placeholder((n, 16), name="X")
+    k = te.reduce_axis((0, 16), name="k")
+    # a 1-d correlation's weight gradient shape: taps d, lanes k, outer i symbolic
+    G = te.compute((n, 3), lambda i, d: te.sum(X[i, k] * X[i, (k + d) % 16], axis=k), name="G")
+    assert taps.plan(G) is not None
+    fc, fn = te.build(G), te.build(G, backend="numpy")
+    for nn in (1, 5):
+        x = rand((nn, 16))
+        np.testing.assert_allclose(fc(x), fn(x), rtol=1e-5, atol=1e-5)

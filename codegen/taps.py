@@ -1,0 +1,204 @@
+"""Sums whose innermost output axes are short taps (a convolution's weight gradient).
+
+``dW[f, c, ky, kx] = sum_{n, y, x} H[n, f, y, x] * X[n, c, y + ky, x + kx]`` has
+a 3 x 3 box of taps as its innermost output axes: too short to be computed by
+rows, and one element at a time every product loads both of its operands. Here
+all the taps of an output element, and ``BLOCK`` values of an outer axis that
+some read does not use (``f``: the ``X`` reads are shared), are computed in one
+pass over the reduction's box: for each point of the last reduction axis ``x``
+(innermost, in vector lanes) every tap adds its product to its own partial sum
+for that ``x``, so ``H[n, f, y, x]`` is loaded once for the taps and
+``X[n, c, y + ky, x + kx]`` once for the ``f`` block. The partial sums of an
+element are added at the end: a reassociation of the sum, as ``tensorexpr.ir``
+allows for reductions.
+
+Each element still adds exactly the points of its domain: the loops run over the
+reduction's box (its bounds may not depend on the output) and a tap whose
+``where`` does not hold at a point (padding) skips it there, so reads run only
+where the element's own domain holds.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+from tensorexpr.ir import Axis, Compute, Const, Read, Reduce, is_float, walk
+from tensorexpr.transform import const_value
+
+from tensorexpr import polyhedral
+
+from .loopast import (Accumulate, Block, CExpr, Decl, For, If, Lit, Load, Local, Op, Stmt,
+                       Store)
+
+#: at most this many taps (product of the short innermost output axes) per pass
+MAX_TAPS = 16
+#: an output axis of at most this extent is a tap
+TAP = 4
+#: rows of an outer axis computed in the same pass (when a read does not use it)
+BLOCK = 4
+#: the last reduction axis must be at least this long (it runs in vector lanes)
+MIN_LANES = 8
+
+
+def _all(groups: List[List[CExpr]]) -> CExpr:
+    """``(a && b) & (c && d)`` for groups ``[[a, b], [c, d]]`` of pure tests: the tests of
+    one group (those of the row, those of the lane) joined by ``&&``, the groups by
+    ``&`` (both evaluated): the compiler then makes one vector mask of the lane tests
+    and the row's, where a ``&&`` between them kept the loop scalar."""
+    joined = []
+    for g in groups:
+        if g:
+            out = g[0]
+            for c in g[1:]:
+                out = Op("and", (out, c), "bool")
+            joined.append(out)
+    out = joined[0]
+    for c in joined[1:]:
+        out = Op("band", (out, c), "bool")
+    return out
+
+
+def plan(t: Compute) -> Optional[Tuple[Reduce, int, Optional[int]]]:
+    """``(red, ntaps, block_axis)`` when ``t`` is such a sum, else None: ``ntaps`` trailing
+    output axes of static extents at most ``TAP`` (product at most ``MAX_TAPS``, at
+    least one outer axis before them), a float sum reached through arithmetic only,
+    its axes a static box (the last at least ``MIN_LANES`` long, walked by a read's
+    last index), and ``block_axis`` an outer axis some read does not use (or None)."""
+    from .lower import _on_path, _uses
+    if t.carry is not None or t.self_ref is not None or len(t.axes) < 2:
+        return None
+    reds = [x for x in walk(t.body) if isinstance(x, Reduce)]
+    if len(reds) != 1 or not _on_path(t.body, reds[0]):
+        return None
+    red = reds[0]
+    if red.op != "sum" or not is_float(red.dtype) or not red.axes:
+        return None
+    ntaps, prod = 0, 1
+    for ax in reversed(t.axes[1:]):
+        lo, hi = const_value(ax.lo), const_value(ax.hi)
+        if lo is None or hi is None or hi - lo > TAP or prod * (hi - lo) > MAX_TAPS:
+            break
+        ntaps, prod = ntaps + 1, prod * (hi - lo)
+    if ntaps == 0 or prod < 2:
+        return None
+    for ax in red.axes:
+        if const_value(ax.lo) is None or const_value(ax.hi) is None:
+            return None
+    x = red.axes[-1]
+    if const_value(x.hi) - const_value(x.lo) < MIN_LANES:
+        return None
+    if any(isinstance(e, (Reduce,)) for e in walk(red.body)):
+        return None
+    reads = [e for e in walk(red.body) if isinstance(e, Read)]
+    if not any(r.indices and _uses(r.indices[-1], {x.uid}) for r in reads):
+        return None
+    # Block an axis that the reads moving with the taps do not use (f of dW: the X
+    # reads, one per tap, then serve the whole block), else one some read does not use.
+    tap_uids = {ax.uid for ax in t.axes[-ntaps:]}
+    tapped = [r for r in reads if _uses(r, tap_uids)]
+    block, score = None, 0
+    for k in range(len(t.axes) - ntaps):
+        ax = t.axes[k]
+        lo, hi = const_value(ax.lo), const_value(ax.hi)
+        if lo != 0 or hi is None or hi < 2 * BLOCK or hi % BLOCK:
+            continue
+        if red.where is not None and _uses(red.where, {ax.uid}):
+            continue
+        if not any(_uses(r, {ax.uid}) for r in reads):
+            continue
+        shared = sum(not _uses(r, {ax.uid}) for r in reads) + 8 * sum(
+            not _uses(r, {ax.uid}) for r in tapped)
+        if shared > score:
+            block, score = k, shared
+    return red, ntaps, block
+
+
+def lower(lw, t: Compute) -> Optional[List[Stmt]]:
+    """The loop nest of ``t`` by taps (see the module docstring), or None."""
+    from .lower import (I64, _Scope, _add, _cast, _mark_inner_simd, _mul, _uses, _where_form,
+                        identity)
+    p = plan(t)
+    if p is None:
+        return None
+    red, ntaps, bk = p
+    body, where = _where_form(red)
+    outer, taps = list(t.axes[:-ntaps]), list(t.axes[-ntaps:])
+    rows = BLOCK if bk is not None else 1
+    # every tap value (and row of the block): (constants of the taps, row offset)
+    values: List[Tuple[int, ...]] = [()]
+    for ax in taps:
+        values = [v + (c,) for v in values for c in range(const_value(ax.lo), const_value(ax.hi))]
+    x = red.axes[-1]
+    x0, x1 = const_value(x.lo), const_value(x.hi)
+    nx = x1 - x0
+    elems = [(v, r) for r in range(rows) for v in values]
+    vars_ = [lw.fresh("i", I64) for _ in outer]
+    env = {ax.uid: v for ax, v in zip(outer, vars_)}
+    part = lw.fresh("part", red.dtype).name
+    stmts: List[Stmt] = [Local(part, red.dtype, len(elems) * nx)]
+    z = lw.fresh("k", I64)
+    stmts.append(For(z, Lit(0, I64), Lit(len(elems) * nx, I64), 1,
+                     Block((Store(part, z, identity("sum", red.dtype)),)), simd=True))
+
+    def bind(v: Tuple[int, ...], r: int) -> Dict[int, object]:
+        b = {ax.uid: Lit(c, I64) for ax, c in zip(taps, v)}
+        if r:
+            b[outer[bk].uid] = _add(vars_[bk], Lit(r, I64))
+        return b
+
+    # loops over the reduction's box, x innermost
+    rvars = [lw.fresh("k", I64) for _ in red.axes]
+    renv = {ax.uid: v for ax, v in zip(red.axes, rvars)}
+    point: List[Stmt] = []
+    base = _Scope({**env, **renv}, tuple(t.axes) + tuple(red.axes), (), {})
+    conds = [] if where is None else [where]
+    for k, (v, r) in enumerate(elems):
+        sc = base.child(env=bind(v, r), guards=tuple(conds))
+        inner: List[Stmt] = []
+        value = _cast(lw.expr(body, sc, inner), red.dtype)
+        at = _add(_mul(Lit(k, I64), Lit(nx, I64)), _add(rvars[-1], Lit(-x0, I64)))
+        inner.append(Store(part, at, value, add=True))
+        if where is not None:
+            cs = base.child(env=bind(v, r))
+            pre: List[Stmt] = []
+            ws = polyhedral.conjuncts(where)
+            c = _all([[lw.expr(w, cs, pre) for w in ws if not _uses(w, {x.uid})],
+                      [lw.expr(w, cs, pre) for w in ws if _uses(w, {x.uid})]])
+            point.extend(pre)
+            point.append(If(c, Block(tuple(inner))))
+        else:
+            point.extend(inner)
+    nest: Stmt = Block(tuple(point))
+    for ax, v in reversed(list(zip(red.axes, rvars))):
+        nest = Block((For(v, Lit(const_value(ax.lo), I64), Lit(const_value(ax.hi), I64), 1,
+                          nest if isinstance(nest, Block) else Block((nest,)), note=ax.name),))
+    stmts.extend(_mark_inner_simd(list(nest.stmts)))
+    # the epilogue: each element's partial sums added, then the body around the sum
+    for k, (v, r) in enumerate(elems):
+        total = lw.fresh("t", red.dtype)
+        kk = lw.fresh("k", I64)
+        stmts.append(Decl(total, identity("sum", red.dtype)))
+        stmts.append(For(kk, Lit(0, I64), Lit(nx, I64), 1,
+                         Block((Accumulate(total, "sum",
+                                           Load(part, _add(Lit(k * nx, I64), kk), red.dtype)),)),
+                         simd=True, reduction=(("sum", total),)))
+        es = _Scope({**env, **bind(v, r)}, tuple(t.axes), (), {})
+        es.memo[red] = total
+        est: List[Stmt] = []
+        out = lw.expr(t.body, es, est)
+        idx = [v_ for v_ in vars_]
+        if r:
+            idx[bk] = _add(vars_[bk], Lit(r, I64))
+        idx += [Lit(c, I64) for c in v]
+        est.append(Store(lw.buf[t.uid].name, lw.offset(t.uid, idx), _cast(out, t.dtype)))
+        stmts.extend(est)
+    # loops over the outer axes (the block axis by BLOCK), the first one on threads
+    work = lw.work(t, t.axes)
+    nest2: List[Stmt] = stmts
+    for k in reversed(range(len(outer))):
+        ax = outer[k]
+        par = k == 0 and work is not False
+        nest2 = [For(vars_[k], Lit(const_value(ax.lo), I64) if const_value(ax.lo) is not None
+                     else lw.size_expr(ax.lo), lw.size_expr(ax.hi), rows if k == bk else 1,
+                     Block(tuple(nest2)), note=ax.name, parallel=par,
+                     work=work if par else None)]
+    return nest2

@@ -113,6 +113,8 @@ class _Emitter:
         self.helpers: Dict[str, None] = {}
         self.lines: List[str] = []
         self.math: set = set()
+        #: local accumulator arrays (their ``+=`` of a product is a sum reduction's step)
+        self.locals: set = set()
         #: some loop compares its work with the run-time threshold
         self.threaded = False
 
@@ -249,11 +251,21 @@ class _Emitter:
             case Assign(var, value):
                 self.line(ind, f"{var.name} = {self.text(value)};")
             case Accumulate(var, op, value):
-                if op == "sum":
+                fused = _product(value) if op == "sum" else None
+                if fused is not None:
+                    a, b = fused
+                    self.line(ind, f"{var.name} = {_FMA[var.dtype]}({self.text(a)}, "
+                                   f"{self.text(b)}, {var.name});")
+                elif op == "sum":
                     self.line(ind, f"{var.name} += {self.text(value)};")
                 else:
                     rhs = self.text(Op(op, (var, value), var.dtype))
                     self.line(ind, f"{var.name} = {rhs};")
+            case Store(buf, off, value, add) if add and buf in self.locals and \
+                    _product(value) is not None:
+                a, b = _product(value)
+                at = f"{buf}[{self.text(off)}]"
+                self.line(ind, f"{at} = {_FMA[value.dtype]}({self.text(a)}, {self.text(b)}, {at});")
             case Store(buf, off, value, add):
                 sym = "+=" if add else "="
                 self.line(ind, f"{buf}[{self.text(off)}] {sym} {self.text(value)};")
@@ -277,6 +289,7 @@ class _Emitter:
             case If():
                 self.if_(s, ind)
             case Local(name, dtype, size):
+                self.locals.add(name)
                 self.line(ind, f"{CTYPE[dtype]} {name}[{size}] __attribute__((aligned(64)));")
             case Comment(text):
                 self.line(ind, f"/* {sanitize(text)} */")
@@ -334,6 +347,18 @@ class _Emitter:
 #: math functions with vector variants in glibc's libmvec: (name, glibc minor version)
 _LIBMVEC = {"expf": 22, "exp": 22, "logf": 22, "log": 22, "sinf": 22, "sin": 22, "cosf": 22,
             "cos": 22, "tanhf": 35, "tanh": 35}
+
+
+#: a float sum adds a product term with one rounding (ir.py: "Float arithmetic")
+_FMA = {"float32": "fmaf", "float64": "fma"}
+
+
+def _product(value):
+    """``(a, b)`` if ``value`` is a float product ``a * b`` (a sum's term), else None."""
+    if isinstance(value, Op) and value.op == "mul" and value.dtype in _FMA \
+            and all(getattr(x, "dtype", None) == value.dtype for x in value.args):
+        return value.args
+    return None
 
 
 def _vector_math(used) -> List[str]:

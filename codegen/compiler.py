@@ -21,7 +21,8 @@ from typing import Dict, Optional, Tuple
 
 from tensorexpr.errors import CompilerError, CompilerNotFoundError, TensorExprError
 
-#: IEEE semantics are promised: no -ffast-math, no contraction into FMA; signed
+#: IEEE semantics are promised: no -ffast-math, no contraction into FMA (the code
+#: generator writes ``fma`` itself where ir.py allows it: a sum's product terms); signed
 #: integer overflow wraps as in numpy. ``-march=native`` lets loops use this CPU's
 #: vector units, so the cache key names the CPU (``_machine``).
 FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fno-math-errno",

@@ -12,7 +12,9 @@ Values and types
     ``&``, ``|`` and ``~`` take booleans only. Math functions applied to integers
     first convert them to ``float32`` (``abs``, ``floor`` and ``ceil`` keep
     integers). Float arithmetic follows IEEE 754 in the element type (no
-    fast-math reassociation is promised; reductions may be summed in any order).
+    fast-math reassociation is promised; reductions may be summed in any order,
+    and a sum may add a product term ``a * b`` with one rounding, as a fused
+    multiply-add, the way BLAS does; elementwise expressions are never fused).
 
 Index arithmetic
     Indices and axes are ``int64``. ``a // b`` is floor division and ``a % b`` is

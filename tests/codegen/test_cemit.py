@@ -79,3 +79,21 @@ def test_float32_literal_beyond_range_rounds_to_inf():
     Y = te.compute((2,), lambda i: X[i] * Const(1e39, "float32"), name="Y")
     out = te.build(Y)(np.array([1.0, -1.0], np.float32))
     assert np.isposinf(out[0]) and np.isneginf(out[1])
+
+
+def test_a_sum_adds_a_product_with_one_rounding():
+    # 1 + 2^-12 squared is 1 + 2^-11 + 2^-24; minus (1 + 2^-11) leaves 2^-24 only if the
+    # product is not rounded to float32 before the addition (a fused multiply-add)
+    from codegen.loopast import Accumulate, Decl, Load, Local
+    x = Lit(1.0 + 2.0 ** -12, "float32")
+    acc = Var("t0", "float32")
+    body = (Decl(acc, Lit(-(1.0 + 2.0 ** -11), "float32")),
+            Accumulate(acc, "sum", Op("mul", (x, x), "float32")),
+            Local("a0", "float32", 1),
+            Store("a0", Lit(0, "int64"), Lit(-(1.0 + 2.0 ** -11), "float32")),
+            Store("a0", Lit(0, "int64"), Op("mul", (x, x), "float32"), add=True),
+            Store("b0", Lit(0, "int64"), acc),
+            Store("b0", Lit(1, "int64"), Load("a0", Lit(0, "int64"), "float32")))
+    kernel = Kernel("fma", (), (Buffer("b0", "float32", False, "out"),), body)
+    assert emit(kernel).count("fmaf(") == 2
+    assert list(_run(kernel, 2, np.float32)) == [2.0 ** -24, 2.0 ** -24]

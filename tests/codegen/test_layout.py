@@ -87,8 +87,10 @@ def test_batched_scores_copy_the_keys_per_batch():
 
 
 def test_each_element_sums_in_order():
-    # rows add each element's products one after another, as the definition does: the
-    # result is the float32 sequential sum, bit for bit
+    # rows add each element's products one after another, as the definition does, each
+    # with one rounding (a fused multiply-add, ir.py): the result is the float32
+    # sequential sum of fused steps, bit for bit (emulated in extended precision, where
+    # the product of two float32 is exact)
     H = te.placeholder((9, 50), name="H")
     B = te.placeholder((12, 50), name="B")
     k = te.reduce_axis((0, 50), name="k")
@@ -96,8 +98,10 @@ def test_each_element_sums_in_order():
     h, b = rand((9, 50)), rand((12, 50), seed=1)
     got = te.build(D)(h, b)
     want = np.zeros((9, 12), dtype=np.float32)
+    wide = np.longdouble
     for kk in range(50):
-        want += h[:, kk:kk + 1] * b[:, kk][None, :]
+        step = want.astype(wide) + h[:, kk:kk + 1].astype(wide) * b[:, kk][None, :].astype(wide)
+        want = step.astype(np.float32)
     np.testing.assert_array_equal(got, want)
 
 

@@ -61,7 +61,7 @@ from tensorexpr import polyhedral
 from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read, Reduce,
                            ScatterAdd, Select, SizeVar, Tensor, Unary, INDEX_DTYPE, fresh_uid,
                            is_float, promote, same, walk)
-from tensorexpr.transform import const_value
+from tensorexpr.transform import const_value, free_axes
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
 from . import fulltile, fuse, layout, reference, residue, taps
@@ -204,6 +204,7 @@ class Lowerer:
         #: size variables isl may see in bounds (``fuse`` adds a slab's bounds while lowering it)
         self.params: Tuple[str, ...] = tuple(sig.size_names)
         self._owner: Optional[Tensor] = None  # the tensor being lowered (for error sites)
+        self._affine: Dict[tuple, Optional[tuple]] = {}  # affine_offset's isl answers
         #: cheap elementwise intermediates evaluated where they are read, never stored
         self.inline = _inlinable(sig)
         layout.install(self)  # transposed copies for dot-product sums (codegen.layout)
@@ -928,14 +929,46 @@ class Lowerer:
             idx.append(cx)
         if t.uid in self.inline:
             return self.inlined(t, e, idx, checks, out)
-        load = Load(self.buf[t.uid].name, self.offset(t.uid, idx), e.dtype)
         if not checks:
-            return load
+            flat = self.affine_offset(e, scope)
+            return Load(self.buf[t.uid].name,
+                        flat if flat is not None else self.offset(t.uid, idx), e.dtype)
+        load = Load(self.buf[t.uid].name, self.offset(t.uid, idx), e.dtype)
         v = self.fresh("t", e.dtype)
         out.append(Decl(v, zero(e.dtype)))
         out.append(_checked(READ_OUT_OF_RANGE, self._site(self._owner, e), checks,
                             [Assign(v, load)]))
         return v
+
+    def affine_offset(self, e: Read, scope: _Scope) -> Optional[CExpr]:
+        """The element offset of ``e`` as ``c + sum(a_k * axis_k)`` when its indices use
+        ``//`` or ``%`` but the offset is affine anyway (a flatten's
+        ``X[n, k // 256, k // 16 % 16, k % 16]`` is ``X.flat[n * 8192 + k]``): no
+        division per element, and contiguous. None otherwise."""
+        if not any(isinstance(y, Binary) and y.op in ("floordiv", "mod")
+                   for x in e.indices for y in walk(x)):
+            return None
+        dims = [const_value(d) for d in self.dims[e.tensor.uid]]
+        if any(n is None for n in dims):
+            return None
+        offset: Expr = Const(0, I64)
+        for x, n in zip(e.indices, dims):
+            offset = Binary("add", Binary("mul", offset, Const(n, I64), I64), x, I64)
+        axes = free_axes(offset)
+        if not all(ax.uid in scope.env for ax in axes):
+            return None
+        key = (offset, tuple(axes))
+        if key not in self._affine:
+            self._affine[key] = polyhedral.affine_form(offset, axes)
+        form = self._affine[key]
+        if form is None:
+            return None
+        c, coeffs = form
+        out: CExpr = Lit(c, I64)
+        for a, ax in zip(coeffs, axes):
+            if a:
+                out = _add(out, _mul(scope.env[ax.uid], Lit(a, I64)))
+        return out
 
     def inlined(self, t: Compute, e: Read, idx: List[CExpr], checks, out: List[Stmt]) -> CExpr:
         """``t[idx]`` computed from ``t``'s body (after the same index checks as a load):

@@ -329,3 +329,14 @@ def test_a_gather_under_a_select_is_not_hoisted_out_of_its_condition():
     Y = te.compute((6, 40), lambda i, d: te.select(idx[i] >= 0, E[idx[i], d], 0.0), name="Y")
     ids = np.array([3, -1, 8, -5, 1, 2], np.int64)
     agree([Y], [E, idx], rand((9, 40)), ids)
+
+
+def test_an_index_affine_only_on_its_box_is_read_without_division():
+    X = te.placeholder((3, 4, 5, 6), name="X")
+    Y = te.compute((3, 120), lambda n, k: X[n, k // 30, (k // 6) % 5, k % 6] * 2.0, name="Y")
+    # not affine: the second half of each row of 12 is skipped
+    Z = te.compute((3, 60), lambda n, k: X[n, k // 15, (k // 3) % 5, k % 3], name="Z")
+    f, _ = agree([Y, Z], [X], rand((3, 4, 5, 6)))
+    code = without_comments(f.source)
+    assert "b0[i0 * 120 + i1] * 2.0f" in code
+    assert "/ 3" in code or "% 3" in code or "te_floordiv" in code

@@ -37,7 +37,7 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, SizeVar, Te
                            INDEX_DTYPE, same, walk)
 from tensorexpr.transform import const_value, substitute
 
-from .loopast import Block, Comment, Decl, For, If, Lit, Op, Stmt, Var
+from .loopast import Block, Comment, Decl, For, If, Lit, Op, Stmt, Var, flat
 
 I64 = INDEX_DTYPE
 
@@ -210,20 +210,10 @@ def _mentions(x, var: Var) -> bool:
 def _outermost(stmts: List[Stmt], lo: Var, hi: Var) -> bool:
     """Do the member's loops start at the slab's first row and end at its last (its
     first axis outermost, in one loop or a main loop and a remainder)?"""
-    loops = [s for s in _flat(stmts) if isinstance(s, For)]
-    if not loops or any(not isinstance(s, (For,)) and not _harmless(s) for s in _flat(stmts)):
+    loops = [s for s in flat(stmts) if isinstance(s, For)]
+    if not loops or any(not isinstance(s, (For,)) and not _harmless(s) for s in flat(stmts)):
         return False
     return _mentions(loops[0].lo, lo) and _mentions(loops[-1].hi, hi)
-
-
-def _flat(stmts) -> List[Stmt]:
-    out = []
-    for s in stmts:
-        if isinstance(s, Block):
-            out.extend(_flat(s.stmts))
-        else:
-            out.append(s)
-    return out
 
 
 def _harmless(s) -> bool:

@@ -13,7 +13,7 @@ are meant to be functions ``Kernel -> Kernel`` on this tree.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 # {{{ expressions
 
@@ -186,6 +186,21 @@ class Comment:
 
 
 Stmt = Union[Decl, Assign, Accumulate, Store, Fail, Block, For, Region, If, Local, Comment]
+
+
+def flat(stmts) -> List[Stmt]:
+    """``stmts`` with nested :class:`Block` s opened (loops and ifs are kept whole).
+
+    >>> flat([Block((Comment("a"), Block((Comment("b"),)))), Comment("c")])
+    [Comment(text='a'), Comment(text='b'), Comment(text='c')]
+    """
+    out: List[Stmt] = []
+    for s in stmts:
+        if isinstance(s, Block):
+            out.extend(flat(s.stmts))
+        else:
+            out.append(s)
+    return out
 
 # }}}
 

@@ -21,7 +21,7 @@ from typing import List, Optional, Set, Tuple
 from tensorexpr.ir import INDEX_DTYPE
 
 from .loopast import (Accumulate, Assign, Block, Comment, Decl, For, If, Load, Op, Region, Stmt,
-                      Store)
+                      Store, flat)
 
 
 def merge(body: List[Stmt]) -> List[Stmt]:
@@ -41,7 +41,7 @@ def merge(body: List[Stmt]) -> List[Stmt]:
     run: List[Stmt] = []
 
     def flush():
-        loops = [s for unit in run for s in _flat([unit]) if isinstance(s, For)]
+        loops = [s for unit in run for s in flat([unit]) if isinstance(s, For)]
         if sum(s.parallel for s in loops) >= 2:
             out.append(_region(run))
         else:
@@ -58,18 +58,8 @@ def merge(body: List[Stmt]) -> List[Stmt]:
     return out
 
 
-def _flat(stmts) -> List[Stmt]:
-    out: List[Stmt] = []
-    for s in stmts:
-        if isinstance(s, Block):
-            out.extend(_flat(s.stmts))
-        else:
-            out.append(s)
-    return out
-
-
 def _whole_loops(s: Stmt) -> bool:
-    parts = _flat([s])
+    parts = flat([s])
     return (any(isinstance(p, For) for p in parts)
             and all(isinstance(p, Comment) or (isinstance(p, For) and not p.descending
                                                 and not (p.parallel and p.reduction)
@@ -91,7 +81,7 @@ def _inner_parallel(s) -> bool:
 
 
 def _region(run: List[Stmt]) -> Region:
-    parts = _flat(run)
+    parts = flat(run)
     loops = [p for p in parts if isinstance(p, For)]
     access = [_accesses(p) for p in loops]
     works = [p.work for p in loops if p.parallel]

@@ -28,9 +28,7 @@ _ATOM, _UNARY, _MUL, _ADD, _REL, _EQ, _AND, _OR, _COND = 100, 14, 13, 12, 10, 9,
 _INFIX = {"quot": ("/", _MUL), "rem": ("%", _MUL),
           "add": ("+", _ADD), "sub": ("-", _ADD), "mul": ("*", _MUL), "div": ("/", _MUL),
           "lt": ("<", _REL), "le": ("<=", _REL), "gt": (">", _REL), "ge": (">=", _REL),
-          "eq": ("==", _EQ), "ne": ("!=", _EQ), "and": ("&&", _AND), "or": ("||", _OR),
-          # both operands evaluated (pure tests): one vector mask, where && kept loops scalar
-          "band": ("&", _EQ - 1)}
+          "eq": ("==", _EQ), "ne": ("!=", _EQ), "and": ("&&", _AND), "or": ("||", _OR)}
 _RED = {"sum": "+", "max": "max", "min": "min"}
 _MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "sin": "sin", "cos": "cos",
          "abs": "fabs", "floor": "floor", "ceil": "ceil", "pow": "pow"}

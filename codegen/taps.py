@@ -13,21 +13,21 @@ element are added at the end: a reassociation of the sum, as ``tensorexpr.ir``
 allows for reductions.
 
 Each element still adds exactly the points of its domain: the loops run over the
-reduction's box (its bounds may not depend on the output) and a tap whose
-``where`` does not hold at a point (padding) skips it there, so reads run only
-where the element's own domain holds.
+reduction's box (its bounds may not depend on the output) except ``x``; the
+elements are grouped by the tests of their domains with the taps' values put in
+(the taps of a padded convolution differ), and each group gets its own loop over
+``x``, bounded by isl, inside its tests of the row. No lane is masked: masked
+lanes next to another nest in one parallel region kept gcc 12 from vectorizing.
 """
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from tensorexpr.ir import Axis, Compute, Const, Read, Reduce, is_float, walk
-from tensorexpr.transform import const_value
-
 from tensorexpr import polyhedral
+from tensorexpr.ir import Binary, Compute, Const, Read, Reduce, is_float, walk
+from tensorexpr.transform import const_value, substitute
 
-from .loopast import (Accumulate, Block, CExpr, Decl, For, If, Lit, Load, Local, Op, Stmt,
-                       Store)
+from .loopast import Accumulate, Block, Decl, For, If, Lit, Load, Local, Stmt, Store
 
 #: at most this many taps (product of the short innermost output axes) per pass
 MAX_TAPS = 16
@@ -37,24 +37,6 @@ TAP = 4
 BLOCK = 4
 #: the last reduction axis must be at least this long (it runs in vector lanes)
 MIN_LANES = 8
-
-
-def _all(groups: List[List[CExpr]]) -> CExpr:
-    """``(a && b) & (c && d)`` for groups ``[[a, b], [c, d]]`` of pure tests: the tests of
-    one group (those of the row, those of the lane) joined by ``&&``, the groups by
-    ``&`` (both evaluated): the compiler then makes one vector mask of the lane tests
-    and the row's, where a ``&&`` between them kept the loop scalar."""
-    joined = []
-    for g in groups:
-        if g:
-            out = g[0]
-            for c in g[1:]:
-                out = Op("and", (out, c), "bool")
-            joined.append(out)
-    out = joined[0]
-    for c in joined[1:]:
-        out = Op("band", (out, c), "bool")
-    return out
 
 
 def plan(t: Compute) -> Optional[Tuple[Reduce, int, Optional[int]]]:
@@ -114,7 +96,7 @@ def plan(t: Compute) -> Optional[Tuple[Reduce, int, Optional[int]]]:
 
 def lower(lw, t: Compute) -> Optional[List[Stmt]]:
     """The loop nest of ``t`` by taps (see the module docstring), or None."""
-    from .lower import (I64, _Scope, _add, _cast, _mark_inner_simd, _mul, _uses, _where_form,
+    from .lower import (I64, _Scope, _add, _cast, _conj, _mark_inner_simd, _uses, _where_form,
                         identity)
     p = plan(t)
     if p is None:
@@ -145,32 +127,49 @@ def lower(lw, t: Compute) -> Optional[List[Stmt]]:
             b[outer[bk].uid] = _add(vars_[bk], Lit(r, I64))
         return b
 
-    # loops over the reduction's box, x innermost
-    rvars = [lw.fresh("k", I64) for _ in red.axes]
-    renv = {ax.uid: v for ax, v in zip(red.axes, rvars)}
-    point: List[Stmt] = []
-    base = _Scope({**env, **renv}, tuple(t.axes) + tuple(red.axes), (), {})
-    conds = [] if where is None else [where]
+    # loops over the reduction's box, x innermost: one loop over x per set of tests of
+    # the domain (the taps of a padded convolution differ), bounded by isl, its row
+    # tests around it, so no lane is masked
+    rvars = [lw.fresh("k", I64) for _ in red.axes[:-1]]
+    renv = {ax.uid: v for ax, v in zip(red.axes[:-1], rvars)}
+    base = _Scope({**env, **renv}, tuple(t.axes) + tuple(red.axes[:-1]), (), {})
+    groups: Dict[str, List[int]] = {}
+    tests: Dict[str, List] = {}
     for k, (v, r) in enumerate(elems):
-        sc = base.child(env=bind(v, r), guards=tuple(conds))
-        inner: List[Stmt] = []
-        value = _cast(lw.expr(body, sc, inner), red.dtype)
-        at = _add(_mul(Lit(k, I64), Lit(nx, I64)), _add(rvars[-1], Lit(-x0, I64)))
-        inner.append(Store(part, at, value, add=True))
-        if where is not None:
-            cs = base.child(env=bind(v, r))
+        ws = [] if where is None else [
+            substitute(w, {ax: Const(c, I64) for ax, c in zip(taps, v)})
+            for w in polyhedral.conjuncts(where)]
+        key = " & ".join(str(w) for w in ws)
+        groups.setdefault(key, []).append(k)
+        tests[key] = ws
+    inner: List[Stmt] = []
+    for key, ks in groups.items():
+        row = [w for w in tests[key] if not _uses(w, {x.uid})]
+        lane = [w for w in tests[key] if _uses(w, {x.uid})]
+
+        def point(sc, out, ks=ks):
+            for k in ks:
+                v, r = elems[k]
+                known = tuple(Binary("eq", ax, Const(c, I64), "bool") for ax, c in zip(taps, v))
+                s2 = sc.child(env=bind(v, r), guards=known)
+                value = _cast(lw.expr(body, s2, out), red.dtype)
+                at = _add(Lit(k * nx - x0, I64), sc.env[x.uid])
+                out.append(Store(part, at, value, add=True))
+
+        loop: List[Stmt] = []
+        lw.loops([x], _conj(lane) if lane else None, base.child(guards=tuple(row)), point,
+                 loop)
+        if row:
             pre: List[Stmt] = []
-            ws = polyhedral.conjuncts(where)
-            c = _all([[lw.expr(w, cs, pre) for w in ws if not _uses(w, {x.uid})],
-                      [lw.expr(w, cs, pre) for w in ws if _uses(w, {x.uid})]])
-            point.extend(pre)
-            point.append(If(c, Block(tuple(inner))))
+            c = lw.expr(_conj(row), base, pre)
+            inner.extend(pre)
+            inner.append(If(c, Block(tuple(loop))))
         else:
-            point.extend(inner)
-    nest: Stmt = Block(tuple(point))
-    for ax, v in reversed(list(zip(red.axes, rvars))):
+            inner.extend(loop)
+    nest: Stmt = Block(tuple(inner))
+    for ax, v in reversed(list(zip(red.axes[:-1], rvars))):
         nest = Block((For(v, Lit(const_value(ax.lo), I64), Lit(const_value(ax.hi), I64), 1,
-                          nest if isinstance(nest, Block) else Block((nest,)), note=ax.name),))
+                          nest, note=ax.name),))
     stmts.extend(_mark_inner_simd(list(nest.stmts)))
     # the epilogue: each element's partial sums added, then the body around the sum
     for k, (v, r) in enumerate(elems):

@@ -152,7 +152,7 @@ def test_weight_gradient_by_taps():
     h[:, :, 0, 0] = np.inf  # tap (0, 0) never reaches (y, x) = (0, 0): X[.., -1, -1]
     fc, (dw,) = agree([dW], [X, W, H], rand((2, 3, 9, 12)), rand((8, 3, 3, 3), seed=1), h)
     assert np.isfinite(dw[:, :, 0, 0]).all() and not np.isfinite(dw[:, :, 1, 1]).any()
-    assert "part0[" in fc.source and " & (" in fc.source  # row and lane tests, one mask
+    assert "part0[" in fc.source
 
 
 def test_taps_need_a_float_sum_and_a_long_last_axis():

@@ -29,8 +29,8 @@ from typing import Dict, List, Optional, Tuple
 from tensorexpr.ir import Axis, Binary, Const, Expr, Unary, walk
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
-from .loopast import (Accumulate, Assign, Block, CExpr, Decl, For, If, Load, Op, Stmt, Store,
-                      Var)
+from .loopast import (Accumulate, Assign, Block, CExpr, Decl, For, If, Lit, Load, Local, Op,
+                      Stmt, Store, Var)
 
 #: marks the iterator of a full-tile loop (its note in the generated code)
 MARK = " (full tile)"
@@ -52,6 +52,10 @@ def widen(tree, start: Expr, end: Expr, keep=()):
     Returns ``(tree, changed)``."""
     changed = False
 
+    def moves(*es: Expr) -> bool:
+        """Do the bounds move with an axis other than the tile's (not constant)?"""
+        return any(isinstance(x, Axis) and x.uid not in keep for e in es for x in walk(e))
+
     def short(e: Expr) -> bool:
         for x in walk(e):
             if isinstance(x, Axis) and x.uid not in keep:
@@ -69,7 +73,7 @@ def widen(tree, start: Expr, end: Expr, keep=()):
                 if (step == 1 and isinstance(body, LoopPoint) and isinstance(body.values[-1], Axis)
                         and body.values[-1].uid == it.uid
                         and not (_same(lo, start) and _same(hi, end))
-                        and short(lo) and short(hi)):
+                        and moves(lo, hi) and short(lo) and short(hi)):
                     changed = True
                     full = Axis(it.name + MARK, it.lo, it.hi, it.uid)
                     inside = Binary("and", Binary("ge", it, lo, "bool"),
@@ -140,6 +144,7 @@ def hoist(stmts: List[Stmt], fresh) -> List[Stmt]:
                               None if orelse is None else
                               Block(tuple(hoist(list(orelse.stmts), fresh)))))
             case For() if s.note.endswith(MARK):
+                s, pre = _lift_decls(s)
                 inner = _defined(s.body) | {s.var.name}
                 written = _stored(s.body)
                 table: Dict[Load, Var] = {}
@@ -157,11 +162,122 @@ def hoist(stmts: List[Stmt], fresh) -> List[Stmt]:
                     return x
 
                 body = _map(s.body, lift, top=True)
-                out.extend(decls + [replace(s, body=body)])
+                loop = replace(s, body=body)
+                out.extend(pre + decls + (_staged(loop, [d.var for d in decls], fresh) or [loop]))
             case For():
                 out.append(replace(s, body=Block(tuple(hoist(list(s.body.stmts), fresh)))))
             case _:
                 out.append(s)
+    return out
+
+
+def _lift_decls(loop: For) -> Tuple[For, List[Stmt]]:
+    """``loop`` without the integer declarations of its point that do not depend on
+    anything set inside it (isl's ``k = 0`` for an axis of extent 1), and those
+    declarations (to go before it)."""
+    lifted: List[Stmt] = []
+    moved: set = set()
+    inner = _defined(loop.body) | {loop.var.name}
+
+    def go(b: Block, depth: int) -> Block:
+        items = []
+        for x in b.stmts:
+            if (isinstance(x, Decl) and x.init is not None and x.var.dtype == "int64"
+                    and not _loads_in(x.init) and not (_vars(x.init) & (inner - moved))):
+                lifted.append(x)
+                moved.add(x.var.name)
+            elif isinstance(x, Block):
+                items.append(go(x, depth))
+            elif isinstance(x, If) and depth == 0 and x.orelse is None:
+                items.append(If(x.cond, go(x.then, depth + 1)))
+            else:
+                items.append(x)
+        return Block(tuple(items))
+
+    return replace(loop, body=go(loop.body, 0)), lifted
+
+
+def _loads_in(x: CExpr) -> bool:
+    match x:
+        case Load():
+            return True
+        case Op(_, args, _):
+            return any(_loads_in(a) for a in args)
+    return False
+
+
+def _staged(loop: For, hoisted: List[Var], fresh, local=None) -> Optional[List[Stmt]]:
+    """The unmasked fast path of a full-tile loop whose masked point only adds products
+    ``R[idx(j)] * w`` of one row read and hoisted values ``w`` to accumulators:
+
+        stage[j] = inside(j) ? R[idx(j)] : 0      (a masked load: never out of range)
+        if (every w is finite)  acc[..] += stage[j] * w   (no mask)
+        else                    the masked loop
+
+    A lane outside the mask adds ``0 * w``, +0 or -0 for a finite ``w``, which leaves
+    any sum unchanged (a sum that starts at +0 is never -0); with an infinite or NaN
+    ``w`` it would not, so that case keeps the mask. None if the loop is not so."""
+    if not (isinstance(loop.lo, (Lit, Var, Op)) and len(loop.body.stmts) == 1):
+        return None
+    width = _width(loop.lo, loop.hi)
+    masked = loop.body.stmts[0]
+    if width is None or not isinstance(masked, If) or masked.orelse is not None:
+        return None
+    items = _flatten(masked.then)
+    if items is None or not items:
+        return None
+    row: Optional[Load] = None
+    ws: List[Var] = []
+    for st in items:
+        if not (isinstance(st, Store) and st.add and isinstance(st.value, Op)
+                and st.value.op == "mul" and st.value.dtype in ("float32", "float64")):
+            return None
+        a, b = st.value.args
+        ld, w = (a, b) if isinstance(a, Load) else (b, a)
+        if not (isinstance(ld, Load) and isinstance(w, Var) and w in hoisted):
+            return None
+        if row is None:
+            row = ld
+        elif ld != row:
+            return None
+        ws.append(w)
+    dt = row.dtype
+    stage = fresh(dt)
+    name = stage.name.replace("t", "stage", 1)
+    k = Var(loop.var.name, loop.var.dtype)
+    at = Op("sub", (k, loop.lo), "int64")
+    fill = For(loop.var, loop.lo, loop.hi, 1, Block((
+        Store(name, at, Op("select", (masked.cond, row, Lit(0.0, dt)), dt)),)),
+        note=loop.note + " (staged)", simd=True)
+    fast = replace(loop, body=Block(tuple(
+        replace(st, value=Op("mul", (Load(name, at, dt), w), dt)) for st, w in zip(items, ws))),
+        note=loop.note.replace(MARK, " (full tile, unmasked)"))
+    finite: CExpr = Lit(True, "bool")
+    for w in dict.fromkeys(ws):
+        ok = Op("eq", (Op("sub", (w, w), w.dtype), Lit(0.0, w.dtype)), "bool")
+        finite = ok if isinstance(finite, Lit) else Op("and", (finite, ok), "bool")
+    return [Local(name, dt, width), fill, If(finite, Block((fast,)), Block((loop,)))]
+
+
+def _width(lo: CExpr, hi: CExpr) -> Optional[int]:
+    """``hi - lo`` if it is a constant (``[c, c + w)`` or two literals), else None."""
+    if isinstance(lo, Lit) and isinstance(hi, Lit):
+        return int(hi.value) - int(lo.value)
+    if isinstance(hi, Op) and hi.op == "add" and hi.args[0] == lo and isinstance(hi.args[1], Lit):
+        return int(hi.args[1].value)
+    return None
+
+
+def _flatten(b: Block) -> Optional[List[Stmt]]:
+    out: List[Stmt] = []
+    for x in b.stmts:
+        if isinstance(x, Block):
+            inner = _flatten(x)
+            if inner is None:
+                return None
+            out.extend(inner)
+        else:
+            out.append(x)
     return out
 
 

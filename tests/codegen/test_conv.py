@@ -108,7 +108,15 @@ def test_masked_points_are_never_evaluated():
     x = rand((1, 1, 4, 20), low=1, high=2)
     fc, (y,) = agree([Y], [X, W], x, w)
     assert np.isfinite(y[0, 0, :, 0]).all() and np.isinf(y[0, 0, :, 1:]).all()
-    assert fulltile.MARK in fc.source
+    # the unmasked fast path (staged row, zeros outside) is taken only for finite weights
+    assert fulltile.MARK in fc.source and "(full tile, unmasked)" in fc.source
+    w[0, 0, 1, 0] = np.nan
+    y = fc(x, w)
+    assert np.isfinite(y[0, 0, :, 0]).all() and np.isnan(y[0, 0, :, 1:]).all()
+    w[0, 0, 1, 0] = 1.0
+    x[0, 0, :, -1] = np.nan  # only taps that reach the last column see it
+    y, want = fc(x, w), te.build(Y, inputs=[X, W], backend="numpy")(x, w)
+    np.testing.assert_allclose(y, want, rtol=1e-5, equal_nan=True)
 
 
 def test_residue_rewrites_floor_division_exactly():

@@ -534,10 +534,10 @@ class Lowerer:
         exact = n is not None and n % width == 0 and (
             sp is None or const_value(sp.orig.axes[-1].hi) % sp.s == 0)
         if tiled:
+            # the last tile too runs its whole width (the accumulator has it; the bounds
+            # keep j < n): a constant trip count
             jstart: Expr = start
             jend: Expr = Binary("add", start, Const(tile, I64), I64)
-            if n is None or n % tile:
-                jend = Binary("min", jend, j.hi, I64)
         else:
             jstart, jend = j.lo, j.hi
         rx = list(red.axes) + [j]

@@ -131,18 +131,22 @@ def _same(a: Expr, b: Expr) -> bool:
     return same(a, b)
 
 
-def hoist(stmts: List[Stmt], fresh) -> List[Stmt]:
+def hoist(stmts: List[Stmt], fresh, staged: Optional[set] = None) -> List[Stmt]:
     """``stmts`` with the loads of each full-tile loop (:func:`widen`) that do not depend
-    on variables set inside it declared just before it (``fresh(dtype)`` names them)."""
+    on variables set inside it declared just before it (``fresh(dtype)`` names them).
+
+    With ``staged`` (a set), loops that qualify take the unmasked path of
+    :func:`_staged` instead, and the buffers whose hoisted values must then be finite
+    are added to ``staged``: the caller runs this version only if they are."""
     out: List[Stmt] = []
     for s in stmts:
         match s:
             case Block(items):
-                out.append(Block(tuple(hoist(list(items), fresh))))
+                out.append(Block(tuple(hoist(list(items), fresh, staged))))
             case If(c, then, orelse):
-                out.append(If(c, Block(tuple(hoist(list(then.stmts), fresh))),
+                out.append(If(c, Block(tuple(hoist(list(then.stmts), fresh, staged))),
                               None if orelse is None else
-                              Block(tuple(hoist(list(orelse.stmts), fresh)))))
+                              Block(tuple(hoist(list(orelse.stmts), fresh, staged)))))
             case For() if s.note.endswith(MARK):
                 s, pre = _lift_decls(s)
                 inner = _defined(s.body) | {s.var.name}
@@ -163,9 +167,11 @@ def hoist(stmts: List[Stmt], fresh) -> List[Stmt]:
 
                 body = _map(s.body, lift, top=True)
                 loop = replace(s, body=body)
-                out.extend(pre + decls + (_staged(loop, [d.var for d in decls], fresh) or [loop]))
+                fast = None if staged is None else _staged(loop, decls, fresh, staged)
+                out.extend(pre + decls + (fast or [loop]))
             case For():
-                out.append(replace(s, body=Block(tuple(hoist(list(s.body.stmts), fresh)))))
+                out.append(replace(s, body=Block(tuple(hoist(list(s.body.stmts), fresh,
+                                                             staged)))))
             case _:
                 out.append(s)
     return out
@@ -206,17 +212,20 @@ def _loads_in(x: CExpr) -> bool:
     return False
 
 
-def _staged(loop: For, hoisted: List[Var], fresh, local=None) -> Optional[List[Stmt]]:
+def _staged(loop: For, decls: List[Stmt], fresh, needs: set) -> Optional[List[Stmt]]:
     """The unmasked fast path of a full-tile loop whose masked point only adds products
-    ``R[idx(j)] * w`` of one row read and hoisted values ``w`` to accumulators:
+    ``R[idx(j)] * w`` of one row read and hoisted loads ``w`` (``decls``) to
+    accumulators:
 
         stage[j] = inside(j) ? R[idx(j)] : 0      (a masked load: never out of range)
-        if (every w is finite)  acc[..] += stage[j] * w   (no mask)
-        else                    the masked loop
+        acc[..] += stage[j] * w                  (no mask)
 
-    A lane outside the mask adds ``0 * w``, +0 or -0 for a finite ``w``, which leaves
-    any sum unchanged (a sum that starts at +0 is never -0); with an infinite or NaN
-    ``w`` it would not, so that case keeps the mask. None if the loop is not so."""
+    valid when every ``w`` is finite: a lane outside the mask then adds ``0 * w``, +0
+    or -0, which leaves any sum unchanged (a sum that starts at +0 is never -0). The
+    buffers the ``w`` come from are added to ``needs``; the caller runs this path only
+    if all their elements are finite (else the masked loop). None if the loop is not
+    so."""
+    hoisted = {d.var: d.init for d in decls if isinstance(d, Decl)}
     if not (isinstance(loop.lo, (Lit, Var, Op)) and len(loop.body.stmts) == 1):
         return None
     width = _width(loop.lo, loop.hi)
@@ -234,7 +243,7 @@ def _staged(loop: For, hoisted: List[Var], fresh, local=None) -> Optional[List[S
             return None
         a, b = st.value.args
         ld, w = (a, b) if isinstance(a, Load) else (b, a)
-        if not (isinstance(ld, Load) and isinstance(w, Var) and w in hoisted):
+        if not (isinstance(ld, Load) and isinstance(w, Var) and isinstance(hoisted.get(w), Load)):
             return None
         if row is None:
             row = ld
@@ -252,11 +261,8 @@ def _staged(loop: For, hoisted: List[Var], fresh, local=None) -> Optional[List[S
     fast = replace(loop, body=Block(tuple(
         replace(st, value=Op("mul", (Load(name, at, dt), w), dt)) for st, w in zip(items, ws))),
         note=loop.note.replace(MARK, " (full tile, unmasked)"))
-    finite: CExpr = Lit(True, "bool")
-    for w in dict.fromkeys(ws):
-        ok = Op("eq", (Op("sub", (w, w), w.dtype), Lit(0.0, w.dtype)), "bool")
-        finite = ok if isinstance(finite, Lit) else Op("and", (finite, ok), "bool")
-    return [Local(name, dt, width), fill, If(finite, Block((fast,)), Block((loop,)))]
+    needs.update(hoisted[w].buf for w in ws)
+    return [Local(name, dt, width), fill, fast]
 
 
 def _width(lo: CExpr, hi: CExpr) -> Optional[int]:

@@ -604,7 +604,18 @@ class Lowerer:
             blend = bool(rest) and _pure(red.body)
             self._tree(tree, rx, affine, [] if blend else rest, scope, {}, point, nest)
             if full:
-                nest = fulltile.hoist(nest, lambda dt: self.fresh("t", dt))
+                # the unmasked version (codegen.fulltile) when the weights it multiplies
+                # the staged rows by are all finite, checked once before the loops
+                needs: set = set()
+                fresh = lambda dt: self.fresh("t", dt)  # noqa: E731
+                fast = fulltile.hoist(nest, fresh, needs)
+                nest = fulltile.hoist(nest, fresh)
+                if needs:
+                    for b in sorted(needs):
+                        if b not in finite:
+                            finite[b] = self.fresh("fin", self._buffer_dtype(b))
+                    ok = _conj_c([Op("eq", (finite[b], finite[b]), "bool") for b in sorted(needs)])
+                    nest = [If(ok, Block(tuple(fast)), Block(tuple(nest)))]
             out.extend(_mark_inner_simd(nest))
             # the epilogue: one element per j of the tile (and row)
             for r in range(len(rows)):
@@ -660,7 +671,29 @@ class Lowerer:
                       note=ax.name + " (remainder)")
             return [main, rem]
 
-        return nest_from(0, [None])
+        finite: Dict[str, Var] = {}  # buffer -> sum of its elements times 0 (NaN: not finite)
+        loops = nest_from(0, [None])
+        return self._finite_checks(finite) + loops
+
+    def _buffer_dtype(self, name: str) -> str:
+        return next(b.dtype for b in self.buf.values() if b.name == name)
+
+    def _finite_checks(self, finite: Dict[str, Var]) -> List[Stmt]:
+        """``fin = sum(b[z] * 0)`` for each buffer ``b`` of ``finite``: +-0 if every
+        element is finite, NaN otherwise (so ``fin == fin`` tests it), in vector lanes."""
+        out: List[Stmt] = []
+        for name, v in finite.items():
+            t = next(t for t in self.tensors if self.buf[t.uid].name == name)
+            total: CExpr = Lit(1, I64)
+            for d in self.dims[t.uid]:
+                total = _mul(total, self.size_expr(d))
+            z = self.fresh("k", I64)
+            out.append(Decl(v, zero(v.dtype)))
+            out.append(For(z, Lit(0, I64), total, 1, Block((Accumulate(
+                v, "sum", Op("mul", (Load(name, z, v.dtype), zero(v.dtype)), v.dtype)),)),
+                note=f"are the values of {t.name} finite?", simd=True,
+                reduction=(("sum", v),)))
+        return out
 
     def work_of(self, dims: Sequence[Expr]):
         """:meth:`work` of a loop over a box of ``dims`` doing one operation per point."""
@@ -1418,6 +1451,13 @@ def _add(a: CExpr, b: CExpr) -> CExpr:
 
 def _mul(a: CExpr, b: CExpr) -> CExpr:
     return _fold("mul", a, b, I64)
+
+
+def _conj_c(conds: Sequence[CExpr]) -> CExpr:
+    out = conds[0]
+    for c in conds[1:]:
+        out = Op("and", (out, c), "bool")
+    return out
 
 
 def _conj(conds: Sequence[Expr]) -> Expr:

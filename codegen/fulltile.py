@@ -20,6 +20,15 @@ once before the loop, inside ``lo < hi`` (so only where the isl loop would have
 run at least once, where they are valid: the same points are proven or checked).
 The compiler turns the remaining conditional loads and stores into masked vector
 operations.
+
+Masked lanes still cost about twice an unmasked loop. When the point only adds
+``R[idx(j)] * w`` (one row read, hoisted weights ``w``), :func:`_staged` gives an
+unmasked version: the row is copied into a local array with zeros outside the
+mask (``stage[j] = inside ? R[idx(j)] : 0``, a masked load) and every lane adds
+``stage[j] * w``. Outside the mask that adds ``0 * w``, +0 or -0 when ``w`` is
+finite, which changes no sum; so ``lower.compute_rows`` checks once, before the
+loops, that the weights' buffers hold only finite values and runs that version,
+else the masked one.
 """
 from __future__ import annotations
 

@@ -30,6 +30,12 @@ its preconditions do not hold):
   a matmul, ``f`` of a convolution) is blocked ``ROW_BLOCK`` rows at a time;
   bounds of ``j`` that move with a short reduction axis get one accumulator per
   value of it (store forwarding), combined at the end;
+* bounds of ``j`` that move with a short tap axis (padded convolutions, their
+  input gradients) become a mask over the whole tile, with an unmasked version
+  over zero-staged rows when the weights are finite (``codegen.fulltile``); a
+  row read at ``(x - k) // s`` is computed per residue of ``x`` (``codegen.residue``);
+* sums whose innermost output axes are short taps (a convolution's weight
+  gradient) compute all taps of a block of rows in one pass (``codegen.taps``);
 * dot-product-like sums (``H B^T``: no read walks along ``j``) read a transposed
   copy of the operand instead (``codegen.layout``; then they run by rows) when it
   is read by enough rows; the others reduce ``JAM`` x ``JAM`` elements in one loop

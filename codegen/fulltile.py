@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Dict, List, Optional, Tuple
 
-from tensorexpr.ir import Axis, Binary, Const, Expr, Unary, walk
+from tensorexpr.ir import Axis, Binary, Const, Expr, Read, Reduce, Select, Unary, walk
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
 from .loopast import (Accumulate, Assign, Block, CExpr, Decl, For, If, Lit, Load, Local, Op,
@@ -48,6 +48,27 @@ MARK = " (full tile)"
 #: bounds may move with axes of at most this extent (a kernel's taps, a stride's
 #: residues): the masked points are then a few per row, not most of it (a triangle)
 SHORT = 8
+
+
+def worth(body: Expr, op: str, j: Axis, rest) -> bool:
+    """Is a reduction worth full-tile loops: a float sum of ``R[.., j ..] * w`` with one
+    read moving with ``j`` and a factor ``w`` that does not move with it but reads
+    something (a convolution's weight), and no condition tested point by point?
+    Then the unmasked path applies (:func:`_staged`); masked loops alone were slower
+    than isl's bounds for other sums (a max-pool's gradient: 3x)."""
+    if op != "sum" or rest or not (isinstance(body, Binary) and body.op == "mul"
+                                   and body.dtype in ("float32", "float64")):
+        return False
+
+    def moves(e: Expr) -> bool:
+        return any(isinstance(x, Axis) and x.uid == j.uid for x in walk(e))
+
+    for a, b in ((body.a, body.b), (body.b, body.a)):
+        if (isinstance(a, Read) and moves(a) and not moves(b)
+                and any(isinstance(x, Read) for x in walk(b))
+                and not any(isinstance(x, (Reduce, Select)) for x in walk(b))):
+            return True
+    return False
 
 
 def widen(tree, start: Expr, end: Expr, keep=()):

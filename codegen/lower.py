@@ -571,7 +571,9 @@ class Lowerer:
             # Every pass then starts at the tile's start: one accumulator for all taps,
             # when the tile is a whole number of vectors (measured: a padded convolution
             # 10% faster; a 17-wide residue row of a strided gradient 60% slower)
-            tree, full = fulltile.widen(tree, jstart, jend, keep={jt.uid} if tiled else ())
+            full = False
+            if fulltile.worth(red.body, red.op, j, rest):
+                tree, full = fulltile.widen(tree, jstart, jend, keep={jt.uid} if tiled else ())
             if full and width % VEC == 0:
                 phase, phases = None, 1
             size = width * len(rows)

@@ -52,7 +52,7 @@ def check(shape_x, shape_w, **kw):
 ])
 def test_conv_forward_and_gradients(s, pad, dil, hw):
     fwd, grad = check((2, 3) + hw, (5, 3, 3, 3), s=s, pad=pad, dil=dil)
-    if pad or dil > 1:
+    if (pad or dil > 1) and s == 1:  # taps move the row's bounds: whole tiles, masked
         assert fulltile.MARK in fwd + grad
     if s > 1:  # the input gradient's reads step by 1 along q (no stepped loops over x)
         assert f"//{s}" in grad

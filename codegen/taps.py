@@ -133,39 +133,62 @@ def lower(lw, t: Compute) -> Optional[List[Stmt]]:
     rvars = [lw.fresh("k", I64) for _ in red.axes[:-1]]
     renv = {ax.uid: v for ax, v in zip(red.axes[:-1], rvars)}
     base = _Scope({**env, **renv}, tuple(t.axes) + tuple(red.axes[:-1]), (), {})
-    groups: Dict[str, List[int]] = {}
-    tests: Dict[str, List] = {}
-    for k, (v, r) in enumerate(elems):
-        ws = [] if where is None else [
+    tests: List[List] = []
+    for v, r in elems:
+        tests.append([] if where is None else [
             substitute(w, {ax: Const(c, I64) for ax, c in zip(taps, v)})
-            for w in polyhedral.conjuncts(where)]
-        key = " & ".join(str(w) for w in ws)
-        groups.setdefault(key, []).append(k)
-        tests[key] = ws
-    inner: List[Stmt] = []
-    for key, ks in groups.items():
-        row = [w for w in tests[key] if not _uses(w, {x.uid})]
-        lane = [w for w in tests[key] if _uses(w, {x.uid})]
+            for w in polyhedral.conjuncts(where)])
 
-        def point(sc, out, ks=ks):
-            for k in ks:
-                v, r = elems[k]
-                known = tuple(Binary("eq", ax, Const(c, I64), "bool") for ax, c in zip(taps, v))
-                s2 = sc.child(env=bind(v, r), guards=known)
-                value = _cast(lw.expr(body, s2, out), red.dtype)
-                at = _add(Lit(k * nx - x0, I64), sc.env[x.uid])
-                out.append(Store(part, at, value, add=True))
+    def rows_of(ws):
+        return [w for w in ws if not _uses(w, {x.uid})]
 
-        loop: List[Stmt] = []
-        lw.loops([x], _conj(lane) if lane else None, base.child(guards=tuple(row)), point,
-                 loop)
-        if row:
+    def lanes_of(ws):
+        return [w for w in ws if _uses(w, {x.uid})]
+
+    def emit(key, row_tests: bool, guards) -> List[Stmt]:
+        """A loop over x per group of elements with the same ``key`` tests, inside their
+        row tests (``row_tests``; else they are known to hold: ``guards``)."""
+        groups: Dict[str, List[int]] = {}
+        for k in range(len(elems)):
+            groups.setdefault(" & ".join(str(w) for w in key(tests[k])), []).append(k)
+        out: List[Stmt] = []
+        for ks in groups.values():
+            row = rows_of(tests[ks[0]]) if row_tests else []
+            lane = lanes_of(tests[ks[0]])
+
+            def point(sc, stmts, ks=ks):
+                for k in ks:
+                    v, r = elems[k]
+                    known = tuple(Binary("eq", ax, Const(c, I64), "bool")
+                                  for ax, c in zip(taps, v))
+                    s2 = sc.child(env=bind(v, r), guards=known)
+                    value = _cast(lw.expr(body, s2, stmts), red.dtype)
+                    at = _add(Lit(k * nx - x0, I64), sc.env[x.uid])
+                    stmts.append(Store(part, at, value, add=True))
+
+            loop: List[Stmt] = []
+            lw.loops([x], _conj(lane) if lane else None,
+                     base.child(guards=tuple(row) + tuple(guards)), point, loop)
+            if row:
+                pre: List[Stmt] = []
+                c = lw.expr(_conj(row), base, pre)
+                out.extend(pre)
+                out.append(If(c, Block(tuple(loop))))
+            else:
+                out.extend(loop)
+        return out
+
+    # Each group by all its tests, inside its row tests; and, where every row test of
+    # every element holds (the interior rows of a padded image), groups by the lane
+    # tests alone: the taps of a column share their loop and its loads.
+    inner = emit(lambda ws: ws, True, ())
+    every = list({str(w): w for ws in tests for w in rows_of(ws)}.values())
+    if every:
+        merged = emit(lanes_of, False, every)
+        if len(merged) < len(inner):
             pre: List[Stmt] = []
-            c = lw.expr(_conj(row), base, pre)
-            inner.extend(pre)
-            inner.append(If(c, Block(tuple(loop))))
-        else:
-            inner.extend(loop)
+            c = lw.expr(_conj(every), base, pre)
+            inner = pre + [If(c, Block(tuple(merged)), Block(tuple(inner)))]
     nest: Stmt = Block(tuple(inner))
     for ax, v in reversed(list(zip(red.axes[:-1], rvars))):
         nest = Block((For(v, Lit(const_value(ax.lo), I64), Lit(const_value(ax.hi), I64), 1,

@@ -39,7 +39,7 @@ from tensorexpr.ir import Axis, Binary, Const, Expr, Read, Reduce, Select, Unary
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
 from .loopast import (Accumulate, Assign, Block, CExpr, Decl, For, If, Lit, Load, Local, Op,
-                      Stmt, Store, Var)
+                      Stmt, Store, Var, loads)
 
 #: marks the iterator of a full-tile loop (its note in the generated code)
 MARK = " (full tile)"
@@ -219,7 +219,7 @@ def _lift_decls(loop: For) -> Tuple[For, List[Stmt]]:
         items = []
         for x in b.stmts:
             if (isinstance(x, Decl) and x.init is not None and x.var.dtype == "int64"
-                    and not _loads_in(x.init) and not (_vars(x.init) & (inner - moved))):
+                    and not loads(x.init) and not (_vars(x.init) & (inner - moved))):
                 lifted.append(x)
                 moved.add(x.var.name)
             elif isinstance(x, Block):
@@ -231,15 +231,6 @@ def _lift_decls(loop: For) -> Tuple[For, List[Stmt]]:
         return Block(tuple(items))
 
     return replace(loop, body=go(loop.body, 0)), lifted
-
-
-def _loads_in(x: CExpr) -> bool:
-    match x:
-        case Load():
-            return True
-        case Op(_, args, _):
-            return any(_loads_in(a) for a in args)
-    return False
 
 
 def _staged(loop: For, decls: List[Stmt], fresh, needs: set) -> Optional[List[Stmt]]:

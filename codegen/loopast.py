@@ -188,6 +188,20 @@ class Comment:
 Stmt = Union[Decl, Assign, Accumulate, Store, Fail, Block, For, Region, If, Local, Comment]
 
 
+def loads(x: CExpr) -> bool:
+    """Does the expression ``x`` load from memory?
+
+    >>> loads(Op("add", (Var("i", "int64"), Lit(1, "int64")), "int64"))
+    False
+    """
+    match x:
+        case Load():
+            return True
+        case Op(_, args, _):
+            return any(loads(a) for a in args)
+    return False
+
+
 def flat(stmts) -> List[Stmt]:
     """``stmts`` with nested :class:`Block` s opened (loops and ifs are kept whole).
 

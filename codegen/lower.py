@@ -72,7 +72,7 @@ from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
 from . import fulltile, fuse, layout, reference, residue, taps
 from .loopast import (Accumulate, Assign, Block, Buffer, CExpr, Comment, Decl, Fail, For, If,
-                      Kernel, Lit, Load, Local, Op, Stmt, Store, Var)
+                      Kernel, Lit, Load, Local, Op, Stmt, Store, Var, loads)
 
 I64 = INDEX_DTYPE
 
@@ -937,7 +937,7 @@ class Lowerer:
         xa = _cast(self.expr(e.a, sa, la), e.dtype)
         xb = _cast(self.expr(e.b, sb, lb), e.dtype)
         if not la and not lb:
-            if _loads(xa) or _loads(xb):
+            if loads(xa) or loads(xb):
                 # Loads under a condition keep loops scalar (gcc will not speculate
                 # them). Where both branches are valid without the condition (reads
                 # proven in range anyway, no checks), compute both and blend: the
@@ -1341,16 +1341,6 @@ def _inlinable(sig) -> set:
             continue
         out.add(t.uid)
     return out
-
-
-def _loads(x: CExpr) -> bool:
-    """Does the C expression ``x`` load from memory?"""
-    match x:
-        case Load():
-            return True
-        case Op(_, args, _):
-            return any(_loads(a) for a in args)
-    return False
 
 
 def _uses(e: Expr, uids: set) -> bool:

@@ -37,7 +37,7 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, SizeVar, Te
                            INDEX_DTYPE, same, walk)
 from tensorexpr.transform import const_value, substitute
 
-from .loopast import Block, Comment, Decl, For, If, Lit, Op, Stmt, Var, flat
+from .loopast import Block, Comment, Decl, For, If, Lit, Op, Stmt, Var, flat, total_work
 
 I64 = INDEX_DTYPE
 
@@ -183,7 +183,7 @@ def lower_group(lowerer, group: List[Compute]) -> Optional[List[Stmt]]:
     start = lowerer.fresh("i", I64)
     end = Op("min", (Op("add", (start, Lit(rows, I64)), I64), hi), I64)
     head = (Decl(lo_var, Op("add", (start, Lit(1, I64)), I64)), Decl(hi_var, end))
-    work = _total(works)
+    work = total_work(works)
     names = ", ".join(t.name for t in stored)
     return [For(start, lo, hi, rows, Block(head + tuple(body)),
                 parallel=work is not False, work=None if work is False else work,
@@ -231,16 +231,3 @@ def _serial(s: Stmt) -> Stmt:
             return replace(s, then=_serial(s.then),
                            orelse=None if s.orelse is None else _serial(s.orelse))
     return s
-
-
-def _total(works):
-    """The summed work estimate of the members (None: large, False: too small)."""
-    if any(w is None for w in works):
-        return None
-    exprs = [w for w in works if w is not False]
-    if not exprs:
-        return False
-    out = exprs[0]
-    for w in exprs[1:]:
-        out = Op("add", (out, w), I64)
-    return out

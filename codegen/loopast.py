@@ -188,6 +188,24 @@ class Comment:
 Stmt = Union[Decl, Assign, Accumulate, Store, Fail, Block, For, Region, If, Local, Comment]
 
 
+def total_work(works):
+    """The summed work estimates of loops run together (see :class:`For`: None means
+    large, False too small to be worth threads).
+
+    >>> total_work([False, Lit(8, "int64")])
+    Lit(value=8, dtype='int64')
+    """
+    if any(w is None for w in works):
+        return None
+    exprs = [w for w in works if w is not False]
+    if not exprs:
+        return False
+    out = exprs[0]
+    for w in exprs[1:]:
+        out = Op("add", (out, w), "int64")
+    return out
+
+
 def loads(x: CExpr) -> bool:
     """Does the expression ``x`` load from memory?
 

@@ -67,7 +67,7 @@ from tensorexpr import polyhedral
 from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read, Reduce,
                            ScatterAdd, Select, SizeVar, Tensor, Unary, INDEX_DTYPE, fresh_uid,
                            is_float, promote, same, walk)
-from tensorexpr.transform import const_value, free_axes
+from tensorexpr.transform import const_value, flat_index, free_axes
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
 from . import fulltile, fuse, layout, reference, residue, taps
@@ -285,10 +285,9 @@ class Lowerer:
             tapped = taps.lower(self, t)  # short innermost axes: all taps per pass
             if tapped is not None:
                 return tapped
-            if _transposed_axis(t) is None and _split_factor(t) is None:
-                hoist = _row_invariant_indices(t)
-                if hoist:
-                    return self.compute_gather_rows(t, hoist)
+            hoist = _row_invariant_indices(t)
+            if hoist and _transposed_axis(t) is None and _split_factor(t) is None:
+                return self.compute_gather_rows(t, hoist)
         axes = list(t.axes)
         carry = t.carry.axis if t.carry is not None else None
         order = ([carry] if carry is not None else []) + [k for k in range(len(axes)) if k != carry]
@@ -1000,9 +999,7 @@ class Lowerer:
         dims = [const_value(d) for d in self.dims[e.tensor.uid]]
         if any(n is None for n in dims):
             return None
-        offset: Expr = Const(0, I64)
-        for x, n in zip(e.indices, dims):
-            offset = Binary("add", Binary("mul", offset, Const(n, I64), I64), x, I64)
+        offset = flat_index(e.indices, dims)
         axes = free_axes(offset)
         if not all(ax.uid in scope.env for ax in axes):
             return None

@@ -16,12 +16,10 @@ become private to each thread inside a region, so it ends the run of nests.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import List, Optional, Set, Tuple
-
-from tensorexpr.ir import INDEX_DTYPE
+from typing import List, Set, Tuple
 
 from .loopast import (Accumulate, Assign, Block, Comment, Decl, For, If, Load, Op, Region, Stmt,
-                      Store, flat)
+                      Store, flat, total_work)
 
 
 def merge(body: List[Stmt]) -> List[Stmt]:
@@ -102,7 +100,7 @@ def _region(run: List[Stmt]) -> Region:
             pending = []
     body = tuple(replace(p, parallel=False, work=None, team=team[id(p)])
                  if isinstance(p, For) else p for p in parts)
-    return Region(Block(body), _total(works))
+    return Region(Block(body), total_work(works))
 
 
 def _independent(a: Tuple[Set[str], Set[str]], b: Tuple[Set[str], Set[str]]) -> bool:
@@ -150,12 +148,3 @@ def _accesses(s) -> Tuple[Set[str], Set[str]]:
                 expr(value)
     stmt(s)
     return reads, writes
-
-
-def _total(works) -> Optional[object]:
-    if any(w is None for w in works):
-        return None
-    out = works[0]
-    for w in works[1:]:
-        out = Op("add", (out, w), INDEX_DTYPE)
-    return out

@@ -16,16 +16,16 @@ reference backend always copies.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from tensorexpr import polyhedral
-from tensorexpr.ir import Binary, Compute, Const, Placeholder, Read, Tensor, INDEX_DTYPE, walk
-from tensorexpr.transform import const_value
+from tensorexpr.ir import Compute, Placeholder, Read, Tensor, walk
+from tensorexpr.transform import const_value, flat_index
 
-I64 = INDEX_DTYPE
 
 
 @dataclass(frozen=True)
@@ -85,21 +85,13 @@ def _view(t: Tensor, position: Dict[int, int], inputs) -> Optional[View]:
         return None
     if any(isinstance(x, Read) for i in body.indices for x in walk(i)):
         return None  # data-dependent: its range is checked at run time
-    offset = None
-    stride = 1
-    for i, n in reversed(list(zip(body.indices, dims))):
-        term = i if stride == 1 else Binary("mul", i, Const(stride, I64), I64)
-        offset = term if offset is None else Binary("add", term, offset, I64)
-        stride *= n
-    if offset is None:  # a 0-d input
-        offset = Const(0, I64)
-    form = polyhedral.affine_form(offset, t.axes)
+    form = polyhedral.affine_form(flat_index(body.indices, dims), t.axes)
     if form is None:
         return None
     c, coeffs = form
     lo = c + sum(min(0, a * (n - 1)) for a, n in zip(coeffs, shape))
     hi = c + sum(max(0, a * (n - 1)) for a, n in zip(coeffs, shape))
-    if lo < 0 or hi >= stride:
+    if lo < 0 or hi >= math.prod(dims):
         return None  # never for a program that passed the bounds check; stay safe
     return View(position[src.uid], tuple(shape), t.dtype, c, tuple(coeffs))
 

@@ -140,6 +140,23 @@ def free_axes(e: Expr) -> list:
     return list(out.values())
 
 
+def flat_index(indices, dims) -> Expr:
+    """The row-major element offset of ``indices`` in a tensor of constant ``dims``.
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(4, "int64"), 1)
+    >>> flat_index([i, Const(2, "int64")], [4, 5])
+    ((i * 5) + 2)
+    """
+    from .ir import INDEX_DTYPE, Binary, Const
+    if not indices:
+        return Const(0, INDEX_DTYPE)
+    out = indices[0]
+    for x, n in zip(indices[1:], dims[1:]):
+        out = Binary("add", Binary("mul", out, Const(n, INDEX_DTYPE), INDEX_DTYPE), x, INDEX_DTYPE)
+    return out
+
+
 def is_const(e: Expr, value=None) -> bool:
     """Is ``e`` a literal (equal to ``value`` if given)?"""
     return isinstance(e, Const) and (value is None or e.value == value)

@@ -60,7 +60,10 @@ def differentiate(output: Tensor, inputs: Optional[Sequence[Tensor]] = None,
     the full Jacobian ``output.shape + input.shape`` is built (because it was
     asked for). ``override={Y: fn}`` replaces the contribution through ``Y`` to
     each of its inputs ``X`` by ``fn(Y, X, head_Y)``; ``override={(Y, X): fn}``
-    replaces one edge.
+    replaces one edge. An override that is ``None`` (or a function returning
+    None) stops the gradient there: the edge contributes nothing, as JAX's
+    ``stop_gradient`` (e.g. a softmax's row maximum, whose exact contribution is
+    zero because the softmax does not change when its shift does).
 
     >>> import numpy as np, tensorexpr as te
     >>> A = te.placeholder((2, 3), name="A")
@@ -283,11 +286,18 @@ class _Differentiator:
         user_t = self.originals.get(t.uid, t)
         for x in list(tensor_inputs(t)) + _group_inputs(self, t):
             x = self.norm.get(x.uid, x)
-            fn = self.edge.get((t.uid, x.uid)) or self.whole.get(t.uid)
-            if fn is None or x.uid not in self.active:
+            if (t.uid, x.uid) in self.edge:
+                fn = self.edge[(t.uid, x.uid)]
+            elif t.uid in self.whole:
+                fn = self.whole[t.uid]
+            else:
                 continue
+            if fn is None or x.uid not in self.active:
+                continue  # None stops the gradient: this edge contributes nothing
             user_x = self.originals.get(x.uid, x)
             contrib = fn(user_t, user_x, dT)
+            if contrib is None:
+                continue
             if not isinstance(contrib, Tensor):
                 raise TypeError(f"override for {describe(user_t)} must return a tensor")
             want = self.prefix + tuple(x.dims)

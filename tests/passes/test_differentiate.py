@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import tensorexpr as te
+from tensorexpr.ir import topo_order
 
 from .gradcheck import (check_grads, has_scatter, largest_tensor, numeric_grad, rel_err,
                         second_order, sum_of_squares)
@@ -320,3 +321,42 @@ def test_override_one_edge_under_second_order():
     # G = sum (cos x * w)^2: dG/dx = -2 cos x sin x w^2, dG/dw = 2 cos^2 x w
     np.testing.assert_allclose(gx, -2 * np.cos(x) * np.sin(x) * w ** 2)
     np.testing.assert_allclose(gw, 2 * np.cos(x) ** 2 * w)
+
+
+def _softmax_with_max():
+    X = te.placeholder((3, 5), F, "X")
+    k1, k2 = te.reduce_axis(5), te.reduce_axis(5)
+    m = te.compute((3,), lambda i: te.max(X[i, k1], axis=k1), name="m")
+    e = te.compute((3, 5), lambda i, j: te.exp(X[i, j] - m[i]), name="e")
+    s = te.compute((3,), lambda i: te.sum(e[i, k2], axis=k2), name="s")
+    Y = te.compute((3, 5), lambda i, j: e[i, j] / s[i], name="Y")
+    return X, m, Y
+
+
+@pytest.mark.parametrize("stop", [None, lambda Y_, X_, h: None], ids=["None", "fn->None"])
+def test_override_none_stops_the_gradient(stop):
+    # a softmax does not change with its shift m: stopping the gradient at m is exact,
+    # and the gradient then needs neither m's tie count nor its adjoint
+    X, m, Y = _softmax_with_max()
+    H = te.placeholder((3, 5), F, "H")
+    (dX,) = te.differentiate(Y, [X], head=H, override={m: stop})
+    x = rand(3, 5) * 3
+    x[1, 2] = x[1, 4] = 5.0  # a tie at the maximum
+    h = rand(3, 5, seed=4)
+    got = te.build(dX, inputs=[X, H], backend="numpy")(x, h)
+    fl = te.build(Y, inputs=[X], backend="numpy")
+    want = numeric_grad(lambda a: float(np.sum(fl(a) * h)), [x], 0)
+    assert rel_err(got, want) < 1e-6
+    names = {t.name for t in topo_order([dX])}
+    assert "dm" not in names and not any("ties" in n for n in names), names
+
+
+def test_override_none_on_one_edge_zeroes_it():
+    X = te.placeholder((3,), F, "X")
+    W = te.placeholder((3,), F, "W")
+    Y = te.compute((3,), lambda i: X[i] * W[i], name="Y")
+    dX, dW = te.differentiate(sum_of_squares(Y), [X, W], override={(Y, X): None})
+    x, w = rand(3), rand(3, seed=2)
+    gx, gw = te.build([dX, dW], inputs=[X, W], backend="numpy")(x, w)
+    np.testing.assert_array_equal(gx, 0.0)
+    np.testing.assert_allclose(gw, 2 * x * w * x)

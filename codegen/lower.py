@@ -66,7 +66,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from tensorexpr import polyhedral
 from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read, Reduce,
                            ScatterAdd, Select, SizeVar, Tensor, Unary, INDEX_DTYPE, fresh_uid,
-                           is_float, promote, same, walk)
+                           is_float, promote, same, tensor_exprs, walk)
 from tensorexpr.transform import const_value, flat_index, free_axes
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
@@ -1324,20 +1324,54 @@ _COSTLY = ("pow", "floordiv", "mod", "exp", "log", "sqrt", "tanh", "sigmoid", "s
 
 def _inlinable(sig) -> set:
     """Uids of the intermediates to compute where they are read: elementwise (no
-    reduction, no recurrence), cheap (at most 2 reads, no division or transcendental
-    functions, small), not an output."""
+    reduction, no recurrence), not an output, and either cheap (at most 2 reads, no
+    transcendental functions, small) or read exactly once in the program, by an
+    elementwise read at the reader's own point (each element is then still computed
+    once: inlining only saves storing and loading it)."""
     outputs = {t.uid for t in sig.outputs}
+    once = _read_once_in_place(sig)
     out = set()
     for t in sig.order:
         if not isinstance(t, Compute) or t.uid in outputs or t.self_ref is not None:
             continue
         nodes = list(walk(t.body))
+        if any(isinstance(x, (Reduce, Select)) for x in nodes):
+            continue
+        if t.uid in once and len(nodes) <= 64:
+            out.add(t.uid)
+            continue
         if (len(nodes) > 16 or sum(isinstance(x, Read) for x in nodes) > 2
-                or any(isinstance(x, (Reduce, Select)) for x in nodes)
                 or any(isinstance(x, (Binary, Unary)) and x.op in _COSTLY for x in nodes)):
             continue
         out.add(t.uid)
     return out
+
+
+def _read_once_in_place(sig) -> set:
+    """Uids of the tensors read exactly once in the whole program, outside any
+    reduction, by a plain elementwise compute indexing them with its own axes."""
+    count: Dict[int, int] = {}
+    in_place = set()
+    for r in sig.order:
+        if not isinstance(r, Compute):
+            for e in tensor_exprs(r):
+                for x in walk(e):
+                    if isinstance(x, Read):
+                        count[x.tensor.uid] = count.get(x.tensor.uid, 0) + 2
+            continue
+        inside = {id(x) for red in walk(r.body) if isinstance(red, Reduce)
+                  for x in walk(red) if isinstance(x, Read)}
+        for x in walk(r.body):
+            if isinstance(x, Read):
+                u = x.tensor.uid
+                count[u] = count.get(u, 0) + 1
+                if (r.self_ref is None and r.carry is None and id(x) not in inside
+                        and len(x.indices) == len(r.axes) == x.tensor.ndim
+                        and all(isinstance(i, Axis) and i.uid == a.uid
+                                for i, a in zip(x.indices, r.axes))
+                        and all(same(d, e) for d, e in zip(x.tensor.dims, r.dims))):
+                    in_place.add(u)
+    return {u for u in in_place if count[u] == 1}
 
 
 def _uses(e: Expr, uids: set) -> bool:

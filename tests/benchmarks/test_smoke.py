@@ -76,7 +76,7 @@ def test_growth_check(run):
     assert all(m >= fastest for m, fastest in zip(g["fwd_ms"] + g["vjp_ms"], [f0, f1, v0, v1]))
     assert "VJP's exponent exceeds the forward's" in res["meta"]["growth"]
     line = re.search(r"^1\. matmul +Mx4 +4 +(.*)$", stdout.split("growth check")[1], re.M)
-    assert line and line.group(1).endswith(g["status"]), stdout[-3000:]
+    assert line and g["status"] in line.group(1), stdout[-3000:]  # a noisy run adds a note
     assert re.search(r"^flagged: ", stdout, re.M)
 
 

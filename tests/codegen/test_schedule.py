@@ -238,9 +238,24 @@ def test_outputs_and_costly_intermediates_are_stored():
     X = te.placeholder((8,), name="X")
     P = te.compute((8,), lambda i: X[i] + 1.0, name="P")
     Q = te.compute((8,), lambda i: te.exp(X[i]), name="Q")
-    Y = te.compute((8,), lambda i: P[i] * Q[i], name="Y")
+    Y = te.compute((8,), lambda i: P[i] * Q[i] + Q[7 - i], name="Y")  # Q read twice
     f, _ = agree([Y, P], [X], rand(8))
     assert "[computed where it is read]" not in f.source
+
+
+def test_a_costly_intermediate_read_once_in_place_is_computed_there():
+    # exp is computed once per element either way: inlining only saves the buffer
+    X = te.placeholder((8, 16), name="X")
+    Q = te.compute((8, 16), lambda i, j: te.exp(X[i, j]) / (X[i, 0] + X[i, 1] + 3.0), name="Q")
+    Y = te.compute((8, 16), lambda i, j: Q[i, j] * 2.0, name="Y")
+    k = te.reduce_axis((0, 16), name="k")
+    R = te.compute((8, 16), lambda i, j: te.exp(X[i, j]) + X[i, 2] + X[i, 3], name="R")
+    S = te.compute((8,), lambda i: te.sum(R[i, k], axis=k), name="S")  # read in a sum: stored
+    f, _ = agree([Y, S], [X], rand((8, 16)))
+    comments = {line.split("/* ")[1].split("[")[0]: line for line in f.source.splitlines()
+                if line.strip().startswith("/* ") and "] = " in line}
+    assert "[computed where it is read]" in comments["Q"]
+    assert "[computed where it is read]" not in comments["R"]
 
 
 @pytest.mark.parametrize("op", ["max", "min"])

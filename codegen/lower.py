@@ -70,7 +70,7 @@ from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder
 from tensorexpr.transform import const_value, flat_index, free_axes
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
-from . import fulltile, fuse, layout, reference, residue, taps
+from . import fulltile, fuse, layout, padcopy, reference, residue, taps
 from .loopast import (Accumulate, Assign, Block, Buffer, CExpr, Comment, Decl, Fail, For, If,
                       Kernel, Lit, Load, Local, Op, Stmt, Store, Var, loads)
 
@@ -278,7 +278,9 @@ class Lowerer:
         if t.carry is None:
             red = _row_reduce(t)
             if red is not None:
-                return self.compute_rows(t, red)
+                # a gather inside a zero-padded copy: a plain sum (codegen.padcopy)
+                padded = padcopy.lower(self, t, red)
+                return padded if padded is not None else self.compute_rows(t, red)
             red = _jam_reduce(t)
             if red is not None:
                 return self.compute_jam(t, red)

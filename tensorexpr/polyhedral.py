@@ -839,3 +839,34 @@ def affine_form(e: Expr, axes: Sequence[Axis]) -> Optional[Tuple[int, Tuple[int,
     return c, tuple(coeffs)
 
 # }}}
+
+
+# {{{ implied conditions (used by codegen/padcopy.py: sums over zero-padded copies)
+
+
+def implies(axes: Sequence[Axis], guards: Sequence[Expr], cond: Expr,
+            params: Sequence[str] = ()) -> bool:
+    """Does ``cond`` hold at every point of ``axes``' boxes where ``guards`` hold?
+
+    False when ``cond`` or a guard is not affine (conservative: the caller drops
+    ``cond`` from a loop's domain only when the answer is True).
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> x = Axis("x", Const(0, "int64"), Const(36, "int64"), 5)
+    >>> k = Axis("k", Const(0, "int64"), Const(3, "int64"), 6)
+    >>> implies([x, k], [x - 2 * k >= 0, x - 2 * k < 32], x >= 2 * k)
+    True
+    >>> implies([x, k], [x - 2 * k >= 0], x - 2 * k < 32)
+    False
+    """
+    sp = Space(list(axes), sorted(set(params) | set(params_of(list(guards) + [cond]))))
+    try:
+        dom = sp.box()
+        for g in guards:
+            for c in conjuncts(g):
+                dom = dom & sp.cond(c)
+        return dom.is_subset(sp.cond(cond))
+    except NotAffine:
+        return False
+
+# }}}

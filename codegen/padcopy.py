@@ -1,0 +1,244 @@
+"""Sums over a zero-padded copy: a convolution's input gradient as a plain "valid" sum.
+
+The input gradient of a convolution gathers the output gradient ``H`` at
+``(y - d*ky, x - d*kx)`` where that is inside ``H``::
+
+    dX[n, c, y, x] = sum_{f, ky, kx if 0 <= y - d*ky < Hh and 0 <= x - d*kx < Wh}
+                         H[n, f, y - d*ky, x - d*kx] * W[f, c, ky, kx]
+
+The tests move with the output's row axis ``x``: the row loops of
+``lower.Lowerer.compute_rows`` then get bounds that move with the taps, a masked
+or staged tile per tap (``codegen.fulltile``), and a row of ``Wh + 2*d`` elements
+is rarely a whole number of vectors. Here the sum reads instead a copy of ``H``
+made once per call, with zeros around it::
+
+    Hp[n, f, r, col] = H[n, f, r - T, col - L]  inside, 0 elsewhere   (rows of S = dX's width)
+
+and sums over the whole box of taps, unconditionally. When the copy's row length
+``S`` is the output's row length, the element read for ``(y, x)`` is
+``Hp.flat[(y + a) * S + x + b] = Hp.flat[p + off]`` with ``p = y*S + x``, the
+output's own flat position: the two innermost output axes become one axis ``p``
+of ``Hy * S`` elements (a whole number of vectors far more often than a row),
+contiguous in ``dX`` and in the copy for every tap. A read past the end of a row
+(``x + b >= S``) lands in the next row's left padding: zero too. The sum is then
+``dX.flat[n, c, p] = sum_{f, ky, kx} Hp.flat[n, f, p + off(ky, kx)] * W[f, c, ky, kx]``,
+which ``compute_rows`` runs with constant bounds and register-tiled accumulators,
+as it runs a forward convolution.
+
+The terms added outside the original domain are ``0 * w``: +0 or -0 when the
+weight ``w`` is finite, which changes no sum (a sum that starts at +0 is never
+-0); with an infinite or NaN weight they would add NaN. So the weights' buffer
+is checked once per call (``lower.Lowerer._finite_checks``) and the original
+sum runs when it holds a non-finite value. Sums keep their terms' values; only
+their order and the zero terms change (the reassociation ir.py allows for sums).
+
+:func:`plan` says when this applies: a float sum that is the whole body of a
+tensor ``t`` (no recurrence), of ``R[..., y + A(k), x + B(k)] * w`` with ``w`` a
+read of a stored tensor that does not move with ``(y, x)``, constant extents of
+``y``, ``x``, the reduction axes and ``R``'s last two dimensions, a domain whose
+tests on ``(y, x)`` say exactly that the read is inside ``R`` (isl checks both
+directions), and a copy that fits rows of ``S`` (``L + Wr <= S`` and no read
+beyond ``x + B <= S - 1``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+from tensorexpr import polyhedral
+from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Placeholder, Read, Reduce, Select,
+                           INDEX_DTYPE, fresh_uid, walk)
+from tensorexpr.transform import const_value, substitute
+
+from .loopast import Block, Buffer, If, Op, Stmt
+
+I64 = INDEX_DTYPE
+
+#: do not pad when the copy would be this many times larger than the tensor read
+MAX_GROWTH = 4
+
+
+@dataclass(frozen=True)
+class Plan:
+    """``t``'s sum rewritten over a zero-padded copy (see the module docstring).
+
+    ``fill`` computes the copy (``R``'s leading dims, ``rows`` x ``S``); ``flat``
+    is the same buffer seen with the last two dimensions as one; ``sum`` is ``t``
+    with its two innermost axes as one (its buffer is ``t``'s); ``weight`` is the
+    read whose buffer must hold finite values."""
+
+    t: Compute
+    fill: Compute
+    flat: Compute
+    sum: Compute
+    weight: Read
+    top: int
+    left: int
+
+
+def _uses(e: Expr, uids: set) -> bool:
+    return any(isinstance(x, Axis) and x.uid in uids for x in walk(e))
+
+
+def _span(e: Expr, axes: Sequence[Axis]) -> Optional[Tuple[int, int]]:
+    """Least and greatest value of ``e`` (affine, only ``axes``: constant boxes)."""
+    form = polyhedral.affine_form(e, list(axes))
+    if form is None:
+        return None
+    c, coeffs = form
+    lo = hi = c
+    for a, ax in zip(coeffs, axes):
+        x0, x1 = const_value(ax.lo), const_value(ax.hi) - 1
+        lo += min(a * x0, a * x1)
+        hi += max(a * x0, a * x1)
+    return lo, hi
+
+
+def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] = ()
+         ) -> Optional[Plan]:
+    """The rewrite of ``t`` (its sum ``red``) over a zero-padded copy, or None.
+
+    ``stored(read)`` says whether a read's tensor has a buffer of its own (not
+    computed where it is read): the weight's buffer is what is checked finite.
+
+    >>> import tensorexpr as te
+    >>> H = te.placeholder((2, 4, 12, 12), name="H")
+    >>> W = te.placeholder((4, 3, 3, 3), name="W")
+    >>> f, ky, kx = te.reduce_axis(4), te.reduce_axis(3), te.reduce_axis(3)
+    >>> dX = te.compute((2, 3, 16, 16), lambda n, c, y, x: te.sum(
+    ...     H[n, f, y - 2 * ky, x - 2 * kx] * W[f, c, ky, kx], axis=[f, ky, kx],
+    ...     where=(y - 2 * ky >= 0) & (y - 2 * ky < 12) & (x - 2 * kx >= 0)
+    ...     & (x - 2 * kx < 12)), name="dX")
+    >>> p = plan(dX, dX.body)
+    >>> p.fill.shape, p.sum.shape, (p.top, p.left)
+    ((2, 4, 21, 16), (2, 3, 256), (4, 4))
+    """
+    from .lower import _where_form
+    if (t.carry is not None or t.self_ref is not None or len(t.axes) < 2 or t.body is not red
+            or red.op != "sum" or red.dtype not in ("float32", "float64")):
+        return None
+    axes = list(t.axes) + list(red.axes)
+    if any(const_value(a.lo) is None or const_value(a.hi) is None for a in axes):
+        return None
+    y, x = t.axes[-2], t.axes[-1]
+    if const_value(y.lo) != 0 or const_value(x.lo) != 0:
+        return None
+    yx = {y.uid, x.uid}
+    body, where = _where_form(red)
+    if not (isinstance(body, Binary) and body.op == "mul"):
+        return None
+    for R, w in ((body.a, body.b), (body.b, body.a)):
+        if (isinstance(R, Read) and isinstance(w, Read) and _uses(R, yx) and not _uses(w, yx)
+                and R.dtype == w.dtype == red.dtype and R.tensor.ndim >= 2
+                and isinstance(R.tensor, (Placeholder, Compute))
+                and isinstance(w.tensor, (Placeholder, Compute)) and stored(w)):
+            break
+    else:
+        return None
+    lead, (ri, ci) = R.indices[:-2], R.indices[-2:]
+    if any(_uses(i, yx) for i in lead):
+        return None
+    Hr, Wr = (const_value(d) for d in R.tensor.dims[-2:])
+    Hy, S = const_value(y.hi), const_value(x.hi)
+    taps = list(red.axes)
+    # the row index is y + A(taps), the column index x + B(taps): nothing else moves
+    if Hr is None or Wr is None or not all(
+            {a.uid for a in walk(i) if isinstance(a, Axis)} <= yx | {a.uid for a in taps}
+            for i in (ri, ci)):
+        return None
+    form_r = polyhedral.affine_form(ri, [y, x] + taps)
+    form_c = polyhedral.affine_form(ci, [y, x] + taps)
+    if form_r is None or form_c is None or form_r[1][:2] != (1, 0) or form_c[1][:2] != (0, 1):
+        return None
+    rs, cs = _span(ri, [y, x] + taps), _span(ci, [y, x] + taps)
+    top, left = max(0, -rs[0]), max(0, -cs[0])
+    if left + Wr > S or cs[1] > S - 1:
+        return None
+    # one more row: a read past the end of the last row runs into it (zeros)
+    rows = max(top + Hr, top + rs[1] + 1) + 1
+    if rows * S > MAX_GROWTH * Hr * Wr:
+        return None
+    # the domain: the tests on (y, x) must say exactly "the read is inside R"
+    conds = polyhedral.conjuncts(where)
+    kept = [c for c in conds if not _uses(c, yx)]
+    inside = [ri >= 0, ri < Hr, ci >= 0, ci < Wr]
+    if not all(polyhedral.implies(axes, conds, c, params) for c in inside):
+        return None
+    if not all(polyhedral.implies(axes, kept + inside, c, params)
+               for c in conds if _uses(c, yx)):
+        return None
+    # the other reads, now evaluated on the whole box where ``kept`` holds
+    ps = polyhedral.PointSet(axes, kept, params)
+    for r in (R, w):
+        dims = r.tensor.dims
+        idx = r.indices[:-2] if r is R else r.indices
+        if not all(ps.within(i, d) for i, d in zip(idx, dims)):
+            return None
+    # the copy
+    la = tuple(Axis(f"a{k}", Const(0, I64), d, fresh_uid())
+               for k, d in enumerate(R.tensor.dims[:-2]))
+    ra = Axis("row", Const(0, I64), Const(rows, I64), fresh_uid())
+    ca = Axis("col", Const(0, I64), Const(S, I64), fresh_uid())
+    src = Read(R.tensor, la + (ra - top, ca - left), R.dtype)
+    ok = (ra >= top) & (ra < top + Hr) & (ca >= left) & (ca < left + Wr)
+    name = f"{R.tensor.name}_padded"
+    fill = Compute(name, R.tensor.dims[:-2] + (Const(rows, I64), Const(S, I64)), R.dtype,
+                   fresh_uid(), t.origin, axes=la + (ra, ca),
+                   body=Select(ok, src, Const(0.0, R.dtype), R.dtype))
+    flat = Compute(name, R.tensor.dims[:-2] + (Const(rows * S, I64),), R.dtype, fresh_uid(),
+                   t.origin)
+    # the sum over p = y*S + x (dX's own flat position in its last two dimensions)
+    p = Axis(f"{y.name}*{S}+{x.name}", Const(0, I64), Const(Hy * S, I64), fresh_uid())
+    zero = {y: Const(0, I64), x: Const(0, I64)}
+    off = (substitute(ri, zero) + top) * S + substitute(ci, zero) + left
+    moved = Read(flat, tuple(lead) + (p + off,), R.dtype)
+    term = Binary("mul", moved, w, red.dtype) if body.a is R else Binary("mul", w, moved,
+                                                                            red.dtype)
+    new = Reduce("sum", term, red.axes, _conj(kept), red.dtype)
+    total = Compute(t.name, t.dims[:-2] + (Const(Hy * S, I64),), t.dtype, fresh_uid(), t.origin,
+                    axes=t.axes[:-2] + (p,), body=new)
+    return Plan(t, fill, flat, total, w, top, left)
+
+
+def _conj(conds: List[Expr]) -> Optional[Expr]:
+    out = None
+    for c in conds:
+        out = c if out is None else Binary("and", out, c, "bool")
+    return out
+
+
+def lower(lowerer, t: Compute, red: Reduce) -> Optional[List[Stmt]]:
+    """``t`` by :func:`plan`'s rewrite when the weights are finite, else as before:
+
+        fin = sum(W[z] * 0)                       (NaN if some weight is not finite)
+        if (fin == fin) { Hp = padded copy of R; dX.flat = sum over Hp.flat }
+        else            { dX = the original sum }
+
+    None when :func:`plan` does not apply (or in a recurrence's program, whose
+    buffers ``codegen.checkpoint`` plans)."""
+    if any(isinstance(x, Compute) and (x.carry is not None or x.self_ref is not None)
+           for x in lowerer.tensors):
+        return None
+    p = plan(t, red, stored=lambda r: r.tensor.uid not in lowerer.inline
+             and r.tensor.uid in lowerer.buf, params=lowerer.params)
+    if p is None:
+        return None
+    slow = lowerer.compute_rows(t, red)
+    # the copy's buffer: a scratch intermediate of the program (pooled by the runtime)
+    cols = const_value(p.fill.dims[-1])
+    b = Buffer(f"b{len(lowerer.tensors)}", p.fill.dtype, False,
+               f"{p.fill.name} (scratch: rows of {cols}, {p.top} zero rows above, "
+               f"{p.left} zero columns left)")
+    lowerer.tensors.append(p.fill)
+    for x in (p.fill, p.flat):
+        lowerer.buf[x.uid] = b
+        lowerer.dims[x.uid] = x.dims
+    lowerer.buf[p.sum.uid] = lowerer.buf[t.uid]
+    lowerer.dims[p.sum.uid] = p.sum.dims
+    fill = lowerer.compute(p.fill)
+    fast = lowerer.compute_rows(p.sum, p.sum.body)
+    wbuf = lowerer.buf[p.weight.tensor.uid]
+    fin = lowerer.fresh("fin", wbuf.dtype)
+    checks = lowerer._finite_checks({wbuf.name: fin})
+    ok = Op("eq", (fin, fin), "bool")
+    return checks + [If(ok, Block(tuple(fill) + tuple(fast)), Block(tuple(slow)))]

@@ -54,6 +54,9 @@ from .loopast import Block, Buffer, If, Op, Stmt
 
 I64 = INDEX_DTYPE
 
+#: lanes of a tile of the flat output axis (the first that divides its extent)
+LANES = (32, 16)
+
 #: do not pad when the copy would be this many times larger than the tensor read
 MAX_GROWTH = 4
 
@@ -111,7 +114,7 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
     ...     & (x - 2 * kx < 12)), name="dX")
     >>> p = plan(dX, dX.body)
     >>> p.fill.shape, p.sum.shape, (p.top, p.left)
-    ((2, 4, 21, 16), (2, 3, 256), (4, 4))
+    ((2, 4, 21, 16), (2, 3, 8, 32), (4, 4))
     """
     from .lower import _where_form
     if (t.carry is not None or t.self_ref is not None or len(t.axes) < 2 or t.body is not red
@@ -187,17 +190,46 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
                    body=Select(ok, src, Const(0.0, R.dtype), R.dtype))
     flat = Compute(name, R.tensor.dims[:-2] + (Const(rows * S, I64),), R.dtype, fresh_uid(),
                    t.origin)
-    # the sum over p = y*S + x (dX's own flat position in its last two dimensions)
-    p = Axis(f"{y.name}*{S}+{x.name}", Const(0, I64), Const(Hy * S, I64), fresh_uid())
+    # the sum over p = y*S + x (dX's own flat position in its last two dimensions), in
+    # tiles p = L*T + l when L divides the extent: the tests on y alone then hold for
+    # some row of each tile (a tile spans few rows), which skips most taps that read
+    # only padding rows (the copy has zeros there: dropping such tests is exact too)
+    n = Hy * S
+    L = next((v for v in LANES if n % v == 0), None)
+    name_p = f"{y.name}*{S}+{x.name}"
+    if L is None:
+        pos = Axis(name_p, Const(0, I64), Const(n, I64), fresh_uid())
+        out_axes: Tuple[Axis, ...] = (pos,)
+        relaxed: List[Expr] = []
+    else:
+        T = Axis(f"({name_p})//{L}", Const(0, I64), Const(n // L, I64), fresh_uid())
+        lane = Axis(f"({name_p})%{L}", Const(0, I64), Const(L, I64), fresh_uid())
+        out_axes, pos = (T, lane), T * L + lane
+        y0, y1 = (T * L) // S, (T * L + (L - 1)) // S
+        relaxed = [r for c in conds if _uses(c, {y.uid}) and not _uses(c, {x.uid})
+                   for r in [_relax(c, y, y0, y1, [y, x] + taps)] if r is not None]
     zero = {y: Const(0, I64), x: Const(0, I64)}
     off = (substitute(ri, zero) + top) * S + substitute(ci, zero) + left
-    moved = Read(flat, tuple(lead) + (p + off,), R.dtype)
+    moved = Read(flat, tuple(lead) + (pos + off,), R.dtype)
     term = Binary("mul", moved, w, red.dtype) if body.a is R else Binary("mul", w, moved,
                                                                             red.dtype)
-    new = Reduce("sum", term, red.axes, _conj(kept), red.dtype)
-    total = Compute(t.name, t.dims[:-2] + (Const(Hy * S, I64),), t.dtype, fresh_uid(), t.origin,
-                    axes=t.axes[:-2] + (p,), body=new)
+    new = Reduce("sum", term, red.axes, _conj(kept + relaxed), red.dtype)
+    total = Compute(t.name, t.dims[:-2] + tuple(a.hi for a in out_axes), t.dtype, fresh_uid(),
+                    t.origin, axes=t.axes[:-2] + out_axes, body=new)
     return Plan(t, fill, flat, total, w, top, left)
+
+
+def _relax(c: Expr, y: Axis, y0: Expr, y1: Expr, axes: Sequence[Axis]) -> Optional[Expr]:
+    """``c`` (an affine inequality in ``y`` and ``axes``) at the end of ``[y0, y1]`` where
+    it is weakest: it holds there iff it holds for some ``y`` of the range. None for
+    other conditions (the caller drops them)."""
+    if not (isinstance(c, Binary) and c.op in ("ge", "gt", "le", "lt")):
+        return None
+    d = c.a - c.b if c.op in ("ge", "gt") else c.b - c.a
+    form = polyhedral.affine_form(d, list(axes))
+    if form is None:
+        return None
+    return substitute(c, {y: y1 if form[1][list(axes).index(y)] > 0 else y0})
 
 
 def _conj(conds: List[Expr]) -> Optional[Expr]:

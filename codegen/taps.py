@@ -27,6 +27,7 @@ from tensorexpr import polyhedral
 from tensorexpr.ir import Binary, Compute, Const, Read, Reduce, is_float, walk
 from tensorexpr.transform import const_value, substitute
 
+from . import tapregs
 from .loopast import Accumulate, Block, Decl, For, If, Lit, Load, Local, Stmt, Store
 
 #: at most this many taps (product of the short innermost output axes) per pass
@@ -95,12 +96,22 @@ def plan(t: Compute) -> Optional[Tuple[Reduce, int, Optional[int]]]:
 
 
 def lower(lw, t: Compute) -> Optional[List[Stmt]]:
-    """The loop nest of ``t`` by taps (see the module docstring), or None."""
-    from .lower import (I64, _Scope, _add, _cast, _conj, _mark_inner_simd, _uses, _where_form,
-                        identity)
+    """The loop nest of ``t`` by taps (see the module docstring), or None: with its
+    partial sums in vector registers (``codegen.tapregs``) where that applies."""
+    from .lower import _where_form
     p = plan(t)
     if p is None:
         return None
+    red, ntaps, _ = p
+    body, where = _where_form(red)
+    fast = tapregs.lower(lw, t, red, ntaps, body, where, lambda: _exact(lw, t, p))
+    return fast if fast is not None else _exact(lw, t, p)
+
+
+def _exact(lw, t: Compute, p) -> List[Stmt]:
+    """The loop nest by taps, each element adding exactly the points of its domain."""
+    from .lower import (I64, _Scope, _add, _cast, _conj, _mark_inner_simd, _uses, _where_form,
+                        identity)
     red, ntaps, bk = p
     body, where = _where_form(red)
     outer, taps = list(t.axes[:-ntaps]), list(t.axes[-ntaps:])

@@ -1,0 +1,407 @@
+"""A convolution's weight gradient with its partial sums in vector registers.
+
+``dW[f, c, ky, kx] = sum_{n, y, x} H[n, f, y, x] * X[n, c, s*y + d*ky - p, s*x + d*kx - p]``
+(the sums ``codegen.taps`` recognises: short taps as the innermost output axes) is
+computed here as follows, for each value of the outer axes other than ``f`` (``c``,
+on threads):
+
+* for each value of the reduction axes the image does not move with (``n``), the
+  image ``X[n, c]`` is copied into a local array, once per distinct column offset
+  ``e = d*kx - p`` of the taps, as ``copy_e[row][j] = X[n, c, row, s*j + e]`` with
+  zeros outside ``X`` and past the last column ``j`` of the sum: every tap then
+  reads its columns ``x`` contiguously at the start of a row (aligned vectors, for
+  any stride or dilation);
+* for ``B`` rows ``f`` at a time and each vector of ``V`` columns ``x``, one loop over
+  the lanes (``omp simd``) holds ``B x taps`` scalar accumulators and, inside it, the
+  loop over ``y``: the compiler vectorizes the lanes loop as an outer loop, so the
+  accumulators are vector registers across ``y`` (no load or store of a partial sum
+  per product), each ``H`` load serves every tap and each copy load the ``B`` rows;
+  the accumulators are then added to ``part[f][tap][lane]``;
+* at the end the ``V`` lanes of each ``part[f][tap]`` are added: a reassociation of
+  the sum, as ``tensorexpr.ir`` allows for reductions.
+
+The zeros of the copy are multiplied by ``H`` where a tap falls into the padding:
+``0 * h`` is +-0 and changes no sum when ``h`` is finite, so when the sum has a
+domain (padding) the whole of ``H`` is checked once per call (as ``codegen.fulltile``
+checks weights) and ``codegen.taps``' exact loops run if it holds an infinity or a NaN.
+The domain must be exactly "the read of ``X`` is inside ``X``" (isl checks both
+directions); without one every read must be inside ``X``. The lanes past the last
+column of a ragged row read ``H`` as 0 (a masked load) and a zero of the copy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from tensorexpr import polyhedral
+from tensorexpr.ir import Axis, Binary, Compute, Const, Expr, Read, Reduce, same, walk
+from tensorexpr.transform import const_value
+
+from .loopast import Accumulate, Block, Decl, For, If, Lit, Load, Local, Op, Stmt, Store, Var
+
+#: bytes of a vector register (AVX-512)
+VECTOR_BYTES = 64
+#: at most this many accumulators (rows of the block x taps) in registers
+MAX_ACCS = 20
+#: local arrays (the copies and the partial sums) of at most this many bytes each
+MAX_LOCAL = 96 * 1024
+#: the image must be read at least this many times per copy (rows of the block axis)
+MIN_ROWS = 4
+
+
+@dataclass
+class Plan:
+    """What :func:`plan` found (see the module docstring for the roles)."""
+
+    h: Read                     # the read that does not move with the taps
+    x: Read                     # the read that does
+    taps: List[Axis]
+    block: Axis                 # an outer axis H uses and X does not (f)
+    par: List[Axis]             # the other outer axes (c), the first on threads
+    outer_red: List[Axis]       # reduction axes the image does not move with (n)
+    inner: Optional[Axis]       # the reduction axis the rows move with (y), if any
+    lane: Axis                  # the last reduction axis (x), in vector lanes
+    row_dims: List[int]         # dimensions of X that move with the taps and y
+    row_forms: List[Tuple[int, Tuple[int, ...]]]  # their affine forms over taps + inner
+    row_lo: List[int]
+    row_ext: List[int]
+    col_stride: int             # s: X's last index is s*x + e(taps)
+    offsets: List[int]          # the distinct e(taps), sorted
+    tap_values: List[Tuple[int, ...]]
+    tap_e: List[int]            # e of each tap value
+    padded: bool                # a domain: zeros of the copy are multiplied by H
+
+
+def _axis_within(e: Expr, dim: Expr) -> bool:
+    """Is ``e`` an axis ranging within ``[0, dim)``?"""
+    if not isinstance(e, Axis):
+        return False
+    lo, hi, n = const_value(e.lo), const_value(e.hi), const_value(dim)
+    return lo is not None and lo >= 0 and (same(e.hi, dim) or
+                                           (hi is not None and n is not None and hi <= n))
+
+
+def _uses(e: Expr, axes) -> bool:
+    uids = {a.uid for a in axes}
+    return any(isinstance(x, Axis) and x.uid in uids for x in walk(e))
+
+
+def _box_range(form: Tuple[int, Tuple[int, ...]], axes: List[Axis]) -> Tuple[int, int]:
+    """Least and greatest value of the affine ``form`` over ``axes``' constant boxes."""
+    c, coeffs = form
+    lo = hi = c
+    for a, ax in zip(coeffs, axes):
+        ends = (a * const_value(ax.lo), a * (const_value(ax.hi) - 1))
+        lo, hi = lo + min(ends), hi + max(ends)
+    return lo, hi
+
+
+def plan(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Expr]
+         ) -> Optional[Plan]:
+    """A :class:`Plan` when ``t`` (a sum of ``codegen.taps``, ``body`` and ``where`` its
+    term and domain) has the form of the module docstring, else None."""
+    if not (isinstance(body, Binary) and body.op == "mul" and body.dtype == red.dtype
+            and isinstance(body.a, Read) and isinstance(body.b, Read)):
+        return None
+    taps = list(t.axes[-ntaps:])
+    outer = list(t.axes[:-ntaps])
+    if _uses(body.a, taps) == _uses(body.b, taps):
+        return None
+    hr, xr = (body.b, body.a) if _uses(body.a, taps) else (body.a, body.b)
+    for r in (hr, xr):
+        if (r.dtype != red.dtype or r.tensor.dtype != red.dtype or r.tensor.uid == t.uid
+                or r.tensor.uid not in lw.buf or r.tensor.uid in lw.inline or not r.indices):
+            return None
+    lane = red.axes[-1]
+    others = list(red.axes[:-1])
+    # H: plain axes inside its dimensions, the lanes axis last and only there
+    if not (isinstance(hr.indices[-1], Axis) and hr.indices[-1].uid == lane.uid):
+        return None
+    for i, d in zip(hr.indices, hr.tensor.dims):
+        if not _axis_within(i, d) or _uses(i, taps):
+            return None
+    if any(_uses(i, [lane]) for i in hr.indices[:-1]):
+        return None
+    # X: its last index s*x + e(taps); rows moving with the taps and at most one other
+    # reduction axis; the other dimensions plain axes (selectors: n, c)
+    last = xr.indices[-1]
+    if _uses(last, outer + others) or not _uses(last, [lane]):
+        return None
+    form = polyhedral.affine_form(last, taps + [lane])
+    if form is None or form[1][-1] < 1:
+        return None
+    stride = form[1][-1]
+    row_dims, selectors = [], []
+    for k, i in enumerate(xr.indices[:-1]):
+        if _uses(i, [lane]):
+            return None
+        if _uses(i, taps) or _uses(i, others) and not isinstance(i, Axis):
+            row_dims.append(k)
+        elif _axis_within(i, xr.tensor.dims[k]):
+            selectors.append(k)
+        else:
+            return None
+    moving = [ax for ax in others if any(_uses(xr.indices[k], [ax]) for k in row_dims)]
+    if len(moving) > 1:
+        return None
+    inner = moving[0] if moving else None
+    if any(inner is not None and _uses(xr.indices[k], [inner]) for k in selectors):
+        return None
+    row_axes = taps + ([inner] if inner is not None else [])
+    row_forms, row_lo, row_ext = [], [], []
+    for k in row_dims:
+        i = xr.indices[k]
+        if _uses(i, [ax for ax in outer + others if inner is None or ax.uid != inner.uid]):
+            return None
+        f = polyhedral.affine_form(i, row_axes)
+        if f is None or const_value(xr.tensor.dims[k]) is None:
+            return None
+        lo, hi = _box_range(f, row_axes)
+        row_forms.append(f)
+        row_lo.append(lo)
+        row_ext.append(hi - lo + 1)
+    if const_value(xr.tensor.dims[-1]) is None:
+        return None
+    # the block axis: an outer axis H moves with and X does not (f)
+    block = None
+    for ax in outer:
+        if (_uses(hr, [ax]) and not _uses(xr, [ax]) and const_value(ax.lo) is not None
+                and const_value(ax.hi) is not None
+                and const_value(ax.hi) - const_value(ax.lo) >= MIN_ROWS):
+            block = ax
+            break
+    if block is None:
+        return None
+    par = [ax for ax in outer if ax.uid != block.uid]
+    if not par:
+        return None  # nothing to share among the threads without a race on part
+    outer_red = [ax for ax in others if inner is None or ax.uid != inner.uid]
+    # the domain: exactly "the read is inside X" on the box of taps, y and x
+    box = taps + ([inner] if inner is not None else []) + [lane]
+    inside: List[Expr] = []
+    for k in row_dims + [len(xr.indices) - 1]:
+        i = xr.indices[k]
+        inside += [Binary("ge", i, Const(0, i.dtype), "bool"),
+                   Binary("lt", i, xr.tensor.dims[k], "bool")]
+    conds = polyhedral.conjuncts(where)
+    if any(_uses(w, outer + outer_red) for w in conds):
+        return None
+    if not all(polyhedral.implies(box, conds, c) for c in inside):
+        return None
+    if conds and not all(polyhedral.implies(box, inside, w) for w in conds):
+        return None
+    values: List[Tuple[int, ...]] = [()]
+    for ax in taps:
+        values = [v + (c,) for v in values for c in range(const_value(ax.lo),
+                                                        const_value(ax.hi))]
+    c0, coeffs = form
+    tap_e = [c0 + sum(a * v for a, v in zip(coeffs, val)) for val in values]
+    return Plan(hr, xr, taps, block, par, outer_red, inner, lane, row_dims, row_forms, row_lo,
+                row_ext, stride, sorted(set(tap_e)), values, tap_e, bool(conds))
+
+
+def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Expr],
+          exact) -> Optional[List[Stmt]]:
+    """The loop nest of the module docstring for ``t``, or None when :func:`plan` does
+    not apply or its arrays would be too large. ``exact()`` gives ``codegen.taps``'
+    loops, run instead when ``H`` holds a non-finite value and the sum has padding."""
+    from .lower import I64, _Scope, _add, _cast, _mul, zero
+    p = plan(lw, t, red, ntaps, body, where)
+    if p is None:
+        return None
+    dt = red.dtype
+    size = 4 if dt == "float32" else 8
+    V = VECTOR_BYTES // size
+    T = len(p.tap_values)
+    F0, F1 = const_value(p.block.lo), const_value(p.block.hi)
+    F = F1 - F0
+    B = max(1, min(3, MAX_ACCS // T))
+    B = min(B, F)
+    x0, x1 = const_value(p.lane.lo), const_value(p.lane.hi)
+    nx = x1 - x0
+    NV = -(-nx // V)
+    JP = NV * V
+    RS = 1
+    for e in p.row_ext:
+        RS *= e
+    E = len(p.offsets)
+    if T * B > MAX_ACCS or max(E * RS * JP, F * T * V) * size > MAX_LOCAL:
+        return None
+    xbuf, hbuf = lw.buf[p.x.tensor.uid].name, lw.buf[p.h.tensor.uid].name
+    pvars = [lw.fresh("i", I64) for _ in p.par]
+    env: Dict[int, object] = {ax.uid: v for ax, v in zip(p.par, pvars)}
+    part = lw.fresh("part", dt).name
+    copy = lw.fresh("copy", dt).name
+    stmts: List[Stmt] = [Local(part, dt, F * T * V), Local(copy, dt, E * RS * JP)]
+    z = lw.fresh("k", I64)
+    stmts.append(For(z, Lit(0, I64), Lit(F * T * V, I64), 1,
+                     Block((Store(part, z, zero(dt)),)), simd=True))
+    rvars = [lw.fresh("k", I64) for _ in p.outer_red]
+    env.update({ax.uid: v for ax, v in zip(p.outer_red, rvars)})
+    scope = _Scope(env, tuple(p.par) + tuple(p.outer_red), (), {})
+
+    def index(e: Expr, sc) -> object:
+        return lw.expr(e, sc, [])
+
+    # the copies: copy[e][row][j] = X[.., row, s*(x0 + j) + e] inside X and j < nx, else 0
+    fill: List[Stmt] = []
+    rowv = [lw.fresh("k", I64) for _ in p.row_dims]
+    j = lw.fresh("k", I64)
+    for ei, e in enumerate(p.offsets):
+        idx: List[object] = []
+        tests: List[object] = []
+        for k, i in enumerate(p.x.indices):
+            if k in p.row_dims:
+                q = p.row_dims.index(k)
+                r = _add(rowv[q], Lit(p.row_lo[q], I64))
+                n = const_value(p.x.tensor.dims[k])
+                if p.row_lo[q] < 0:
+                    tests.append(Op("ge", (r, Lit(0, I64)), "bool"))
+                if p.row_lo[q] + p.row_ext[q] > n:
+                    tests.append(Op("lt", (r, Lit(n, I64)), "bool"))
+                idx.append(r)
+            elif k == len(p.x.indices) - 1:
+                col = _add(_mul(Lit(p.col_stride, I64), _add(j, Lit(x0, I64))), Lit(e, I64))
+                n = const_value(p.x.tensor.dims[k])
+                if JP > nx:
+                    tests.append(Op("lt", (j, Lit(nx, I64)), "bool"))
+                if x0 * p.col_stride + e < 0:
+                    tests.append(Op("ge", (col, Lit(0, I64)), "bool"))
+                if p.col_stride * (x0 + JP - 1) + e >= n:
+                    tests.append(Op("lt", (col, Lit(n, I64)), "bool"))
+                idx.append(col)
+            else:
+                idx.append(index(i, scope))
+        row_flat: object = Lit(0, I64)
+        for q in range(len(p.row_dims)):
+            row_flat = _add(_mul(row_flat, Lit(p.row_ext[q], I64)), rowv[q])
+        at = _add(_mul(_add(Lit(ei * RS, I64), row_flat), Lit(JP, I64)), j)
+        value: object = Load(xbuf, lw.offset(p.x.tensor.uid, idx), dt)
+        if tests:
+            cond = tests[0]
+            for c in tests[1:]:
+                cond = Op("and", (cond, c), "bool")
+            value = Op("select", (cond, value, zero(dt)), dt)
+        loop: Stmt = For(j, Lit(0, I64), Lit(JP, I64), 1, Block((Store(copy, at, value),)),
+                         simd=True, note="copy of the image")
+        for q in reversed(range(len(p.row_dims))):
+            loop = For(rowv[q], Lit(0, I64), Lit(p.row_ext[q], I64), 1, Block((loop,)))
+        fill.append(loop)
+
+    # the copy row of each tap, as const + ystep * y
+    row_axes = p.taps + ([p.inner] if p.inner is not None else [])
+    tap_row: List[int] = []
+    ystep = 0
+    for v, e in zip(p.tap_values, p.tap_e):
+        flat = 0
+        ys = 0
+        for q, (c, coeffs) in enumerate(p.row_forms):
+            val = c + sum(a * w for a, w in zip(coeffs, v)) - p.row_lo[q]
+            flat = flat * p.row_ext[q] + val
+            ys = ys * p.row_ext[q] + (coeffs[-1] if p.inner is not None else 0)
+        tap_row.append((p.offsets.index(e) * RS + flat) * JP)
+        ystep = ys * JP
+
+    def block(fb: object, nb: int, chunk: object, ragged: bool) -> Stmt:
+        """The lanes loop for rows ``fb .. fb + nb - 1`` of the block axis and the lanes
+        of vector ``chunk`` (``ragged``: the last one, past the row's end)."""
+        lv = lw.fresh("k", I64)
+        xcol = _add(_mul(chunk, Lit(V, I64)), lv)  # j: the lane's column in the copy
+        accs = [[lw.fresh("a", dt) for _ in range(T)] for _ in range(nb)]
+        inner_stmts: List[Stmt] = [Decl(a, zero(dt)) for row in accs for a in row]
+        yv = lw.fresh("k", I64) if p.inner is not None else None
+        pt: List[Stmt] = []
+        sc_env = dict(env)
+        sc_env[p.lane.uid] = _add(xcol, Lit(x0, I64))
+        if p.inner is not None:
+            sc_env[p.inner.uid] = yv
+        hs = []
+        for b in range(nb):
+            e2 = dict(sc_env)
+            e2[p.block.uid] = _add(fb, Lit(b, I64))
+            sc = _Scope(e2, (), (), {})
+            hidx = [index(i, sc) for i in p.h.indices]
+            h: object = Load(hbuf, lw.offset(p.h.tensor.uid, hidx), dt)
+            if ragged:
+                h = Op("select", (Op("lt", (xcol, Lit(nx, I64)), "bool"), h, zero(dt)), dt)
+            hv = lw.fresh("h", dt)
+            pt.append(Decl(hv, h))
+            hs.append(hv)
+        ybase = _mul(Lit(ystep, I64), yv) if yv is not None else Lit(0, I64)
+        for k in range(T):
+            ld = Load(copy, _add(_add(Lit(tap_row[k], I64), ybase), xcol), dt)
+            for b in range(nb):
+                pt.append(Accumulate(accs[b][k], "sum", Op("mul", (hs[b], ld), dt)))
+        if p.inner is not None:
+            inner_stmts.append(For(yv, Lit(const_value(p.inner.lo), I64),
+                                   Lit(const_value(p.inner.hi), I64), 1,
+                                   Block(tuple(pt)), note=p.inner.name))
+        else:
+            inner_stmts.extend(pt)
+        for b in range(nb):
+            base = _mul(_add(fb, Lit(b - F0, I64)), Lit(T * V, I64))
+            for k in range(T):
+                inner_stmts.append(Store(part, _add(_add(base, Lit(k * V, I64)), lv),
+                                         accs[b][k], add=True))
+        return For(lv, Lit(0, I64), Lit(V, I64), 1, Block(tuple(inner_stmts)), simd=True,
+                   note=f"{p.lane.name} (lanes; registers across {p.inner.name})"
+                   if p.inner is not None else f"{p.lane.name} (lanes)")
+
+    def chunks(fb: object, nb: int) -> List[Stmt]:
+        out: List[Stmt] = []
+        full = nx // V
+        if full:
+            cv = lw.fresh("k", I64)
+            out.append(For(cv, Lit(0, I64), Lit(full, I64), 1,
+                           Block((block(fb, nb, cv, False),)), note=f"{p.lane.name} vectors"))
+        if full < NV:
+            out.append(block(fb, nb, Lit(full, I64), True))
+        return out
+
+    work: List[Stmt] = list(fill)
+    fbv = lw.fresh("i", I64)
+    main = F - F % B
+    if main:
+        work.append(For(fbv, Lit(F0, I64), Lit(F0 + main, I64), B,
+                        Block(tuple(chunks(fbv, B))), note=p.block.name))
+    for r in range(main, F):
+        work.extend(chunks(Lit(F0 + r, I64), 1))
+    nest: Stmt = Block(tuple(work))
+    for ax, v in reversed(list(zip(p.outer_red, rvars))):
+        nest = Block((For(v, lw.size_expr(ax.lo), lw.size_expr(ax.hi), 1, nest,
+                          note=ax.name),))
+    stmts.append(nest)
+
+    # the epilogue: the lanes of each partial sum added, then the body around the sum
+    fv = lw.fresh("i", I64)
+    est: List[Stmt] = []
+    for k, v in enumerate(p.tap_values):
+        total = lw.fresh("t", dt)
+        kk = lw.fresh("k", I64)
+        at = _add(_mul(_add(fv, Lit(-F0, I64)), Lit(T * V, I64)), Lit(k * V, I64))
+        est.append(Decl(total, zero(dt)))
+        est.append(For(kk, Lit(0, I64), Lit(V, I64), 1,
+                       Block((Accumulate(total, "sum", Load(part, _add(at, kk), dt)),)),
+                       simd=True, reduction=(("sum", total),)))
+        binds = {ax.uid: Lit(c, I64) for ax, c in zip(p.taps, v)}
+        binds[p.block.uid] = fv
+        es = _Scope({**env, **binds}, tuple(t.axes), (), {})
+        es.memo[red] = total
+        out = lw.expr(t.body, es, est)
+        idx = [es.env[ax.uid] for ax in t.axes]
+        est.append(Store(lw.buf[t.uid].name, lw.offset(t.uid, idx), _cast(out, t.dtype)))
+    stmts.append(For(fv, Lit(F0, I64), Lit(F1, I64), 1, Block(tuple(est)), note=p.block.name))
+
+    wk = lw.work(t, t.axes)
+    nest2: List[Stmt] = stmts
+    for k in reversed(range(len(p.par))):
+        ax = p.par[k]
+        par = k == 0 and wk is not False
+        nest2 = [For(pvars[k], lw.size_expr(ax.lo), lw.size_expr(ax.hi), 1, Block(tuple(nest2)),
+                     note=ax.name, parallel=par, work=wk if par else None)]
+    if not p.padded:
+        return nest2
+    fin = lw.fresh("fin", dt)
+    checks = lw._finite_checks({hbuf: fin})
+    return checks + [If(Op("eq", (fin, fin), "bool"), Block(tuple(nest2)),
+                        Block(tuple(exact())))]

@@ -87,6 +87,15 @@ def _helper_src(name: str) -> str:
             return (f"static inline {T} {name}({T} a, {T} b) "
                     f"{{ return (a {cmp}= b || a != a) ? a : b; }}\n")
         return f"static inline {T} {name}({T} a, {T} b) {{ return a {cmp} b ? a : b; }}\n"
+    if kind == "blend":  # c ? a : b without a branch (the bits of a or b)
+        U = "uint32_t" if dt == "float32" else "uint64_t"
+        return (f"static inline {T} {name}(bool c, {T} a, {T} b)\n{{\n"
+                f"  {U} x, y, m = ({U})0 - ({U})c;\n"
+                f"  __builtin_memcpy(&x, &a, sizeof x);\n"
+                f"  __builtin_memcpy(&y, &b, sizeof y);\n"
+                f"  x = (x & m) | (y & ~m);\n"
+                f"  __builtin_memcpy(&a, &x, sizeof a);\n"
+                f"  return a;\n}}\n")
     if kind == "abs":
         return f"static inline {T} {name}({T} a) {{ return a < 0 ? ({T})(0 - (uint64_t)a) : a; }}\n"
     if kind == "sigmoid":
@@ -182,6 +191,11 @@ class _Emitter:
             return self.cast(args[0], dt)
         if op == "select":
             c, a, b = args
+            if dt in ("float32", "float64") and isinstance(a, Lit) and isinstance(b, Lit):
+                # a choice between constants (a count of ties, a mask) by bits, not a
+                # branch: gcc branches in scalar code (a vector loop's peeled tail), and
+                # a data-dependent test mispredicts (max-pool gradient 3x slower)
+                return self.call(self.use(f"te_blend_{_SUF[dt]}"), args, False)
             sa, sb = self.ex(a), self.ex(b)
             s = f"{self.text(c, _OR)} ? {_wrap(sa, _OR)} : {_wrap(sb, _COND)}"
             return s, _COND, sa[2] or sb[2]

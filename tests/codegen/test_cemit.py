@@ -97,3 +97,19 @@ def test_a_sum_adds_a_product_with_one_rounding():
     kernel = Kernel("fma", (), (Buffer("b0", "float32", False, "out"),), body)
     assert emit(kernel).count("fmaf(") == 2
     assert list(_run(kernel, 2, np.float32)) == [2.0 ** -24, 2.0 ** -24]
+
+
+def test_a_choice_between_constants_is_made_by_bits_not_a_branch():
+    # te_blend: the chosen constant's exact bits (-0.0, infinities, NaN), no '?:' branch
+    for dt in ("float32", "float64"):
+        consts = [(1.0, 0.0), (-0.0, 2.5), (float("inf"), float("nan")), (-1e-30, -float("inf"))]
+        values = []
+        for a, b in consts:
+            for c in (True, False):
+                values.append(Op("select", (Lit(c, "bool"), Lit(a, dt), Lit(b, dt)), dt))
+        k = _kernel(*values, dtype=dt)
+        src = emit(k)
+        assert f"te_blend_{'f32' if dt == 'float32' else 'f64'}(" in src and " ? " not in src
+        got = _run(k, len(values), dt)
+        want = np.array([a if c else b for a, b in consts for c in (True, False)], dt)
+        assert got.tobytes() == want.tobytes()

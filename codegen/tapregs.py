@@ -45,6 +45,8 @@ VECTOR_BYTES = 64
 MAX_ACCS = 20
 #: local arrays (the copies and the partial sums) of at most this many bytes each
 MAX_LOCAL = 96 * 1024
+#: rows of at most this many vectors are all summed in one lanes loop
+MAX_VECTORS = 4
 #: the image must be read at least this many times per copy (rows of the block axis)
 MIN_ROWS = 4
 
@@ -302,36 +304,38 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
         tap_row.append((p.offsets.index(e) * RS + flat) * JP)
         ystep = ys * JP
 
-    def block(fb: object, nb: int, chunk: object, ragged: bool) -> Stmt:
+    def block(fb: object, nb: int, chunks: List[Tuple[object, bool]]) -> Stmt:
         """The lanes loop for rows ``fb .. fb + nb - 1`` of the block axis and the lanes
-        of vector ``chunk`` (``ragged``: the last one, past the row's end)."""
+        of the vectors ``chunks`` (``(index, ragged)``; ragged: the last one, past the
+        row's end), all adding to the same accumulators."""
         lv = lw.fresh("k", I64)
-        xcol = _add(_mul(chunk, Lit(V, I64)), lv)  # j: the lane's column in the copy
         accs = [[lw.fresh("a", dt) for _ in range(T)] for _ in range(nb)]
         inner_stmts: List[Stmt] = [Decl(a, zero(dt)) for row in accs for a in row]
         yv = lw.fresh("k", I64) if p.inner is not None else None
         pt: List[Stmt] = []
-        sc_env = dict(env)
-        sc_env[p.lane.uid] = _add(xcol, Lit(x0, I64))
-        if p.inner is not None:
-            sc_env[p.inner.uid] = yv
-        hs = []
-        for b in range(nb):
-            e2 = dict(sc_env)
-            e2[p.block.uid] = _add(fb, Lit(b, I64))
-            sc = _Scope(e2, (), (), {})
-            hidx = [index(i, sc) for i in p.h.indices]
-            h: object = Load(hbuf, lw.offset(p.h.tensor.uid, hidx), dt)
-            if ragged:
-                h = Op("select", (Op("lt", (xcol, Lit(nx, I64)), "bool"), h, zero(dt)), dt)
-            hv = lw.fresh("h", dt)
-            pt.append(Decl(hv, h))
-            hs.append(hv)
-        ybase = _mul(Lit(ystep, I64), yv) if yv is not None else Lit(0, I64)
-        for k in range(T):
-            ld = Load(copy, _add(_add(Lit(tap_row[k], I64), ybase), xcol), dt)
+        for chunk, ragged in chunks:
+            xcol = _add(_mul(chunk, Lit(V, I64)), lv)  # j: the lane's column in the copy
+            sc_env = dict(env)
+            sc_env[p.lane.uid] = _add(xcol, Lit(x0, I64))
+            if p.inner is not None:
+                sc_env[p.inner.uid] = yv
+            hs = []
             for b in range(nb):
-                pt.append(Accumulate(accs[b][k], "sum", Op("mul", (hs[b], ld), dt)))
+                e2 = dict(sc_env)
+                e2[p.block.uid] = _add(fb, Lit(b, I64))
+                sc = _Scope(e2, (), (), {})
+                hidx = [index(i, sc) for i in p.h.indices]
+                h: object = Load(hbuf, lw.offset(p.h.tensor.uid, hidx), dt)
+                if ragged:
+                    h = Op("select", (Op("lt", (xcol, Lit(nx, I64)), "bool"), h, zero(dt)), dt)
+                hv = lw.fresh("h", dt)
+                pt.append(Decl(hv, h))
+                hs.append(hv)
+            ybase = _mul(Lit(ystep, I64), yv) if yv is not None else Lit(0, I64)
+            for k in range(T):
+                ld = Load(copy, _add(_add(Lit(tap_row[k], I64), ybase), xcol), dt)
+                for b in range(nb):
+                    pt.append(Accumulate(accs[b][k], "sum", Op("mul", (hs[b], ld), dt)))
         if p.inner is not None:
             inner_stmts.append(For(yv, Lit(const_value(p.inner.lo), I64),
                                    Lit(const_value(p.inner.hi), I64), 1,
@@ -348,14 +352,18 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                    if p.inner is not None else f"{p.lane.name} (lanes)")
 
     def chunks(fb: object, nb: int) -> List[Stmt]:
-        out: List[Stmt] = []
+        """Every vector of the row in one lanes loop (one base address for all loads:
+        a loop over the vectors outside made gcc keep one pointer per tap and spill),
+        or, for long rows, a loop over the whole vectors and the ragged one after."""
         full = nx // V
-        if full:
-            cv = lw.fresh("k", I64)
-            out.append(For(cv, Lit(0, I64), Lit(full, I64), 1,
-                           Block((block(fb, nb, cv, False),)), note=f"{p.lane.name} vectors"))
+        if NV <= MAX_VECTORS:
+            return [block(fb, nb, [(Lit(c, I64), c >= full) for c in range(NV)])]
+        cv = lw.fresh("k", I64)
+        out: List[Stmt] = [For(cv, Lit(0, I64), Lit(full, I64), 1,
+                               Block((block(fb, nb, [(cv, False)]),)),
+                               note=f"{p.lane.name} vectors")]
         if full < NV:
-            out.append(block(fb, nb, Lit(full, I64), True))
+            out.append(block(fb, nb, [(Lit(full, I64), True)]))
         return out
 
     work: List[Stmt] = list(fill)

@@ -1,0 +1,112 @@
+"""Register tiles of row sums (codegen.rowtiles, lower.compute_rows): whole tiles apart
+from the ragged last one; C against the numpy backend at sizes that are not multiples of
+the tile or of the row block, symbolic sizes, float64."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import tensorexpr as te
+from codegen import lower
+
+from .util import agree, rand
+
+W = lower.ROW_TILE_BLOCKED
+R = lower.ROW_BLOCK
+
+
+def _product(form, M, K, N, dtype="float32"):
+    """``C`` (M x N) = a matrix product of two placeholders in layout ``form``."""
+    k = te.reduce_axis((0, K), name="k")
+    if form == "AB":
+        A, B = te.placeholder((M, K), dtype, "A"), te.placeholder((K, N), dtype, "B")
+        C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    elif form == "AtB":
+        A, B = te.placeholder((K, M), dtype, "A"), te.placeholder((K, N), dtype, "B")
+        C = te.compute((M, N), lambda i, j: te.sum(B[k, j] * A[k, i], axis=k), name="C")
+    else:  # ABt: a transposed copy of B makes it a row sum (codegen.layout)
+        A, B = te.placeholder((M, K), dtype, "A"), te.placeholder((N, K), dtype, "B")
+        C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[j, k], axis=k), name="C")
+    return A, B, C
+
+
+def _lane_loops(source: str, note: str):
+    """The bound of every loop over ``j`` inside the loop over tiles noted ``note``."""
+    out = []
+    for block in source.split(f"/* {note} */")[1:]:
+        m = re.search(r"for \(int64_t (\w+) = ([^;]+); \1 < ([^;]+);[^)]*\) \{  /\* j \*/", block)
+        out.append(m.group(3))
+    return out
+
+
+@pytest.mark.parametrize("form", ["AB", "AtB", "ABt"])
+@pytest.mark.parametrize("M,K,N", [(2 * R + 3, 7, 2 * W + 5), (R - 3, 5, W + 1),
+                                   (3 * R, 3, 3 * W + W - 1)])
+def test_ragged_products_agree(form, M, K, N):
+    A, B, C = _product(form, M, K, N)
+    f, _ = agree([C], [A, B], rand(A.shape, seed=1), rand(B.shape, seed=2))
+    # fewer rows than two blocks: one row at a time over the whole width (no tiles)
+    split = "j_tile (whole tiles)" in f.source and "j_tile (last tile)" in f.source
+    assert split == (M >= 2 * R)
+
+
+def test_whole_tiles_have_constant_lane_loops():
+    """The point of the split: inside whole tiles the loop over the lanes is ``W`` long
+    (isl proves j < n there), so its accumulators can stay in registers; only the last
+    tile is bounded by ``min``."""
+    A, B, C = _product("AB", 2 * R, 9, 3 * W + 7)
+    f = te.build([C], inputs=[A, B])
+    src = f.source
+    whole = src.split("/* j_tile (whole tiles) */")[1].split("/* j_tile (last tile) */")[0]
+    last = src.split("/* j_tile (last tile) */")[1]
+    bound = _lane_loops("/* W */" + whole, "W")[0]
+    assert "min" not in bound and bound.endswith(f"{W - 1} + 1"), bound
+    # the last tile: isl's bound, the end of the row (3 W + 7), not a tile's width
+    assert _lane_loops("/* L */" + last, "L")[0] == str(3 * W + 7)
+
+
+def test_exact_sizes_have_one_loop_over_tiles():
+    A, B, C = _product("AB", 2 * R, 9, 4 * W)
+    src = te.build([C], inputs=[A, B]).source
+    assert "whole tiles" not in src and "last tile" not in src
+
+
+def test_symbolic_sizes_agree_at_every_size():
+    m, n = te.var("m"), te.var("n")
+    A = te.placeholder((m, 6), name="A")
+    B = te.placeholder((6, n), name="B")
+    k = te.reduce_axis((0, 6), name="k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    fc = te.build([C], inputs=[A, B])
+    fn = te.build([C], inputs=[A, B], backend="numpy")
+    assert "j_tile (whole tiles)" in fc.source
+    for rows, cols in [(1, 1), (R - 1, W - 1), (R, W), (R + 1, W + 1), (2 * R + 5, 3 * W + 2)]:
+        a, b = rand((rows, 6), seed=rows), rand((6, cols), seed=cols)
+        np.testing.assert_allclose(fc(a, b), fn(a, b), rtol=1e-5, atol=1e-4)
+
+
+def test_float64_with_an_epilogue():
+    """A perceptron layer (bias and tanh after the sum) at a ragged width, in float64."""
+    M, K, N = 2 * R + 5, 11, W + 9
+    X = te.placeholder((M, K), "float64", "X")
+    Wt = te.placeholder((K, N), "float64", "W")
+    b = te.placeholder((N,), "float64", "b")
+    k = te.reduce_axis((0, K), name="k")
+    h = te.compute((M, N), lambda i, j: te.tanh(te.sum(X[i, k] * Wt[k, j], axis=k) + b[j]),
+                   name="h")
+    f, _ = agree([h], [X, Wt, b], rand((M, K), "float64", 1), rand((K, N), "float64", 2),
+                 rand((N,), "float64", 3))
+    assert "double acc" in f.source and "j_tile (whole tiles)" in f.source
+
+
+def test_max_over_ragged_tiles():
+    """A max reduction by rows with a row block (not a sum): the last tile's lanes beyond
+    the width are never stored."""
+    M, K, N = 2 * R + 1, 5, 2 * W + 3
+    A = te.placeholder((M, K), name="A")
+    B = te.placeholder((K, N), name="B")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.max(A[i, k] + B[k, j], axis=k), name="C")
+    agree([C], [A, B], rand((M, K), seed=4), rand((K, N), seed=5))

@@ -75,12 +75,19 @@ class Plan:
 
 
 def _axis_within(e: Expr, dim: Expr) -> bool:
-    """Is ``e`` an axis ranging within ``[0, dim)``?"""
+    """Is ``e`` an axis ranging within ``[0, dim)``, or a constant inside it (a batch of 1)?"""
+    if isinstance(e, Const):
+        n = const_value(dim)
+        return isinstance(e.value, int) and 0 <= e.value and (n is None and e.value == 0
+                                                               or n is not None and e.value < n)
     if not isinstance(e, Axis):
         return False
     lo, hi, n = const_value(e.lo), const_value(e.hi), const_value(dim)
-    return lo is not None and lo >= 0 and (same(e.hi, dim) or
-                                           (hi is not None and n is not None and hi <= n))
+    if lo is not None and lo >= 0 and (same(e.hi, dim) or
+                                       (hi is not None and n is not None and hi <= n)):
+        return True
+    # symbolic bounds isl compares (the gradient writes a batch's bound n as (n - 1) + 1)
+    return polyhedral.PointSet([e]).within(e, dim)
 
 
 def _uses(e: Expr, axes) -> bool:
@@ -147,6 +154,8 @@ def plan(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Ex
     if len(moving) > 1:
         return None
     inner = moving[0] if moving else None
+    if inner is not None and (const_value(inner.lo) is None or const_value(inner.hi) is None):
+        return None
     if any(inner is not None and _uses(xr.indices[k], [inner]) for k in selectors):
         return None
     row_axes = taps + ([inner] if inner is not None else [])

@@ -63,10 +63,9 @@ def plan(t: Compute) -> Optional[Tuple[Reduce, int, Optional[int]]]:
         ntaps, prod = ntaps + 1, prod * (hi - lo)
     if ntaps == 0 or prod < 2:
         return None
-    for ax in red.axes:
-        if const_value(ax.lo) is None or const_value(ax.hi) is None:
-            return None
-    x = red.axes[-1]
+    x = red.axes[-1]  # the other reduction axes may have symbolic bounds (a batch)
+    if const_value(x.lo) is None or const_value(x.hi) is None:
+        return None
     if const_value(x.hi) - const_value(x.lo) < MIN_LANES:
         return None
     if any(isinstance(e, (Reduce,)) for e in walk(red.body)):
@@ -202,7 +201,7 @@ def _exact(lw, t: Compute, p) -> List[Stmt]:
             inner = pre + [If(c, Block(tuple(merged)), Block(tuple(inner)))]
     nest: Stmt = Block(tuple(inner))
     for ax, v in reversed(list(zip(red.axes[:-1], rvars))):
-        nest = Block((For(v, Lit(const_value(ax.lo), I64), Lit(const_value(ax.hi), I64), 1,
+        nest = Block((For(v, lw.size_expr(ax.lo), lw.size_expr(ax.hi), 1,
                           nest, note=ax.name),))
     stmts.extend(_mark_inner_simd(list(nest.stmts)))
     # the epilogue: each element's partial sums added, then the body around the sum

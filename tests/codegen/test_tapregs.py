@@ -1,0 +1,108 @@
+"""Convolution weight gradients with partial sums in registers (``codegen.tapregs``):
+the C backend against the numpy backend for padded, strided, dilated, ragged, long
+and symbolic shapes, non-finite values on either side, and the sums it leaves alone."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorexpr as te
+from codegen import tapregs
+
+from .test_conv import conv2d
+from .util import agree, rand
+
+#: the note of the lanes loop that keeps the partial sums in registers
+FAST = "(lanes; registers across"
+
+
+def weight_gradient(shape_x, shape_w, dtype="float32", **kw):
+    X = te.placeholder(shape_x, dtype=dtype, name="X")
+    W = te.placeholder(shape_w, dtype=dtype, name="W")
+    Y = conv2d(X, W, **kw)
+    H = te.placeholder(Y.shape, dtype=dtype, name="H")
+    (dW,) = te.differentiate(Y, [W], head=H)
+    return X, W, H, dW
+
+
+@pytest.mark.parametrize("s,pad,dil,hw,f", [
+    (1, 1, 1, (9, 20), 4),     # padded, a ragged row (16 + 4 lanes)
+    (2, 0, 1, (11, 37), 5),    # stride 2: columns deinterleaved; 5 rows: a block of 1 after 2s
+    (1, 0, 2, (12, 21), 6),    # dilation 2
+    (3, 1, 1, (10, 40), 4),    # stride 3 and padding
+    (2, 2, 2, (13, 36), 4),    # everything at once
+])
+def test_weight_gradient_in_registers(s, pad, dil, hw, f):
+    X, W, H, dW = weight_gradient((2, 3) + hw, (f, 3, 3, 3), s=s, pad=pad, dil=dil)
+    h = rand(H.shape, seed=2)
+    fc, _ = agree([dW], [X, W, H], rand(X.shape), rand(W.shape, seed=1), h, rtol=1e-4)
+    assert FAST in fc.source
+    # padding: H is checked finite once, the exact loops are the fallback
+    assert ("are the values of H finite?" in fc.source) == bool(pad)
+
+
+def test_long_rows_loop_over_vectors():
+    # 70 columns: more vectors than one lanes loop holds, and a ragged last one
+    X, W, H, dW = weight_gradient((1, 2, 5, 70), (4, 2, 3, 3), pad=1)
+    fc, _ = agree([dW], [X, W, H], rand(X.shape), rand(W.shape, seed=1),
+                  rand(H.shape, seed=2), rtol=1e-4)
+    assert FAST in fc.source and "x vectors" in fc.source
+
+
+def test_float64_and_a_symbolic_batch():
+    n = te.var("n")
+    X, W, H, dW = weight_gradient((n, 2, 6, 17), (4, 2, 3, 3), dtype="float64", pad=1)
+    fc = te.build([dW], inputs=[X, W, H])
+    fn = te.build([dW], inputs=[X, W, H], backend="numpy")
+    assert FAST in fc.source
+    for nn in (1, 3):
+        args = (rand((nn, 2, 6, 17), "float64"), rand((4, 2, 3, 3), "float64", seed=1),
+                rand((nn, 4, 6, 17), "float64", seed=2))
+        np.testing.assert_allclose(fc(*args), fn(*args), rtol=1e-12, atol=1e-12)
+
+
+def test_non_finite_values_give_the_exact_results():
+    X, W, H, dW = weight_gradient((1, 2, 6, 18), (4, 2, 3, 3), pad=1)
+    x, w, h = rand(X.shape), rand(W.shape, seed=1), rand(H.shape, seed=2)
+    h[0, 1, 0, 0] = np.inf   # tap (0, 0) meets it in the padding only: 0 * inf must not count
+    h[0, 2, 3, 17] = np.nan  # the last column
+    fc, (dw,) = agree([dW], [X, W, H], x, w, h)
+    assert np.isfinite(dw[1, :, 0, 0]).all() and not np.isfinite(dw[1, :, 1, 1]).any()
+    h = rand(H.shape, seed=2)
+    x[0, 1, 2, 0] = -np.inf  # X's first column: the copies hold it, padding around it
+    agree([dW], [X, W, H], x, w, h)
+    # no padding: no check, non-finite values run through the fast path
+    X, W, H, dW = weight_gradient((1, 2, 9, 37), (4, 2, 3, 3), s=2)
+    h = rand(H.shape, seed=2)
+    h[0, 0, 1, 17] = np.inf
+    fc, _ = agree([dW], [X, W, H], rand(X.shape), rand(W.shape, seed=1), h)
+    assert FAST in fc.source and "finite" not in fc.source
+
+
+def test_a_one_dimensional_convolution():
+    # no reduction axis moves the rows: the lanes loop has no inner loop
+    X = te.placeholder((3, 5, 40), name="X")
+    H = te.placeholder((3, 4, 38), name="H")
+    n, x = te.reduce_axis((0, 3), name="n"), te.reduce_axis((0, 38), name="x")
+    dW = te.compute((4, 5, 3), lambda f, c, k: te.sum(H[n, f, x] * X[n, c, x + k],
+                                                     axis=[n, x]), name="dW")
+    fc, _ = agree([dW], [X, H], rand((3, 5, 40)), rand((3, 4, 38), seed=1))
+    assert "x (lanes)" in fc.source
+
+
+def test_other_domains_are_left_to_the_exact_loops():
+    # the domain is not "the read is inside X": the zeros of a copy would not express it
+    X = te.placeholder((2, 2, 8, 20), name="X")
+    H = te.placeholder((2, 4, 6, 18), name="H")
+    n, y, x = (te.reduce_axis((0, e), name=nm) for e, nm in ((2, "n"), (6, "y"), (18, "x")))
+    dW = te.compute((4, 2, 3, 3), lambda f, c, ky, kx: te.sum(
+        H[n, f, y, x] * X[n, c, y + ky, x + kx], axis=[n, y, x], where=(x + kx) % 2 == 0),
+        name="dW")
+    fc, _ = agree([dW], [X, H], rand((2, 2, 8, 20)), rand((2, 4, 6, 18), seed=1))
+    assert FAST not in fc.source and "part0[" in fc.source
+    # three rows of the block axis: fewer than MIN_ROWS reads of each image
+    assert tapregs.MIN_ROWS > 3
+    X2, W2, H2, dW2 = weight_gradient((1, 2, 6, 18), (3, 2, 3, 3), pad=1)
+    fc, _ = agree([dW2], [X2, W2, H2], rand(X2.shape), rand(W2.shape, seed=1),
+                  rand(H2.shape, seed=2))
+    assert FAST not in fc.source

@@ -47,6 +47,8 @@ MAX_ACCS = 20
 MAX_LOCAL = 96 * 1024
 #: rows of at most this many vectors are all summed in one lanes loop
 MAX_VECTORS = 4
+#: rows of at most this many such groups get a lanes loop per group (else a loop)
+MAX_GROUPS = 4
 #: the image must be read at least this many times per copy (rows of the block axis)
 MIN_ROWS = 4
 
@@ -361,12 +363,15 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                    if p.inner is not None else f"{p.lane.name} (lanes)")
 
     def chunks(fb: object, nb: int) -> List[Stmt]:
-        """Every vector of the row in one lanes loop (one base address for all loads:
-        a loop over the vectors outside made gcc keep one pointer per tap and spill),
-        or, for long rows, a loop over the whole vectors and the ragged one after."""
+        """The vectors of the row, ``MAX_VECTORS`` to a lanes loop adding to the same
+        accumulators, each at a constant offset (with a loop over the vectors outside,
+        gcc kept one pointer per tap and spilled H's vectors); a loop over the whole
+        vectors and the ragged one after for very long rows."""
         full = nx // V
-        if NV <= MAX_VECTORS:
-            return [block(fb, nb, [(Lit(c, I64), c >= full) for c in range(NV)])]
+        if NV <= MAX_VECTORS * MAX_GROUPS:
+            return [block(fb, nb, [(Lit(c, I64), c >= full)
+                                   for c in range(g, min(g + MAX_VECTORS, NV))])
+                    for g in range(0, NV, MAX_VECTORS)]
         cv = lw.fresh("k", I64)
         out: List[Stmt] = [For(cv, Lit(0, I64), Lit(full, I64), 1,
                                Block((block(fb, nb, [(cv, False)]),)),

@@ -20,13 +20,15 @@ on threads):
 * at the end the ``V`` lanes of each ``part[f][tap]`` are added: a reassociation of
   the sum, as ``tensorexpr.ir`` allows for reductions.
 
-The zeros of the copy are multiplied by ``H`` where a tap falls into the padding:
-``0 * h`` is +-0 and changes no sum when ``h`` is finite, so when the sum has a
-domain (padding) the whole of ``H`` is checked once per call (as ``codegen.fulltile``
-checks weights) and ``codegen.taps``' exact loops run if it holds an infinity or a NaN.
-The domain must be exactly "the read of ``X`` is inside ``X``" (isl checks both
-directions); without one every read must be inside ``X``. The lanes past the last
-column of a ragged row read ``H`` as 0 (a masked load) and a zero of the copy.
+The zeros of the copy are multiplied by ``H`` where a tap falls into the padding,
+and the lanes past the last column of a ragged row read ``H`` as 0 (a masked load)
+and a zero of the copy. ``0 * h`` is +-0 and changes no sum when ``h`` is finite;
+an element whose sum comes out finite had only finite terms, so it is exact. One
+that comes out infinite or NaN (an infinite ``H`` next to the padding, or any
+non-finite value) is summed again by the plain loops over its domain
+(``Lowerer.reduce``): a test per element, no pass over ``H`` before the loops. The
+domain must be exactly "the read of ``X`` is inside ``X``" (isl checks both
+directions); without one every read must be inside ``X``.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from tensorexpr import polyhedral
 from tensorexpr.ir import Axis, Binary, Compute, Const, Expr, Read, Reduce, same, walk
 from tensorexpr.transform import const_value
 
-from .loopast import Accumulate, Block, Decl, For, If, Lit, Load, Local, Op, Stmt, Store, Var
+from .loopast import Accumulate, Assign, Block, Decl, For, If, Lit, Load, Local, Op, Stmt, Store, Var
 
 #: bytes of a vector register (AVX-512)
 VECTOR_BYTES = 64
@@ -73,7 +75,6 @@ class Plan:
     offsets: List[int]          # the distinct e(taps), sorted
     tap_values: List[Tuple[int, ...]]
     tap_e: List[int]            # e of each tap value
-    padded: bool                # a domain: zeros of the copy are multiplied by H
 
 
 def _axis_within(e: Expr, dim: Expr) -> bool:
@@ -210,14 +211,13 @@ def plan(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Ex
     c0, coeffs = form
     tap_e = [c0 + sum(a * v for a, v in zip(coeffs, val)) for val in values]
     return Plan(hr, xr, taps, block, par, outer_red, inner, lane, row_dims, row_forms, row_lo,
-                row_ext, stride, sorted(set(tap_e)), values, tap_e, bool(conds))
+                row_ext, stride, sorted(set(tap_e)), values, tap_e)
 
 
-def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Expr],
-          exact) -> Optional[List[Stmt]]:
+def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Expr]
+          ) -> Optional[List[Stmt]]:
     """The loop nest of the module docstring for ``t``, or None when :func:`plan` does
-    not apply or its arrays would be too large. ``exact()`` gives ``codegen.taps``'
-    loops, run instead when ``H`` holds a non-finite value and the sum has padding."""
+    not apply or its arrays would be too large."""
     from .lower import I64, _Scope, _add, _cast, _mul, zero
     p = plan(lw, t, red, ntaps, body, where)
     if p is None:
@@ -394,7 +394,9 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                           note=ax.name),))
     stmts.append(nest)
 
-    # the epilogue: the lanes of each partial sum added, then the body around the sum
+    # the epilogue: the lanes of each partial sum added; an element whose sum is not
+    # finite is summed again exactly (a zero of the copy times an infinite H adds NaN);
+    # then the body around the sum
     fv = lw.fresh("i", I64)
     est: List[Stmt] = []
     for k, v in enumerate(p.tap_values):
@@ -407,6 +409,12 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                        simd=True, reduction=(("sum", total),)))
         binds = {ax.uid: Lit(c, I64) for ax, c in zip(p.taps, v)}
         binds[p.block.uid] = fv
+        known = tuple(Binary("eq", ax, Const(c, I64), "bool") for ax, c in zip(p.taps, v))
+        again: List[Stmt] = []
+        exact = lw.reduce(red, _Scope({**env, **binds}, tuple(t.axes), known, {}), again)
+        again.append(Assign(total, exact))
+        inf_or_nan = Op("ne", (Op("sub", (total, total), dt), zero(dt)), "bool")
+        est.append(If(inf_or_nan, Block(tuple(again))))
         es = _Scope({**env, **binds}, tuple(t.axes), (), {})
         es.memo[red] = total
         out = lw.expr(t.body, es, est)
@@ -421,9 +429,4 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
         par = k == 0 and wk is not False
         nest2 = [For(pvars[k], lw.size_expr(ax.lo), lw.size_expr(ax.hi), 1, Block(tuple(nest2)),
                      note=ax.name, parallel=par, work=wk if par else None)]
-    if not p.padded:
-        return nest2
-    fin = lw.fresh("fin", dt)
-    checks = lw._finite_checks({hbuf: fin})
-    return checks + [If(Op("eq", (fin, fin), "bool"), Block(tuple(nest2)),
-                        Block(tuple(exact())))]
+    return nest2

@@ -103,7 +103,7 @@ def lower(lw, t: Compute) -> Optional[List[Stmt]]:
         return None
     red, ntaps, _ = p
     body, where = _where_form(red)
-    fast = tapregs.lower(lw, t, red, ntaps, body, where, lambda: _exact(lw, t, p))
+    fast = tapregs.lower(lw, t, red, ntaps, body, where)
     return fast if fast is not None else _exact(lw, t, p)
 
 

@@ -24,14 +24,35 @@ slab iteration has already written, and on tensors computed before the group.
 
 Each member is lowered by the ordinary schedule with its first axis narrowed to
 ``[max(lo, s), min(hi, s + S))``, written with two size variables (``s + 1``
-and ``s + S``: isl takes sizes to be positive) that isl treats like any other parameter, so run-time checks are proved away exactly as
-for the whole range. A member whose schedule does not put that axis outermost
-(a blocked transpose over it) ends the group instead.
+and ``s + S``: isl takes sizes to be positive) that isl treats like any other
+parameter, so run-time checks are proved away exactly as for the whole range. A
+member whose schedule does not put that axis outermost (a blocked transpose over
+it) ends the group instead.
+
+Slabs of planes. When every member has three or more axes, the same first two,
+and reads earlier members only at its own point of both (``(n, c)`` of an NCHW
+max-pool gradient: the tie count, then ``dX``), a slab can be a block of the
+second axis within one row of the first: a few channel planes of one image::
+
+    for (q = 0; q < N * B; q++)            // parallel
+        planes [c0, c1) of row q / B of t1    // c0 = (q % B) * P, c1 = min(c0 + P, C)
+        planes [c0, c1) of row q / B of t2
+        ...
+
+with ``P`` planes per block chosen from the bytes the members write and read per
+plane (about SLAB_BYTES a slab) and enough blocks for SLABS slabs in all. That
+is used when slabs of rows would be larger than SLAB_BYTES or fewer than SLABS:
+a few images of many channels otherwise give 2 threads 3 slabs (one idles a
+third of the time) or slabs larger than the cache. The second axis is narrowed
+like the first, by two more size variables, and a member whose schedule does not
+run it next inside the first falls back to slabs of rows.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence
+
+import numpy as np
 
 from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, SizeVar, Tensor,
                            INDEX_DTYPE, same, walk)
@@ -45,6 +66,10 @@ I64 = INDEX_DTYPE
 SLAB_ALIGN = 8
 #: aim for about this many slabs, so every thread gets several
 SLABS = 32
+
+#: a slab of planes (two axes) holds about this many bytes of its members' data, well
+#: inside a core's L2 cache (1 MiB here): the group's passes over a slab then hit cache
+SLAB_BYTES = 256 * 1024
 
 #: names of the size variables that bound a slab (not valid user identifiers)
 SLAB_LO, SLAB_HI = "te_slab_lo__", "te_slab_hi__"
@@ -136,23 +161,149 @@ def slab_rows(extent: Expr) -> int:
 
 
 def lower_group(lowerer, group: List[Compute]) -> Optional[List[Stmt]]:
-    """``group`` as one loop over slabs of its first axis (see the module docstring), or
-    None when some member's schedule does not run that axis outermost."""
+    """``group`` as one loop over slabs (see the module docstring): of planes of its first
+    two axes when :func:`planes` allows it and slabs of rows would be too large or too
+    few (:func:`_rows_do`), else of rows of its first axis; None when some member's
+    schedule does not run the slab's axes outermost."""
     stored = [t for t in group if t.uid not in lowerer.inline]
     if len(stored) < 2:
         return None
+    plane = planes(group, lowerer.inline)
+    if plane is not None and not _rows_do(stored[0], plane):
+        out = _lower(lowerer, group, stored, plane)
+        if out is not None:
+            return out
+    return _lower(lowerer, group, stored, None)
+
+
+def _rows_do(t: Tensor, plane: Expr) -> bool:
+    """Are slabs of rows (:func:`slab_rows`) within SLAB_BYTES and SLABS or more (so
+    every thread gets several: 3 images on 2 threads leave one idle a third of the
+    time)? Unknown sizes say no."""
+    n0, n1, b = (const_value(x) for x in (_extent(t.axes[0]), _extent(t.axes[1]), plane))
+    if None in (n0, n1, b):
+        return False
+    rows = slab_rows(Const(n0, I64))
+    return rows * n1 * b <= SLAB_BYTES and -(-n0 // rows) >= SLABS
+
+
+def _extent(ax: Axis) -> Expr:
+    lo, hi = const_value(ax.lo), const_value(ax.hi)
+    if lo is not None and hi is not None:
+        return Const(max(hi - lo, 0), I64)
+    return Binary("sub", ax.hi, ax.lo, I64)
+
+
+def planes(group: Sequence[Tensor], inline: set) -> Optional[Expr]:
+    """Bytes per point of the first two axes (a plane: one channel of one image) that
+    ``group``'s stored members write and read there, when every stored member has at
+    least three axes, all share their first two, and every read of an earlier member
+    (through inlined intermediates) is at the reader's own point of both; else None.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((2, 3, 8, 8), name="X")
+    >>> ry, rx = te.reduce_axis((0, 2)), te.reduce_axis((0, 2))
+    >>> Y = te.compute((2, 3, 4, 4), lambda n, c, y, x: te.max(
+    ...     X[n, c, 2 * y + ry, 2 * x + rx], axis=[ry, rx]), name="Y")
+    >>> Z = te.compute((2, 3, 4, 4), lambda n, c, y, x: te.exp(Y[n, c, y, x]), name="Z")
+    >>> planes([Y, Z], set()).value  # Y and Z (4 x 4 floats each), X (8 x 8)
+    384
+    >>> W = te.compute((2, 3, 4, 4), lambda n, c, y, x: Z[n, 2 - c, y, x] * 2.0, name="W")
+    >>> planes([Y, Z, W], set()) is None  # W reads Z at another channel
+    True
+    """
+    stored = [t for t in group if t.uid not in inline]
+    inlined = {t.uid: t for t in group if t.uid in inline}
+    if not stored or not all(_candidate(t) and t.ndim >= 3 for t in stored):
+        return None
+    a0, a1 = stored[0].axes[0], stored[0].axes[1]
+    members = {t.uid for t in stored}
+    seen: Dict[int, Tensor] = {}
+    for t in stored:
+        b0, b1 = t.axes[0], t.axes[1]
+        if not all(same(x.lo, y.lo) and same(x.hi, y.hi) for x, y in ((a0, b0), (a1, b1))):
+            return None
+        seen[t.uid] = t
+        for r in _reads(t.body, inlined):
+            at = (len(r.indices) >= 2 and all(isinstance(x, Axis) and x.uid == y.uid
+                                              for x, y in zip(r.indices[:2], (b0, b1))))
+            if r.tensor.uid in members and not at:
+                return None
+            if at:
+                seen.setdefault(r.tensor.uid, r.tensor)
+    total: Expr = Const(0, I64)
+    for u in seen.values():
+        size: Expr = Const(np.dtype(u.dtype).itemsize, I64)
+        for d in u.dims[2:]:
+            size = _mul(size, d)
+        total = _add(total, size)
+    return total
+
+
+def _mul(a: Expr, b: Expr) -> Expr:
+    x, y = const_value(a), const_value(b)
+    return Const(x * y, I64) if x is not None and y is not None else Binary("mul", a, b, I64)
+
+
+def _add(a: Expr, b: Expr) -> Expr:
+    x, y = const_value(a), const_value(b)
+    return Const(x + y, I64) if x is not None and y is not None else Binary("add", a, b, I64)
+
+
+def plane_blocks(n0: Expr, n1: Expr, plane: Expr):
+    """``(blocks, per_block)``: the second axis (``n1`` points of ``plane`` bytes) cut
+    into ``blocks`` of ``per_block`` points (the last maybe fewer), each under
+    SLAB_BYTES, balanced, and at least enough of them for SLABS slabs in all with the
+    ``n0`` rows of the first axis (at most one per point); with constant sizes, a
+    multiple of SLAB_ALIGN points when more (Python ints), else expressions.
+
+    >>> plane_blocks(Const(8, "int64"), Const(32, "int64"), Const(45056, "int64"))
+    (7, 5)
+    >>> plane_blocks(Const(2, "int64"), Const(1000, "int64"), Const(1024, "int64"))
+    (18, 56)
+    >>> plane_blocks(Const(1, "int64"), Const(4, "int64"), Const(64, "int64"))
+    (4, 1)
+    """
+    c0, c1, cp = const_value(n0), const_value(n1), const_value(plane)
+    if None not in (c0, c1, cp):
+        fit = min(max(SLAB_BYTES // max(cp, 1), 1), max(c1, 1))
+        blocks = max(-(-c1 // fit), min(-(-SLABS // max(c0, 1)), c1), 1)
+        per = -(-c1 // blocks)
+        if per > SLAB_ALIGN:  # whole row blocks (lower.ROW_BLOCK) where they fit
+            per = max(per // SLAB_ALIGN * SLAB_ALIGN, 1)
+        return -(-c1 // per), per
+
+    def cdiv(a: Expr, b: Expr) -> Expr:
+        return Binary("floordiv", Binary("add", a, Binary("sub", b, Const(1, I64), I64), I64),
+                      b, I64)
+
+    one = Const(1, I64)
+    fit = Binary("min", Binary("max", Binary("floordiv", Const(SLAB_BYTES, I64),
+                                             Binary("max", plane, one, I64), I64), one, I64),
+                 Binary("max", n1, one, I64), I64)
+    least = Binary("min", cdiv(Const(SLABS, I64), Binary("max", n0, one, I64)), n1, I64)
+    blocks = Binary("max", Binary("max", cdiv(n1, fit), least, I64), one, I64)
+    return blocks, cdiv(n1, blocks)
+
+
+def _lower(lowerer, group: List[Compute], stored: List[Compute],
+           plane: Optional[Expr]) -> Optional[List[Stmt]]:
+    """The slab loop over rows (``plane`` None) or planes; None if a member's schedule
+    does not take it."""
     ax = stored[0].axes[0]
-    lo_c, hi_c = const_value(ax.lo), const_value(ax.hi)
-    rows = slab_rows(Const(hi_c - lo_c, I64) if lo_c is not None and hi_c is not None
-                     else Binary("sub", ax.hi, ax.lo, I64))
-    lo_var, hi_var = lowerer.fresh("s", I64), lowerer.fresh("s", I64)
-    lo_size, hi_size = SizeVar(SLAB_LO), SizeVar(SLAB_HI)
+    nslab = 2 if plane is not None else 1
     saved_sizes = dict(lowerer.sizes)
     saved_params = lowerer.params
     saved_counters = dict(lowerer.counters)
     saved_sites = len(lowerer.sites)
-    lowerer.sizes[SLAB_LO], lowerer.sizes[SLAB_HI] = lo_var, hi_var
-    lowerer.params = tuple(saved_params) + (SLAB_LO, SLAB_HI)
+    los, his = [], []
+    for _ in range(nslab):
+        los.append(lowerer.fresh("s", I64))
+        his.append(lowerer.fresh("s", I64))
+    names = [(f"{SLAB_LO}{k or ''}", f"{SLAB_HI}{k or ''}") for k in range(nslab)]
+    for (lo_name, hi_name), lo_var, hi_var in zip(names, los, his):
+        lowerer.sizes[lo_name], lowerer.sizes[hi_name] = lo_var, hi_var
+    lowerer.params = tuple(saved_params) + tuple(n for pair in names for n in pair)
     body: List[Stmt] = []
     works = []
     try:
@@ -160,16 +311,18 @@ def lower_group(lowerer, group: List[Compute]) -> Optional[List[Stmt]]:
             if t.uid in lowerer.inline:
                 body.append(Comment(f"{t} [computed where it is read]"))
                 continue
-            a = t.axes[0]
-            # isl takes every size variable to be >= 1: the slab's first row is SLAB_LO - 1
-            first = Binary("sub", lo_size, Const(1, I64), I64)
-            narrow = replace(a, lo=Binary("max", a.lo, first, I64),
-                             hi=Binary("min", a.hi, hi_size, I64))
-            member = replace(t, axes=(narrow,) + tuple(t.axes[1:]))
+            axes = list(t.axes)
+            for k, (lo_name, hi_name) in enumerate(names):
+                a = axes[k]
+                # isl takes every size variable to be >= 1: the slab's first row is lo - 1
+                first = Binary("sub", SizeVar(lo_name), Const(1, I64), I64)
+                axes[k] = replace(a, lo=Binary("max", a.lo, first, I64),
+                                  hi=Binary("min", a.hi, SizeVar(hi_name), I64))
+            member = replace(t, axes=tuple(axes))
             lowerer._owner = t
             works.append(lowerer.work(t, list(t.axes)))
             stmts = lowerer.compute(member)
-            if not _outermost(stmts, lo_var, hi_var):
+            if not _outermost(stmts, los, his):
                 raise _Unfusable(t)
             body.append(Block((_comment(t),) + tuple(_serial(s) for s in stmts)))
     except _Unfusable:
@@ -179,15 +332,42 @@ def lower_group(lowerer, group: List[Compute]) -> Optional[List[Stmt]]:
     finally:
         lowerer.sizes = saved_sizes
         lowerer.params = saved_params
-    lo, hi = lowerer.size_expr(ax.lo), lowerer.size_expr(ax.hi)
-    start = lowerer.fresh("i", I64)
-    end = Op("min", (Op("add", (start, Lit(rows, I64)), I64), hi), I64)
-    head = (Decl(lo_var, Op("add", (start, Lit(1, I64)), I64)), Decl(hi_var, end))
     work = total_work(works)
-    names = ", ".join(t.name for t in stored)
-    return [For(start, lo, hi, rows, Block(head + tuple(body)),
-                parallel=work is not False, work=None if work is False else work,
-                note=f"{ax.name}: slabs of {rows} rows of {names}")]
+    kw = dict(parallel=work is not False, work=None if work is False else work)
+    members = ", ".join(t.name for t in stored)
+    lo, hi = lowerer.size_expr(ax.lo), lowerer.size_expr(ax.hi)
+    if plane is None:
+        rows = slab_rows(_extent(ax))
+        start = lowerer.fresh("i", I64)
+        end = Op("min", (Op("add", (start, Lit(rows, I64)), I64), hi), I64)
+        head = (Decl(los[0], Op("add", (start, Lit(1, I64)), I64)), Decl(his[0], end))
+        return [For(start, lo, hi, rows, Block(head + tuple(body)), **kw,
+                    note=f"{ax.name}: slabs of {rows} rows of {members}")]
+    # slab q: row lo + q / blocks of the first axis, block q % blocks of the second
+    ax1 = stored[0].axes[1]
+    blocks, per = plane_blocks(_extent(ax), _extent(ax1), plane)
+    as_c = (lambda v: Lit(v, I64)) if isinstance(blocks, int) else lowerer.size_expr
+    nb, pb = as_c(blocks), as_c(per)
+    q = lowerer.fresh("i", I64)
+    row = _plus(lo, Op("quot", (q, nb), I64))
+    c0 = _plus(lowerer.size_expr(ax1.lo), Op("mul", (Op("rem", (q, nb), I64), pb), I64))
+    c1 = Op("min", (_plus(c0, pb), lowerer.size_expr(ax1.hi)), I64)
+    one = Lit(1, I64)
+    head = (Decl(los[0], _plus(row, one)), Decl(his[0], _plus(row, one)),
+            Decl(los[1], _plus(c0, one)), Decl(his[1], c1))
+    n0 = lowerer.size_expr(_extent(ax))
+    count = (Lit(n0.value * nb.value, I64) if isinstance(n0, Lit) and isinstance(nb, Lit)
+             else Op("mul", (n0, nb), I64))
+    size = per if isinstance(per, int) else "up to SLAB_BYTES"
+    return [For(q, Lit(0, I64), count, 1, Block(head + tuple(body)), **kw,
+                note=f"{ax.name}, {ax1.name}: slabs of {size} planes of {members}")]
+
+
+def _plus(a, b):
+    """``a + b`` in C, without a ``0 +``."""
+    if isinstance(a, Lit) and a.value == 0:
+        return b
+    return Op("add", (a, b), I64)
 
 
 class _Unfusable(Exception):
@@ -207,13 +387,25 @@ def _mentions(x, var: Var) -> bool:
     return False
 
 
-def _outermost(stmts: List[Stmt], lo: Var, hi: Var) -> bool:
+def _outermost(stmts: List[Stmt], lo: Sequence[Var], hi: Sequence[Var]) -> bool:
     """Do the member's loops start at the slab's first row and end at its last (its
-    first axis outermost, in one loop or a main loop and a remainder)?"""
+    first axis outermost, in one loop or a main loop and a remainder), and, for a slab
+    of planes, do the loops each of those runs first and last do the same for the
+    second axis (it is the next loop)?"""
     loops = [s for s in flat(stmts) if isinstance(s, For)]
     if not loops or any(not isinstance(s, (For,)) and not _harmless(s) for s in flat(stmts)):
         return False
-    return _mentions(loops[0].lo, lo) and _mentions(loops[-1].hi, hi)
+    if not (_mentions(loops[0].lo, lo[0]) and _mentions(loops[-1].hi, hi[0])):
+        return False
+    if len(lo) > 1:
+        for outer in loops:
+            inner = [s for s in flat(outer.body.stmts) if isinstance(s, For)]
+            if not inner or not (_mentions(inner[0].lo, lo[1]) and _mentions(inner[-1].hi, hi[1])):
+                return False
+            if any(not isinstance(s, (For, Decl)) and not _harmless(s)
+                   for s in flat(outer.body.stmts)):
+                return False
+    return True
 
 
 def _harmless(s) -> bool:

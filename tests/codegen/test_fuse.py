@@ -116,3 +116,95 @@ def test_slab_rows():
     assert fuse.slab_rows(te.const(1, "int64")) == 1
     assert fuse.slab_rows(te.const(4096, "int64")) % fuse.SLAB_ALIGN == 0
     assert fuse.slab_rows(te.var("n")) == fuse.SLAB_ALIGN
+
+
+# {{{ slabs of planes (two axes)
+
+def _maxpool(X, shape, k=2):
+    ry, rx = te.reduce_axis((0, k), name="ry"), te.reduce_axis((0, k), name="rx")
+    n, c, h, w = shape
+    return te.compute((n, c, h // k, w // k), lambda i, j, y, x: te.max(
+        X[i, j, y * k + ry, x * k + rx], axis=[ry, rx]), name="Y")
+
+
+def _plane_loops(f) -> int:
+    return f.source.count("planes of")
+
+
+def _pool_inputs(shape, seed=0):
+    # repeated values: ties inside windows, so the tie count is not always 1
+    rng = np.random.default_rng(seed)
+    return rng.integers(-3, 3, size=shape).astype(np.float32)
+
+
+def test_pooling_gradient_slabs_over_two_axes_with_a_ragged_last_block():
+    shape = (8, 7, 10, 14)  # 8 images: 4 blocks of 2, 2, 2 and 1 channels
+    X = te.placeholder(shape, name="X")
+    Y = _maxpool(X, shape)
+    H = te.placeholder(Y.shape, name="H")
+    [dX] = te.differentiate(Y, [X], head=H)
+    f, _ = agree([dX], [X, H, Y], _pool_inputs(shape), rand((8, 7, 5, 7), seed=1),
+                 _pool_inputs(shape).reshape(8, 7, 5, 2, 7, 2).max(axis=(3, 5)))
+    assert _plane_loops(f) == 1 and "slabs of 2 planes" in f.source
+    assert fuse.plane_blocks(te.const(8, "int64"), te.const(7, "int64"),
+                             te.const(1024, "int64")) == (4, 2)
+
+
+def test_pooling_forward_and_backward_in_one_plane_loop():
+    shape = (3, 4, 6, 8)  # 3 images: slabs of rows would leave a thread idle
+    X = te.placeholder(shape, name="X")
+    Y = _maxpool(X, shape)
+    H = te.placeholder(Y.shape, name="H")
+    [dX] = te.differentiate(Y, [X], head=H)
+    f, _ = agree([Y, dX], [X, H], _pool_inputs(shape, 2), rand(Y.shape, seed=3))
+    assert _plane_loops(f) == 1 and _slab_loops(f) == 1
+    assert "Y, " in f.source.split("planes of")[1].split("*/")[0]  # Y is a member
+
+
+def test_symbolic_sizes_slab_planes_and_agree_at_every_size():
+    n, c = te.var("n"), te.var("c")
+    X = te.placeholder((n, c, 6, 6), name="X")
+    Y = _maxpool(X, (n, c, 6, 6), k=3)
+    H = te.placeholder(Y.shape, name="H")
+    [dX] = te.differentiate(Y, [X], head=H)
+    fc, fn = te.build([dX], [X, H, Y]), te.build([dX], [X, H, Y], backend="numpy")
+    assert _plane_loops(fc) == 1
+    for rows, chans in ((1, 1), (1, 9), (3, 5), (10, 7), (33, 2)):
+        x = _pool_inputs((rows, chans, 6, 6), seed=rows)
+        y = x.reshape(rows, chans, 2, 3, 2, 3).max(axis=(3, 5))
+        h = rand(y.shape, seed=chans)
+        np.testing.assert_allclose(fc(x, h, y), fn(x, h, y), rtol=1e-6, atol=1e-6)
+
+
+def test_many_rows_keep_slabs_of_rows():
+    shape = (64, 2, 4, 4)  # 64 small images: 32 slabs of 2 rows fit the cache
+    X = te.placeholder(shape, name="X")
+    Y = _maxpool(X, shape)
+    H = te.placeholder(Y.shape, name="H")
+    [dX] = te.differentiate(Y, [X], head=H)
+    f, _ = agree([dX], [X, H], _pool_inputs(shape, 4), rand(Y.shape, seed=5))
+    assert _slab_loops(f) == 1 and _plane_loops(f) == 0
+
+
+def test_a_member_not_looping_over_the_second_axis_next_falls_back_to_rows():
+    # B reads X transposed over (c, w): a blocked transpose whose loop after n is h, so
+    # it cannot take narrowed channel blocks; the group fuses by rows of n instead
+    X = te.placeholder((3, 64, 2, 64), name="X")
+    A = te.compute((3, 64, 2, 64), lambda n, c, h, w: te.exp(X[n, c, h, w]), name="A")
+    B = te.compute((3, 64, 2, 64), lambda n, c, h, w: A[n, c, h, w] * X[n, w, h, c], name="B")
+    f, _ = agree([A, B], [X], rand((3, 64, 2, 64)))  # A an output: stored
+    assert fuse.planes([A, B], set()) is not None
+    assert _slab_loops(f) == 1 and _plane_loops(f) == 0 and "rows of A, B" in f.source
+
+
+def test_a_read_of_another_channel_does_not_slab_planes():
+    X = te.placeholder((3, 4, 8), name="X")
+    k = te.reduce_axis((0, 8), name="k")
+    A = te.compute((3, 4, 8), lambda n, c, w: te.exp(X[n, c, w]), name="A")
+    # channel c reads channel 3 - c of A: another block's planes
+    B = te.compute((3, 4, 1), lambda n, c, o: te.sum(A[n, 3 - c, k], axis=k), name="B")
+    f, _ = agree([B], [X], rand((3, 4, 8)))
+    assert fuse.planes([A, B], set()) is None
+    assert _slab_loops(f) == 1 and _plane_loops(f) == 0
+
+# }}}

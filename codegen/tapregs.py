@@ -39,7 +39,8 @@ from tensorexpr import polyhedral
 from tensorexpr.ir import Axis, Binary, Compute, Const, Expr, Read, Reduce, same, walk
 from tensorexpr.transform import const_value
 
-from .loopast import Accumulate, Assign, Block, Decl, For, If, Lit, Load, Local, Op, Stmt, Store, Var
+from .loopast import (Accumulate, Assign, Block, Decl, For, If, Lit, Load, Local, Op, Stmt,
+                      Store, Var)
 
 #: bytes of a vector register (AVX-512)
 VECTOR_BYTES = 64
@@ -51,6 +52,8 @@ MAX_LOCAL = 96 * 1024
 MAX_VECTORS = 4
 #: rows of at most this many such groups get a lanes loop per group (else a loop)
 MAX_GROUPS = 4
+#: a tile of y reads at most this many bytes of the copies per lanes loop (L1: 32K)
+TILE_BYTES = 20 * 1024
 #: the image must be read at least this many times per copy (rows of the block axis)
 MIN_ROWS = 4
 
@@ -323,6 +326,7 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
         accs = [[lw.fresh("a", dt) for _ in range(T)] for _ in range(nb)]
         inner_stmts: List[Stmt] = [Decl(a, zero(dt)) for row in accs for a in row]
         yv = lw.fresh("k", I64) if p.inner is not None else None
+        yy = yv if not isinstance(ytile, Var) else lw.fresh("k", I64)
         pt: List[Stmt] = []
         for chunk, ragged in chunks:
             xcol = _add(_mul(chunk, Lit(V, I64)), lv)  # j: the lane's column in the copy
@@ -348,9 +352,11 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                 for b in range(nb):
                     pt.append(Accumulate(accs[b][k], "sum", Op("mul", (hs[b], ld), dt)))
         if p.inner is not None:
-            inner_stmts.append(For(yv, Lit(const_value(p.inner.lo), I64),
-                                   Lit(const_value(p.inner.hi), I64), 1,
-                                   Block(tuple(pt)), note=p.inner.name))
+            # constant bounds (gcc vectorizes the lanes loop as an outer loop only then)
+            y_of = [Decl(yv, _add(ytile, yy))] if isinstance(ytile, Var) else []
+            y0 = 0 if isinstance(ytile, Var) else const_value(p.inner.lo)
+            inner_stmts.append(For(yy, Lit(y0, I64), Lit(y0 + Ty, I64), 1,
+                                   Block(tuple(y_of + pt)), note=p.inner.name))
         else:
             inner_stmts.extend(pt)
         for b in range(nb):
@@ -380,14 +386,29 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
             out.append(block(fb, nb, [(Lit(full, I64), True)]))
         return out
 
-    work: List[Stmt] = list(fill)
+    # tiles of y whose rows of the copies (for one lanes loop) stay in the L1 cache
+    ytile: object = None
+    if p.inner is not None:
+        ylo, yhi = const_value(p.inner.lo), const_value(p.inner.hi)
+        rows_per_y = max(1, ystep // JP)
+        bytes_per_y = E * min(NV, MAX_VECTORS) * V * size * rows_per_y
+        Ty = max(d for d in range(1, yhi - ylo + 1)
+                 if (yhi - ylo) % d == 0 and (d == 1 or d * bytes_per_y <= TILE_BYTES))
+        ytile = lw.fresh("k", I64) if Ty < yhi - ylo else Lit(ylo, I64)
     fbv = lw.fresh("i", I64)
     main = F - F % B
+    tile: List[Stmt] = []
     if main:
-        work.append(For(fbv, Lit(F0, I64), Lit(F0 + main, I64), B,
+        tile.append(For(fbv, Lit(F0, I64), Lit(F0 + main, I64), B,
                         Block(tuple(chunks(fbv, B))), note=p.block.name))
     for r in range(main, F):
-        work.extend(chunks(Lit(F0 + r, I64), 1))
+        tile.extend(chunks(Lit(F0 + r, I64), 1))
+    work: List[Stmt] = list(fill)
+    if p.inner is not None and isinstance(ytile, Var):
+        work.append(For(ytile, Lit(ylo, I64), Lit(yhi, I64), Ty, Block(tuple(tile)),
+                        note=f"{p.inner.name} tiles"))
+    else:
+        work.extend(tile)
     nest: Stmt = Block(tuple(work))
     for ax, v in reversed(list(zip(p.outer_red, rvars))):
         nest = Block((For(v, lw.size_expr(ax.lo), lw.size_expr(ax.hi), 1, nest,

@@ -39,14 +39,17 @@ def test_weight_gradient_in_registers(s, pad, dil, hw, f):
     assert FAST in fc.source and "finite" not in fc.source  # no pass over H before
 
 
-@pytest.mark.parametrize("width,loop", [(70, False), (300, True)])
-def test_long_rows(width, loop):
+@pytest.mark.parametrize("height,width,loop,tiles", [
+    (3, 70, False, False), (3, 300, True, False), (70, 70, False, True)])
+def test_long_rows_and_tall_images(height, width, loop, tiles):
     # more vectors than one lanes loop holds (a lanes loop per group of them; for very
-    # long rows a loop over the vectors), and a ragged last one
-    X, W, H, dW = weight_gradient((1, 2, 3, width), (4, 2, 3, 3), pad=1)
+    # long rows a loop over the vectors), and a ragged last one; a tall image whose
+    # copies do not fit the L1 cache runs by tiles of y
+    X, W, H, dW = weight_gradient((1, 2, height, width), (4, 2, 3, 3), pad=1)
     fc, _ = agree([dW], [X, W, H], rand(X.shape), rand(W.shape, seed=1),
                   rand(H.shape, seed=2), rtol=1e-4)
     assert FAST in fc.source and ("x vectors" in fc.source) == loop
+    assert ("y tiles" in fc.source) == tiles
 
 
 def test_float64_and_a_symbolic_batch():

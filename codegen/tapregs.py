@@ -114,7 +114,23 @@ def _box_range(form: Tuple[int, Tuple[int, ...]], axes: List[Axis]) -> Tuple[int
 def plan(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Expr]
          ) -> Optional[Plan]:
     """A :class:`Plan` when ``t`` (a sum of ``codegen.taps``, ``body`` and ``where`` its
-    term and domain) has the form of the module docstring, else None."""
+    term and domain) has the form of the module docstring, else None.
+
+    >>> import tensorexpr as te
+    >>> from codegen.lower import Lowerer, _where_form
+    >>> from codegen.signature import Signature
+    >>> X = te.placeholder((2, 3, 10, 20), name="X")
+    >>> H = te.placeholder((2, 4, 8, 18), name="H")
+    >>> n, y, x = te.reduce_axis(2, "n"), te.reduce_axis(8, "y"), te.reduce_axis(18, "x")
+    >>> dW = te.compute((4, 3, 3, 3), lambda f, c, ky, kx: te.sum(
+    ...     H[n, f, y, x] * X[n, c, y + ky, x + kx], axis=[n, y, x]), name="dW")
+    >>> red = dW.body
+    >>> p = plan(Lowerer(Signature([dW], [X, H])), dW, red, 2, *_where_form(red))
+    >>> p.block.name, [a.name for a in p.par], [a.name for a in p.outer_red], p.inner.name
+    ('f', ['c'], ['n'], 'y')
+    >>> p.offsets, p.col_stride   # three copies of each image, by column offset kx
+    ([0, 1, 2], 1)
+    """
     if not (isinstance(body, Binary) and body.op == "mul" and body.dtype == red.dtype
             and isinstance(body.a, Read) and isinstance(body.b, Read)):
         return None
@@ -220,7 +236,18 @@ def plan(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Ex
 def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Expr]
           ) -> Optional[List[Stmt]]:
     """The loop nest of the module docstring for ``t``, or None when :func:`plan` does
-    not apply or its arrays would be too large."""
+    not apply or its arrays would be too large.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((2, 3, 10, 20), name="X")
+    >>> H = te.placeholder((2, 4, 8, 18), name="H")
+    >>> n, y, x = te.reduce_axis(2, "n"), te.reduce_axis(8, "y"), te.reduce_axis(18, "x")
+    >>> dW = te.compute((4, 3, 3, 3), lambda f, c, ky, kx: te.sum(
+    ...     H[n, f, y, x] * X[n, c, y + ky, x + kx], axis=[n, y, x]), name="dW")
+    >>> src = te.build(dW).source
+    >>> "x (lanes; registers across y)" in src and "copy of the image" in src
+    True
+    """
     from .lower import I64, _Scope, _add, _cast, _mul, zero
     p = plan(lw, t, red, ntaps, body, where)
     if p is None:

@@ -18,6 +18,12 @@ elements are grouped by the tests of their domains with the taps' values put in
 (the taps of a padded convolution differ), and each group gets its own loop over
 ``x``, bounded by isl, inside its tests of the row. No lane is masked: masked
 lanes next to another nest in one parallel region kept gcc 12 from vectorizing.
+
+The partial sums here are stored per point of ``x``: every product loads and stores
+one. Where the sum is a convolution's weight gradient proper (a product of two
+stored tensors, a domain that only says the read is inside the image),
+``codegen.tapregs`` keeps them in vector registers instead, about three times faster;
+the loops here are for the other sums.
 """
 from __future__ import annotations
 

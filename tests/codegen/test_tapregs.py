@@ -3,6 +3,8 @@ the C backend against the numpy backend for padded, strided, dilated, ragged, lo
 and symbolic shapes, non-finite values on either side, and the sums it leaves alone."""
 from __future__ import annotations
 
+import doctest
+
 import numpy as np
 import pytest
 
@@ -113,3 +115,8 @@ def test_other_domains_are_left_to_the_exact_loops():
     fc, _ = agree([dW2], [X2, W2, H2], rand(X2.shape), rand(W2.shape, seed=1),
                   rand(H2.shape, seed=2))
     assert FAST not in fc.source
+
+
+def test_docstring_examples():
+    result = doctest.testmod(tapregs)
+    assert result.failed == 0 and result.attempted > 0

@@ -669,10 +669,13 @@ class Lowerer:
             if k == len(loops):
                 return tile_block(rows)
             ax, v, lo = loops[k]
-            parallel = k == 0 and work is not False
+            parallel = k == 0 and work is not False and chunk is None
             hi = self.size_expr(ax.hi)
+            if tiled and ax is jt and chunk is not None:  # the tiles of chunk jc
+                lo = _mul(jc, Lit(chunk, I64))
+                hi = Op("min", (_add(lo, Lit(chunk, I64)), hi), I64)
             if tiled and ax is jt and split is not None:
-                return split(v, lo, hi, rows, parallel)
+                return split(v, lo, hi, rows, parallel, chunk is not None)
             if k != ri:
                 return [For(v, lo, hi, 1, Block(tuple(nest_from(k + 1, rows))),
                             parallel=parallel, work=work if parallel else None, note=ax.name)]
@@ -693,8 +696,18 @@ class Lowerer:
         # (not when the tiles are the parallel loop: one loop, one work-sharing construct)
         if tiled and not exact and sp is None and const_value(j.lo) == 0 and outer:
             split = rowtiles.whole_tiles(self, jt, j, tile, scope_axes, tile_block, work)
+        # Operands along the rows too large for the cache: the tiles in chunks whose panels
+        # stay cached while every row block reads them (codegen.rowtiles.panel_chunk)
+        chunk = rowtiles.panel_chunk(t, red, tile) if tiled and ri is not None else None
         finite: Dict[str, Var] = {}  # buffer -> sum of its elements times 0 (NaN: not finite)
-        loops = nest_from(0, [None])
+        if chunk is None:
+            loops = nest_from(0, [None])
+        else:
+            jc = self.fresh("i", I64)
+            chunks = -(-(-(-n // tile)) // chunk)  # ceil(ceil(n / tile) / chunk)
+            loops = [For(jc, Lit(0, I64), Lit(chunks, I64), 1, Block(tuple(nest_from(0, [None]))),
+                parallel=work is not False, work=work if work is not False else None,
+                note=f"{jt.name} (chunks of {chunk})")]
         return self._finite_checks(finite) + loops
 
     def _buffer_dtype(self, name: str) -> str:

@@ -24,7 +24,7 @@ from typing import Callable, List, Optional
 
 from tensorexpr.ir import Axis, Binary, Const, INDEX_DTYPE
 
-from .loopast import Block, CExpr, For, Stmt, Var
+from .loopast import Block, CExpr, For, Op, Stmt, Var
 
 I64 = INDEX_DTYPE
 
@@ -55,12 +55,75 @@ def whole_tiles(lowerer, jt: Axis, j: Axis, tile: int, scope_axes, tile_block: C
     def axes_with(ax: Axis):
         return tuple(ax if a.uid == jt.uid else a for a in scope_axes)
 
-    def split(v: Var, lo: CExpr, hi: CExpr, rows: List[Optional[Var]], parallel: bool
-              ) -> List[Stmt]:
+    def split(v: Var, lo: CExpr, hi: CExpr, rows: List[Optional[Var]], parallel: bool,
+              part: bool = False) -> List[Stmt]:
+        """``part``: [lo, hi) is a part of the tiles (a chunk), cut at the last tile too."""
         mid = lowerer.size_expr(whole_hi)
         kw = dict(parallel=parallel, work=work if parallel else None)
-        return [For(v, lo, mid, 1, Block(tuple(tile_block(rows, axes_with(whole), True))),
+        end, start = (Op("min", (mid, hi), I64), Op("max", (mid, lo), I64)) if part else (mid, mid)
+        return [For(v, lo, end, 1, Block(tuple(tile_block(rows, axes_with(whole), True))),
                     note=f"{jt.name} (whole tiles)", **kw),
-                For(v, mid, hi, 1, Block(tuple(tile_block(rows, axes_with(last)))),
+                For(v, start, hi, 1, Block(tuple(tile_block(rows, axes_with(last)))),
                     note=f"{jt.name} (last tile)", **kw)]
     return split
+
+
+#: operands read along the rows (``B`` of ``A B``) beyond this many bytes are not reread
+#: from cache by every row block: the tiles go in chunks (1 MB: this CPU's L2 per core)
+CACHED_BYTES = 1 << 20
+#: bytes of the operands' panels of a chunk of tiles (a quarter of the L2: the rows of the
+#: other operand and the output stay cached beside them)
+PANEL_BYTES = 1 << 18
+#: chunks of tiles at least (the chunks are the parallel loop)
+MIN_CHUNKS = 4
+
+
+def panel_chunk(t, red, tile: int) -> Optional[int]:
+    """Tiles per chunk, or None: the loops of a row-blocked sum then run chunk by chunk
+    (in parallel), each chunk's row blocks inside, then its tiles: the panels a chunk's
+    tiles read (``K x chunk * tile`` elements of ``B`` of ``A B``) are loaded from memory
+    once and reread from cache by every row block, instead of every row block streaming
+    all of ``B`` (a 64 x 512 x 4096 product ran at a third of BLAS's speed). Only when
+    the tensors read along the row axis ``j`` (static sizes) exceed ``CACHED_BYTES``.
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((64, 512), name="A"); B = te.placeholder((512, 4096), name="B")
+    >>> k = te.reduce_axis((0, 512), name="k")
+    >>> C = te.compute((64, 4096), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k))
+    >>> panel_chunk(C, C.body, 32)  # 512 x 128 floats: 256 KB of B per chunk
+    4
+    >>> B2 = te.placeholder((512, 256), name="B2")
+    >>> C2 = te.compute((64, 256), lambda i, j: te.sum(A[i, k] * B2[k, j], axis=k))
+    >>> panel_chunk(C2, C2.body, 32) is None  # B2 (512 KB) stays cached
+    True
+    """
+    import numpy as np
+
+    from tensorexpr.ir import Read, walk
+    from tensorexpr.transform import const_value
+    j = t.axes[-1]
+    n = const_value(j.hi)
+    depth = 1
+    for ax in red.axes:
+        lo, hi = const_value(ax.lo), const_value(ax.hi)
+        if lo is None or hi is None:
+            return None
+        depth *= max(hi - lo, 1)
+    if n is None:
+        return None
+    along, size = {}, 0
+    for r in (x for x in walk(red) if isinstance(x, Read)):
+        if any(isinstance(x, Axis) and x.uid == j.uid for i in r.indices for x in walk(i)):
+            dims = [const_value(d) for d in r.tensor.dims]
+            if any(d is None for d in dims):
+                return None
+            along[r.tensor.uid] = int(np.prod(dims, dtype=np.int64)) * np.dtype(
+                r.tensor.dtype).itemsize
+    size = sum(along.values())
+    if size <= CACHED_BYTES:
+        return None
+    item = max(np.dtype(red.dtype).itemsize, 4)
+    tiles = -(-n // tile)
+    chunk = max(1, PANEL_BYTES // (depth * tile * item * len(along)))
+    chunk = min(chunk, max(1, tiles // MIN_CHUNKS))
+    return chunk if chunk < tiles else None

@@ -110,3 +110,20 @@ def test_max_over_ragged_tiles():
     k = te.reduce_axis((0, K), name="k")
     C = te.compute((M, N), lambda i, j: te.max(A[i, k] + B[k, j], axis=k), name="C")
     agree([C], [A, B], rand((M, K), seed=4), rand((K, N), seed=5))
+
+
+@pytest.mark.parametrize("dtype,M,N", [("float32", 2 * R + 3, 4500), ("float64", 2 * R, 2100)])
+def test_large_operands_run_in_chunks_of_tiles(dtype, M, N):
+    """``B`` over 1 MB: the tiles run in chunks (the parallel loop), each with all row
+    blocks inside; a ragged last tile falls in the last chunk only."""
+    K = 64
+    A, B, C = _product("AB", M, K, N, dtype)
+    f, _ = agree([C], [A, B], rand(A.shape, dtype, 1), rand(B.shape, dtype, 2))
+    src = f.source
+    assert "chunks of" in src and "j_tile (whole tiles)" in src
+    assert src.index("chunks of") < src.index("/* i */")  # the rows inside the chunks
+
+
+def test_small_operands_are_not_chunked():
+    A, B, C = _product("AB", 2 * R, 64, 1000)  # B: 250 KB
+    assert "chunks of" not in te.build([C], inputs=[A, B]).source

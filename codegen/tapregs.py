@@ -54,6 +54,8 @@ MAX_VECTORS = 4
 MAX_GROUPS = 4
 #: a tile of y reads at most this many bytes of the copies per lanes loop (L1: 32K)
 TILE_BYTES = 20 * 1024
+#: the threads share at least this many tasks (values of the threaded axis x groups)
+MIN_TASKS = 8
 #: the image must be read at least this many times per copy (rows of the block axis)
 MIN_ROWS = 4
 
@@ -139,6 +141,11 @@ def plan(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Ex
     if _uses(body.a, taps) == _uses(body.b, taps):
         return None
     hr, xr = (body.b, body.a) if _uses(body.a, taps) else (body.a, body.b)
+    # a short axis codegen.taps took for a tap that X reads as a plain index or not at
+    # all (c of an image of 1-4 channels) is an outer axis here
+    while len(taps) > 1 and all(isinstance(i, Axis) and i.uid == taps[0].uid
+                                for i in xr.indices if _uses(i, taps[:1])):
+        outer.append(taps.pop(0))
     for r in (hr, xr):
         if (r.dtype != red.dtype or r.tensor.dtype != red.dtype or r.tensor.uid == t.uid
                 or r.tensor.uid not in lw.buf or r.tensor.uid in lw.inline or not r.indices):
@@ -422,14 +429,26 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
         Ty = max(d for d in range(1, yhi - ylo + 1)
                  if (yhi - ylo) % d == 0 and (d == 1 or d * bytes_per_y <= TILE_BYTES))
         ytile = lw.fresh("k", I64) if Ty < yhi - ylo else Lit(ylo, I64)
+    # few values of the threaded axis (an RGB image's 3 channels): the block axis is
+    # split into G groups, each with its own copies, and the threads share the groups
+    P = const_value(p.par[0].hi) - const_value(p.par[0].lo) \
+        if const_value(p.par[0].hi) is not None and const_value(p.par[0].lo) is not None \
+        else None
+    G = 1
+    if P is not None:
+        while P * G < MIN_TASKS and F % (2 * G * B) == 0:
+            G *= 2
+    FG = F // G
+    gv = lw.fresh("i", I64) if G > 1 else None
+    g0 = _add(Lit(F0, I64), _mul(gv, Lit(FG, I64))) if gv is not None else Lit(F0, I64)
     fbv = lw.fresh("i", I64)
-    main = F - F % B
+    main = FG - FG % B
     tile: List[Stmt] = []
     if main:
-        tile.append(For(fbv, Lit(F0, I64), Lit(F0 + main, I64), B,
+        tile.append(For(fbv, g0, _add(g0, Lit(main, I64)), B,
                         Block(tuple(chunks(fbv, B))), note=p.block.name))
-    for r in range(main, F):
-        tile.extend(chunks(Lit(F0 + r, I64), 1))
+    for r in range(main, FG):
+        tile.extend(chunks(Lit(F0 + r, I64), 1))  # G == 1 here
     work: List[Stmt] = list(fill)
     if p.inner is not None and isinstance(ytile, Var):
         work.append(For(ytile, Lit(ylo, I64), Lit(yhi, I64), Ty, Block(tuple(tile)),
@@ -468,13 +487,18 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
         out = lw.expr(t.body, es, est)
         idx = [es.env[ax.uid] for ax in t.axes]
         est.append(Store(lw.buf[t.uid].name, lw.offset(t.uid, idx), _cast(out, t.dtype)))
-    stmts.append(For(fv, Lit(F0, I64), Lit(F1, I64), 1, Block(tuple(est)), note=p.block.name))
+    stmts.append(For(fv, g0, _add(g0, Lit(FG, I64)), 1, Block(tuple(est)),
+                     note=p.block.name))
 
     wk = lw.work(t, t.axes)
     nest2: List[Stmt] = stmts
     for k in reversed(range(len(p.par))):
         ax = p.par[k]
-        par = k == 0 and wk is not False
+        par = k == 0 and wk is not False and gv is None
         nest2 = [For(pvars[k], lw.size_expr(ax.lo), lw.size_expr(ax.hi), 1, Block(tuple(nest2)),
                      note=ax.name, parallel=par, work=wk if par else None)]
+    if gv is not None:
+        nest2 = [For(gv, Lit(0, I64), Lit(G, I64), 1, Block(tuple(nest2)),
+                     note=f"groups of {p.block.name}", parallel=wk is not False,
+                     work=wk if wk is not False else None)]
     return nest2

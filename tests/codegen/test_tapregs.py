@@ -120,3 +120,11 @@ def test_other_domains_are_left_to_the_exact_loops():
 def test_docstring_examples():
     result = doctest.testmod(tapregs)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_one_channel_shares_rows_of_f_among_the_threads():
+    # one value of c to share: the rows of f are split into groups, the threads take those
+    X, W, H, dW = weight_gradient((2, 1, 9, 20), (8, 1, 3, 3), pad=1)
+    fc, _ = agree([dW], [X, W, H], rand(X.shape), rand(W.shape, seed=1),
+                  rand(H.shape, seed=2), rtol=1e-4)
+    assert FAST in fc.source and "groups of" in fc.source

@@ -16,6 +16,13 @@ where isl, told that the tile axis stays below ``n // w``, proves ``j < n`` and
 drops the test (constant trip count, stores of whole tiles), then the last tile
 ``[n // w, ceil(n / w))`` with the bounds as before. Each element still sums the
 same points in the same order: only the loop over tiles is cut in two.
+
+:func:`panel_chunk` decides the cache blocking: row blocks outside, tiles inside
+reread the operand walked along the rows (``B`` of ``A B``, a ``K x width``
+panel per tile) once per row block, from cache while it fits the L2 (the
+benchmark's products); a larger ``B`` is streamed from memory by every row
+block. Then the tiles run in chunks (the parallel loop), each with every row
+block inside: a chunk's panels are loaded once and stay cached.
 """
 from __future__ import annotations
 

@@ -127,3 +127,18 @@ def test_large_operands_run_in_chunks_of_tiles(dtype, M, N):
 def test_small_operands_are_not_chunked():
     A, B, C = _product("AB", 2 * R, 64, 1000)  # B: 250 KB
     assert "chunks of" not in te.build([C], inputs=[A, B]).source
+
+
+def test_chunks_with_a_symbolic_row_count():
+    m = te.var("m")
+    A = te.placeholder((m, 40), name="A")
+    B = te.placeholder((40, 7000), name="B")  # 1.1 MB
+    k = te.reduce_axis((0, 40), name="k")
+    C = te.compute((m, 7000), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    fc = te.build([C], inputs=[A, B])
+    fn = te.build([C], inputs=[A, B], backend="numpy")
+    assert "chunks of" in fc.source
+    b = rand((40, 7000), seed=3)
+    for rows in (1, R - 1, 2 * R + 1):
+        a = rand((rows, 40), seed=rows)
+        np.testing.assert_allclose(fc(a, b), fn(a, b), rtol=1e-5, atol=1e-4)

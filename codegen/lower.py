@@ -523,6 +523,12 @@ class Lowerer:
         # tile may be up to twice ROW_TILE before it is cut (accumulators in memory)
         tiled = n is None or n > (tile if ri is not None else 2 * tile)
         width = tile if tiled else n
+        # reads along j from zero-padded copies (codegen.layout): whole vectors of lanes,
+        # the ones beyond j's extent computed and never stored
+        pad = rowtiles.padded_lanes(red, j) if ri is not None and not tiled and sp is None \
+            else None
+        if pad is not None:
+            width = pad
         env = {ax.uid: v for ax, v in zip(outer, vars_)}
         scope_axes = tuple(outer)
         conds = polyhedral.conjuncts(red.where)
@@ -552,7 +558,7 @@ class Lowerer:
             jend: Expr = Binary("add", start, Const(tile, I64), I64)
         else:
             jstart, jend = j.lo, j.hi
-        rx = list(red.axes) + [j]
+        rx = list(red.axes) + [j if pad is None else replace(j, hi=Const(pad, I64))]
         # Bounds of j that move with a reduction axis p (a gradient's gather, a padded
         # convolution) start each pass at another offset of the accumulator, whose loads
         # would straddle the previous pass's stores (no store forwarding). A short p gets

@@ -134,3 +134,16 @@ def panel_chunk(t, red, tile: int) -> Optional[int]:
     chunk = max(1, PANEL_BYTES // (depth * tile * item * len(along)))
     chunk = min(chunk, max(1, tiles // MIN_CHUNKS))
     return chunk if chunk < tiles else None
+
+
+def padded_lanes(red, j: Axis) -> Optional[int]:
+    """The padded width when every read of ``red`` along ``j`` is of a zero-padded copy
+    (``codegen.layout.padded``) of one width, else None."""
+    from tensorexpr.ir import Read, walk
+
+    from . import layout
+    widths = set()
+    for r in (x for x in walk(red) if isinstance(x, Read)):
+        if any(isinstance(x, Axis) and x.uid == j.uid for i in r.indices for x in walk(i)):
+            widths.add(layout.padded_width(r.tensor))
+    return widths.pop() if len(widths) == 1 and None not in widths else None

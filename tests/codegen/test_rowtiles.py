@@ -142,3 +142,65 @@ def test_chunks_with_a_symbolic_row_count():
     for rows in (1, R - 1, 2 * R + 1):
         a = rand((rows, 40), seed=rows)
         np.testing.assert_allclose(fc(a, b), fn(a, b), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("form", ["AB", "AtB"])
+@pytest.mark.parametrize("dtype,N", [("float32", 10), ("float32", 13)])
+def test_narrow_rows_read_zero_padded_copies(form, dtype, N):
+    """Fewer outputs per row than a vector holds (but at least lower.ROW_MIN, below which
+    rows take another schedule; so never float64: 8 per vector): the operand along the
+    row is read from a copy padded with zeros to a whole vector; the extra lanes are
+    never stored."""
+    M, K = 2 * R + 3, 9
+    A, B, C = _product(form, M, K, N, dtype)
+    f, _ = agree([C], [A, B], rand(A.shape, dtype, 1), rand(B.shape, dtype, 2))
+    assert "B_pad" in f.source
+    lanes = 64 // np.dtype(dtype).itemsize
+    assert f"float acc0[{lanes * R}]" in f.source or f"double acc0[{lanes * R}]" in f.source
+
+
+def test_padded_lanes_with_infinities_and_an_epilogue():
+    """The lanes beyond the row compute inf * 0 = NaN: never stored, so the outputs match
+    the reference, infinities and NaNs included (a perceptron's last layer, with bias)."""
+    M, K, N = 2 * R, 6, 10
+    h = te.placeholder((M, K), name="h")
+    W2 = te.placeholder((K, N), name="W2")
+    b2 = te.placeholder((N,), name="b2")
+    k = te.reduce_axis((0, K), name="k")
+    Y = te.compute((M, N), lambda i, o: te.sum(h[i, k] * W2[k, o], axis=k) + b2[o], name="Y")
+    a = rand((M, K), seed=1)
+    a[3, 2] = np.inf
+    a[5, 0] = np.nan
+    f, (y,) = agree([Y], [h, W2, b2], a, rand((K, N), seed=2), rand((N,), seed=3))
+    assert "W2_pad" in f.source and np.isinf(y).any() and np.isnan(y).any()
+
+
+def test_no_padding_for_wide_rows_branches_or_few_rows():
+    A, B, C = _product("AB", 2 * R, 5, 16)  # a whole vector already
+    assert "_pad" not in te.build([C], inputs=[A, B]).source
+    A, B, C = _product("AB", 2 * R, 5, 10, "float64")  # 8 doubles per vector
+    assert "_pad" not in te.build([C], inputs=[A, B]).source
+    A, B, C = _product("AB", R, 5, 10)  # too few rows to block: one row at a time
+    assert "_pad" not in te.build([C], inputs=[A, B]).source
+    X = te.placeholder((2 * R, 5), name="X")
+    Wt = te.placeholder((5, 10), name="W")
+    k = te.reduce_axis((0, 5), name="k")
+    S = te.compute((2 * R, 10), lambda i, j: te.sum(
+        te.select(X[i, k] > 0, X[i, k] * Wt[k, j], 1.0), axis=k), name="S")
+    f, _ = agree([S], [X, Wt], rand((2 * R, 5), seed=1), rand((5, 10), seed=2))
+    assert "_pad" not in f.source
+
+
+def test_narrow_rows_with_a_symbolic_row_count():
+    m = te.var("m")
+    A = te.placeholder((m, 12), name="A")
+    B = te.placeholder((12, 9), name="B")
+    k = te.reduce_axis((0, 12), name="k")
+    C = te.compute((m, 9), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    fc = te.build([C], inputs=[A, B])
+    fn = te.build([C], inputs=[A, B], backend="numpy")
+    assert "B_pad" in fc.source
+    b = rand((12, 9), seed=3)
+    for rows in (1, R - 1, 2 * R + 3):
+        a = rand((rows, 12), seed=rows)
+        np.testing.assert_allclose(fc(a, b), fn(a, b), rtol=1e-5, atol=1e-4)

@@ -346,8 +346,14 @@ def _lower(lowerer, group: List[Compute], stored: List[Compute],
     # slab q: row lo + q / blocks of the first axis, block q % blocks of the second
     ax1 = stored[0].axes[1]
     blocks, per = plane_blocks(_extent(ax), _extent(ax1), plane)
-    as_c = (lambda v: Lit(v, I64)) if isinstance(blocks, int) else lowerer.size_expr
-    nb, pb = as_c(blocks), as_c(per)
+    pre: List[Stmt] = []
+    if isinstance(blocks, int):
+        nb, pb = Lit(blocks, I64), Lit(per, I64)
+    else:  # sizes known at run time: the block shape once, before the loop
+        nb, pb = lowerer.fresh("s", I64), lowerer.fresh("s", I64)
+        n1 = lowerer.size_expr(_extent(ax1))
+        per_c = Op("quot", (Op("sub", (_plus(n1, nb), Lit(1, I64)), I64), nb), I64)
+        pre = [Decl(nb, lowerer.size_expr(blocks)), Decl(pb, per_c)]
     q = lowerer.fresh("i", I64)
     row = _plus(lo, Op("quot", (q, nb), I64))
     c0 = _plus(lowerer.size_expr(ax1.lo), Op("mul", (Op("rem", (q, nb), I64), pb), I64))
@@ -358,9 +364,10 @@ def _lower(lowerer, group: List[Compute], stored: List[Compute],
     n0 = lowerer.size_expr(_extent(ax))
     count = (Lit(n0.value * nb.value, I64) if isinstance(n0, Lit) and isinstance(nb, Lit)
              else Op("mul", (n0, nb), I64))
-    size = per if isinstance(per, int) else "up to SLAB_BYTES"
-    return [For(q, Lit(0, I64), count, 1, Block(head + tuple(body)), **kw,
-                note=f"{ax.name}, {ax1.name}: slabs of {size} planes of {members}")]
+    note = (f"slabs of {per} planes of {members}" if isinstance(per, int)
+            else f"slabs of planes of {members} (as many as fit SLAB_BYTES)")
+    return pre + [For(q, Lit(0, I64), count, 1, Block(head + tuple(body)), **kw,
+                      note=f"{ax.name}, {ax1.name}: {note}")]
 
 
 def _plus(a, b):

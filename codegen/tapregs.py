@@ -42,9 +42,13 @@ from tensorexpr.transform import const_value
 from .loopast import (Accumulate, Assign, Block, Decl, For, If, Lit, Load, Local, Op, Stmt,
                       Store, Var)
 
+#: kernels up to this extent per axis and this many taps (7 x 7) run here even where
+#: codegen.taps' own loops would not take them (its TAP, MAX_TAPS)
+WIDE_TAP = 7
+WIDE_MAX_TAPS = 49
 #: bytes of a vector register (AVX-512)
 VECTOR_BYTES = 64
-#: at most this many accumulators (rows of the block x taps) in registers
+#: at most this many accumulators (rows of the block x taps of a pass) in registers
 MAX_ACCS = 20
 #: local arrays (the copies and the partial sums) of at most this many bytes each
 MAX_LOCAL = 96 * 1024
@@ -255,7 +259,10 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
     >>> "x (lanes; registers across y)" in src and "copy of the image" in src
     True
     """
-    from .lower import I64, _Scope, _add, _cast, _mul, zero
+    from .lower import I64, _Scope, _add, _cast, _fold, _mul, zero
+
+    def _fold_sub(a, b):
+        return _fold("sub", a, b, I64)
     p = plan(lw, t, red, ntaps, body, where)
     if p is None:
         return None
@@ -265,8 +272,12 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
     T = len(p.tap_values)
     F0, F1 = const_value(p.block.lo), const_value(p.block.hi)
     F = F1 - F0
-    B = max(1, min(3, MAX_ACCS // T))
-    B = min(B, F)
+    B = min(2, F)
+    # the taps of a pass: all of them, or (5 x 5, 7 x 7 kernels) groups of them, each
+    # pass over y with its own accumulators
+    npass = -(-T * B // MAX_ACCS)
+    per = -(-T // npass)
+    passes = [list(range(k, min(k + per, T))) for k in range(0, T, per)]
     x0, x1 = const_value(p.lane.lo), const_value(p.lane.hi)
     nx = x1 - x0
     NV = -(-nx // V)
@@ -275,16 +286,28 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
     for e in p.row_ext:
         RS *= e
     E = len(p.offsets)
-    if T * B > MAX_ACCS or max(E * RS * JP, F * T * V) * size > MAX_LOCAL:
+    # few values of the threaded axis (an RGB image's 3 channels), or partial sums too
+    # large for the stack: the block axis is split into G groups, each with its own
+    # copies, and the threads share the groups
+    lo0, hi0 = const_value(p.par[0].lo), const_value(p.par[0].hi)
+    P = hi0 - lo0 if lo0 is not None and hi0 is not None else None
+    G = 1
+    while (F % (2 * G * B) == 0 and (F // G * T * V * size > MAX_LOCAL
+                                     or P is not None and P * G < MIN_TASKS)):
+        G *= 2
+    FG = F // G
+    if max(E * RS * JP, FG * T * V) * size > MAX_LOCAL:
         return None
     xbuf, hbuf = lw.buf[p.x.tensor.uid].name, lw.buf[p.h.tensor.uid].name
+    gv = lw.fresh("i", I64) if G > 1 else None
+    g0 = _add(Lit(F0, I64), _mul(gv, Lit(FG, I64))) if gv is not None else Lit(F0, I64)
     pvars = [lw.fresh("i", I64) for _ in p.par]
     env: Dict[int, object] = {ax.uid: v for ax, v in zip(p.par, pvars)}
     part = lw.fresh("part", dt).name
     copy = lw.fresh("copy", dt).name
-    stmts: List[Stmt] = [Local(part, dt, F * T * V), Local(copy, dt, E * RS * JP)]
+    stmts: List[Stmt] = [Local(part, dt, FG * T * V), Local(copy, dt, E * RS * JP)]
     z = lw.fresh("k", I64)
-    stmts.append(For(z, Lit(0, I64), Lit(F * T * V, I64), 1,
+    stmts.append(For(z, Lit(0, I64), Lit(FG * T * V, I64), 1,
                      Block((Store(part, z, zero(dt)),)), simd=True))
     rvars = [lw.fresh("k", I64) for _ in p.outer_red]
     env.update({ax.uid: v for ax, v in zip(p.outer_red, rvars)})
@@ -352,13 +375,13 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
         tap_row.append((p.offsets.index(e) * RS + flat) * JP)
         ystep = ys * JP
 
-    def block(fb: object, nb: int, chunks: List[Tuple[object, bool]]) -> Stmt:
-        """The lanes loop for rows ``fb .. fb + nb - 1`` of the block axis and the lanes
-        of the vectors ``chunks`` (``(index, ragged)``; ragged: the last one, past the
-        row's end), all adding to the same accumulators."""
+    def block(fb: object, nb: int, chunks: List[Tuple[object, bool]], ks: List[int]) -> Stmt:
+        """The lanes loop for rows ``fb .. fb + nb - 1`` of the block axis, the taps ``ks``
+        and the lanes of the vectors ``chunks`` (``(index, ragged)``; ragged: the last
+        one, past the row's end), all adding to the same accumulators."""
         lv = lw.fresh("k", I64)
-        accs = [[lw.fresh("a", dt) for _ in range(T)] for _ in range(nb)]
-        inner_stmts: List[Stmt] = [Decl(a, zero(dt)) for row in accs for a in row]
+        accs = [{k: lw.fresh("a", dt) for k in ks} for _ in range(nb)]
+        inner_stmts: List[Stmt] = [Decl(a, zero(dt)) for row in accs for a in row.values()]
         yv = lw.fresh("k", I64) if p.inner is not None else None
         yy = yv if not isinstance(ytile, Var) else lw.fresh("k", I64)
         pt: List[Stmt] = []
@@ -381,7 +404,7 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                 pt.append(Decl(hv, h))
                 hs.append(hv)
             ybase = _mul(Lit(ystep, I64), yv) if yv is not None else Lit(0, I64)
-            for k in range(T):
+            for k in ks:
                 ld = Load(copy, _add(_add(Lit(tap_row[k], I64), ybase), xcol), dt)
                 for b in range(nb):
                     pt.append(Accumulate(accs[b][k], "sum", Op("mul", (hs[b], ld), dt)))
@@ -394,8 +417,8 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
         else:
             inner_stmts.extend(pt)
         for b in range(nb):
-            base = _mul(_add(fb, Lit(b - F0, I64)), Lit(T * V, I64))
-            for k in range(T):
+            base = _mul(_add(_fold_sub(fb, g0), Lit(b, I64)), Lit(T * V, I64))
+            for k in ks:
                 inner_stmts.append(Store(part, _add(_add(base, Lit(k * V, I64)), lv),
                                          accs[b][k], add=True))
         return For(lv, Lit(0, I64), Lit(V, I64), 1, Block(tuple(inner_stmts)), simd=True,
@@ -408,16 +431,19 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
         gcc kept one pointer per tap and spilled H's vectors); a loop over the whole
         vectors and the ragged one after for very long rows."""
         full = nx // V
-        if NV <= MAX_VECTORS * MAX_GROUPS:
-            return [block(fb, nb, [(Lit(c, I64), c >= full)
-                                   for c in range(g, min(g + MAX_VECTORS, NV))])
-                    for g in range(0, NV, MAX_VECTORS)]
-        cv = lw.fresh("k", I64)
-        out: List[Stmt] = [For(cv, Lit(0, I64), Lit(full, I64), 1,
-                               Block((block(fb, nb, [(cv, False)]),)),
-                               note=f"{p.lane.name} vectors")]
-        if full < NV:
-            out.append(block(fb, nb, [(Lit(full, I64), True)]))
+        out: List[Stmt] = []
+        for ks in passes:
+            if NV <= MAX_VECTORS * MAX_GROUPS:
+                out += [block(fb, nb, [(Lit(c, I64), c >= full)
+                                       for c in range(g, min(g + MAX_VECTORS, NV))], ks)
+                        for g in range(0, NV, MAX_VECTORS)]
+                continue
+            cv = lw.fresh("k", I64)
+            out.append(For(cv, Lit(0, I64), Lit(full, I64), 1,
+                           Block((block(fb, nb, [(cv, False)], ks),)),
+                           note=f"{p.lane.name} vectors"))
+            if full < NV:
+                out.append(block(fb, nb, [(Lit(full, I64), True)], ks))
         return out
 
     # tiles of y whose rows of the copies (for one lanes loop) stay in the L1 cache
@@ -429,18 +455,6 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
         Ty = max(d for d in range(1, yhi - ylo + 1)
                  if (yhi - ylo) % d == 0 and (d == 1 or d * bytes_per_y <= TILE_BYTES))
         ytile = lw.fresh("k", I64) if Ty < yhi - ylo else Lit(ylo, I64)
-    # few values of the threaded axis (an RGB image's 3 channels): the block axis is
-    # split into G groups, each with its own copies, and the threads share the groups
-    P = const_value(p.par[0].hi) - const_value(p.par[0].lo) \
-        if const_value(p.par[0].hi) is not None and const_value(p.par[0].lo) is not None \
-        else None
-    G = 1
-    if P is not None:
-        while P * G < MIN_TASKS and F % (2 * G * B) == 0:
-            G *= 2
-    FG = F // G
-    gv = lw.fresh("i", I64) if G > 1 else None
-    g0 = _add(Lit(F0, I64), _mul(gv, Lit(FG, I64))) if gv is not None else Lit(F0, I64)
     fbv = lw.fresh("i", I64)
     main = FG - FG % B
     tile: List[Stmt] = []
@@ -461,34 +475,39 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                           note=ax.name),))
     stmts.append(nest)
 
-    # the epilogue: the lanes of each partial sum added; an element whose sum is not
-    # finite is summed again exactly (a zero of the copy times an infinite H adds NaN);
-    # then the body around the sum
+    # the epilogue, over f and the taps: the lanes of each partial sum added; an element
+    # whose sum is not finite is summed again exactly (a zero of the copy times an
+    # infinite H adds NaN); then the body around the sum
     fv = lw.fresh("i", I64)
-    est: List[Stmt] = []
-    for k, v in enumerate(p.tap_values):
-        total = lw.fresh("t", dt)
-        kk = lw.fresh("k", I64)
-        at = _add(_mul(_add(fv, Lit(-F0, I64)), Lit(T * V, I64)), Lit(k * V, I64))
-        est.append(Decl(total, zero(dt)))
-        est.append(For(kk, Lit(0, I64), Lit(V, I64), 1,
-                       Block((Accumulate(total, "sum", Load(part, _add(at, kk), dt)),)),
-                       simd=True, reduction=(("sum", total),)))
-        binds = {ax.uid: Lit(c, I64) for ax, c in zip(p.taps, v)}
-        binds[p.block.uid] = fv
-        known = tuple(Binary("eq", ax, Const(c, I64), "bool") for ax, c in zip(p.taps, v))
-        again: List[Stmt] = []
-        exact = lw.reduce(red, _Scope({**env, **binds}, tuple(t.axes), known, {}), again)
-        again.append(Assign(total, exact))
-        inf_or_nan = Op("ne", (Op("sub", (total, total), dt), zero(dt)), "bool")
-        est.append(If(inf_or_nan, Block(tuple(again))))
-        es = _Scope({**env, **binds}, tuple(t.axes), (), {})
-        es.memo[red] = total
-        out = lw.expr(t.body, es, est)
-        idx = [es.env[ax.uid] for ax in t.axes]
-        est.append(Store(lw.buf[t.uid].name, lw.offset(t.uid, idx), _cast(out, t.dtype)))
-    stmts.append(For(fv, g0, _add(g0, Lit(FG, I64)), 1, Block(tuple(est)),
-                     note=p.block.name))
+    tvars = [lw.fresh("i", I64) for _ in p.taps]
+    k_of: object = Lit(0, I64)  # the tap's place in p.tap_values (row-major)
+    for ax, tv in zip(p.taps, tvars):
+        ext = const_value(ax.hi) - const_value(ax.lo)
+        k_of = _add(_mul(k_of, Lit(ext, I64)), _fold_sub(tv, Lit(const_value(ax.lo), I64)))
+    total = lw.fresh("t", dt)
+    kk = lw.fresh("k", I64)
+    at = _mul(_add(_mul(_fold_sub(fv, g0), Lit(T, I64)), k_of), Lit(V, I64))
+    est: List[Stmt] = [Decl(total, zero(dt)), For(
+        kk, Lit(0, I64), Lit(V, I64), 1,
+        Block((Accumulate(total, "sum", Load(part, _add(at, kk), dt)),)),
+        simd=True, reduction=(("sum", total),))]
+    binds = {ax.uid: tv for ax, tv in zip(p.taps, tvars)}
+    binds[p.block.uid] = fv
+    again: List[Stmt] = []
+    exact = lw.reduce(red, _Scope({**env, **binds}, tuple(t.axes), (), {}), again)
+    again.append(Assign(total, exact))
+    inf_or_nan = Op("ne", (Op("sub", (total, total), dt), zero(dt)), "bool")
+    est.append(If(inf_or_nan, Block(tuple(again))))
+    es = _Scope({**env, **binds}, tuple(t.axes), (), {})
+    es.memo[red] = total
+    out = lw.expr(t.body, es, est)
+    idx = [es.env[ax.uid] for ax in t.axes]
+    est.append(Store(lw.buf[t.uid].name, lw.offset(t.uid, idx), _cast(out, t.dtype)))
+    ep: Stmt = Block(tuple(est))
+    for ax, tv in reversed(list(zip(p.taps, tvars))):
+        ep = Block((For(tv, Lit(const_value(ax.lo), I64), Lit(const_value(ax.hi), I64), 1,
+                        ep, note=ax.name),))
+    stmts.append(For(fv, g0, _add(g0, Lit(FG, I64)), 1, ep, note=p.block.name))
 
     wk = lw.work(t, t.axes)
     nest2: List[Stmt] = stmts

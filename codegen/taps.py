@@ -46,7 +46,8 @@ BLOCK = 4
 MIN_LANES = 8
 
 
-def plan(t: Compute) -> Optional[Tuple[Reduce, int, Optional[int]]]:
+def plan(t: Compute, tap: int = TAP, max_taps: int = MAX_TAPS
+         ) -> Optional[Tuple[Reduce, int, Optional[int]]]:
     """``(red, ntaps, block_axis)`` when ``t`` is such a sum, else None: ``ntaps`` trailing
     output axes of static extents at most ``TAP`` (product at most ``MAX_TAPS``, at
     least one outer axis before them), a float sum reached through arithmetic only,
@@ -64,7 +65,7 @@ def plan(t: Compute) -> Optional[Tuple[Reduce, int, Optional[int]]]:
     ntaps, prod = 0, 1
     for ax in reversed(t.axes[1:]):
         lo, hi = const_value(ax.lo), const_value(ax.hi)
-        if lo is None or hi is None or hi - lo > TAP or prod * (hi - lo) > MAX_TAPS:
+        if lo is None or hi is None or hi - lo > tap or prod * (hi - lo) > max_taps:
             break
         ntaps, prod = ntaps + 1, prod * (hi - lo)
     if ntaps == 0 or prod < 2:
@@ -106,7 +107,13 @@ def lower(lw, t: Compute) -> Optional[List[Stmt]]:
     from .lower import _where_form
     p = plan(t)
     if p is None:
-        return None
+        # larger kernels (5 x 5, 7 x 7) only in registers: the per-point partial sums
+        # of _exact were not measured against the other schedules for them
+        wide = plan(t, tapregs.WIDE_TAP, tapregs.WIDE_MAX_TAPS)
+        if wide is None:
+            return None
+        body, where = _where_form(wide[0])
+        return tapregs.lower(lw, t, wide[0], wide[1], body, where)
     red, ntaps, _ = p
     body, where = _where_form(red)
     fast = tapregs.lower(lw, t, red, ntaps, body, where)

@@ -20,6 +20,13 @@ on threads):
 * at the end the ``V`` lanes of each ``part[f][tap]`` are added: a reassociation of
   the sum, as ``tensorexpr.ir`` allows for reductions.
 
+More taps than registers (5 x 5, 7 x 7 kernels: ``codegen.taps`` hands those over
+only to this module) take several passes over ``y``, each with the accumulators of
+a group of taps. A tall image runs by tiles of ``y`` whose rows of the copies stay
+in the L1 cache. When the threaded axis has few values (the 3 channels of an RGB
+image) or the partial sums would not fit the stack, the rows of ``f`` are split into
+groups, each with its own copies, and the threads share the groups.
+
 The zeros of the copy are multiplied by ``H`` where a tap falls into the padding,
 and the lanes past the last column of a ragged row read ``H`` as 0 (a masked load)
 and a zero of the copy. ``0 * h`` is +-0 and changes no sum when ``h`` is finite;

@@ -517,14 +517,25 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
     stmts.append(For(fv, g0, _add(g0, Lit(FG, I64)), 1, ep, note=p.block.name))
 
     wk = lw.work(t, t.axes)
+    threaded = wk is not False
     nest2: List[Stmt] = stmts
+    pair = gv is not None and P is not None  # one parallel loop over (c, group) pairs
     for k in reversed(range(len(p.par))):
+        if k == 0 and pair:
+            break
         ax = p.par[k]
-        par = k == 0 and wk is not False and gv is None
+        par = k == 0 and threaded and gv is None
         nest2 = [For(pvars[k], lw.size_expr(ax.lo), lw.size_expr(ax.hi), 1, Block(tuple(nest2)),
                      note=ax.name, parallel=par, work=wk if par else None)]
-    if gv is not None:
+    if pair:
+        q = lw.fresh("i", I64)
+        head = [Decl(pvars[0], _add(Lit(lo0, I64), Op("quot", (q, Lit(G, I64)), I64))),
+                Decl(gv, Op("rem", (q, Lit(G, I64)), I64))]
+        nest2 = [For(q, Lit(0, I64), Lit(P * G, I64), 1, Block(tuple(head + nest2)),
+                     note=f"{p.par[0].name} x groups of {p.block.name}", parallel=threaded,
+                     work=wk if threaded else None)]
+    elif gv is not None:
         nest2 = [For(gv, Lit(0, I64), Lit(G, I64), 1, Block(tuple(nest2)),
-                     note=f"groups of {p.block.name}", parallel=wk is not False,
-                     work=wk if wk is not False else None)]
+                     note=f"groups of {p.block.name}", parallel=threaded,
+                     work=wk if threaded else None)]
     return nest2

@@ -171,6 +171,51 @@ def _pads(t: Tensor) -> Optional[List[Read]]:
     return out or None
 
 
+#: a row sum's operand read down its columns (``A`` of ``A^T B``) is copied transposed when
+#: it is larger than this (the L2 of one core): every row block's walk along the
+#: reduction then reads contiguous rows instead of one element per row of ``A``, each on
+#: its own page when the rows are 4 KB or longer (1024^3 A^T B, one core: 60 GFLOP/s)
+STRIDED_BYTES = 1 << 20
+#: ... and its rows are at least a page long (2 KB rows, 512 x 1024 x 512: no gain measured)
+PAGE_BYTES = 4096
+
+
+def _strided_rows(t: Tensor) -> Optional[List[Tuple[Read, int]]]:
+    """The reads of a row-blocked sum ``t`` to move to transposed copies, with the
+    dimension of each to move last, or None: 2-d reads ``A[k, i]`` of the blocked row
+    axis ``i`` (last) and a reduction axis ``k`` (first), each over its whole dimension,
+    of a tensor over ``STRIDED_BYTES`` with rows of ``PAGE_BYTES`` or more (static
+    sizes). Moved, ``A_T[i, k]`` is read
+    along ``k``: contiguous."""
+    from .lower import _row_block_axis, _row_reduce
+    if not isinstance(t, Compute) or t.carry is not None or t.self_ref is not None:
+        return None
+    red = _row_reduce(t)
+    if red is None:
+        return None
+    ri = _row_block_axis(t, red)
+    if ri is None:
+        return None
+    row, j = t.axes[ri], t.axes[-1]
+    rax = {ax.uid for ax in red.axes}
+    out: List[Tuple[Read, int]] = []
+    for r in (x for x in walk(red.body) if isinstance(x, Read)):
+        if len(r.indices) != 2 or not all(isinstance(i, Axis) for i in r.indices):
+            continue
+        first, last = r.indices
+        if last.uid != row.uid or first.uid not in rax or first.uid == j.uid:
+            continue
+        dims = [const_value(d) for d in r.tensor.dims]
+        if (any(d is None for d in dims) or not isinstance(r.tensor, (Placeholder, Compute))
+                or r.tensor.uid == t.uid
+                or not all(_covers(i, d) for i, d in zip(r.indices, r.tensor.dims))):
+            continue
+        item = np.dtype(r.tensor.dtype).itemsize
+        if dims[0] * dims[1] * item > STRIDED_BYTES and dims[1] * item >= PAGE_BYTES:
+            out.append((r, 0))
+    return out or None
+
+
 def _moves(t: Tensor) -> Optional[List[Tuple[Read, int]]]:
     """The reads of ``t``'s sum to move and the dimension of each to move last, or None
     when ``t`` is not a sum that moving reads turns into a row sum."""
@@ -279,6 +324,29 @@ def plan(computed: Sequence[Tensor], inline: set) -> List[Tensor]:
         if moved is None:
             continue
         trial: Optional[List[Tensor]] = [moved if x.uid == t.uid else x for x in order]
+        for c in new:
+            trial = _place(trial, c, moved, inline)
+            if trial is None:
+                break
+        if trial is not None:
+            order = trial
+            copies.update(mine)
+    for t in list(order):
+        moves = _strided_rows(t)
+        if moves is None:
+            continue
+        mine = {}
+        new = []
+        for r, p in moves:
+            key = (r.tensor.uid, p)
+            mine[key] = copies.get(key) or mine.get(key) or transposed(r.tensor, p)
+            if key not in copies and mine[key] not in new:
+                new.append(mine[key])
+        which = {id(r): p for r, p in moves}
+        moved = replace(t, body=map_reads(t.body, lambda r: r if id(r) not in which else
+                                          moved_read(r, which[id(r)],
+                                                     mine[(r.tensor.uid, which[id(r)])])))
+        trial = [moved if x.uid == t.uid else x for x in order]
         for c in new:
             trial = _place(trial, c, moved, inline)
             if trial is None:

@@ -204,3 +204,14 @@ def test_narrow_rows_with_a_symbolic_row_count():
     for rows in (1, R - 1, 2 * R + 3):
         a = rand((rows, 12), seed=rows)
         np.testing.assert_allclose(fc(a, b), fn(a, b), rtol=1e-5, atol=1e-4)
+
+
+def test_a_large_operand_read_down_its_columns_is_copied_transposed():
+    """``A^T B`` with ``A`` over 1 MB and its rows a page long: the row blocks read a
+    transposed copy of ``A`` along its rows (codegen.layout); small ``A`` is read as is."""
+    M, K, N = 1030, 260, 40  # A: 260 x 1030 floats, 1 MB, rows of 4 KB
+    A, B, C = _product("AtB", M, K, N)
+    f, _ = agree([C], [A, B], rand(A.shape, seed=1), rand(B.shape, seed=2))
+    assert "A_T" in f.source
+    A, B, C = _product("AtB", 64, K, N)
+    assert "A_T" not in te.build([C], inputs=[A, B]).source

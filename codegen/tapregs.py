@@ -303,8 +303,39 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                                      or P is not None and P * G < MIN_TASKS)):
         G *= 2
     FG = F // G
-    if max(E * RS * JP, FG * T * V) * size > MAX_LOCAL:
+    if FG * T * V * size > MAX_LOCAL:
         return None
+    # tiles of y: their rows of the copies (for one lanes loop) stay in the L1 cache;
+    # when the copies of a whole image do not fit the stack (a 224 x 224 image), each
+    # tile gets copies of its own rows (one row dimension moving forward with y)
+    ys = 0  # rows of the copies per step of y
+    for q, (c, coeffs) in enumerate(p.row_forms):
+        ys = ys * p.row_ext[q] + (coeffs[-1] if p.inner is not None else 0)
+    tiled_copy = E * RS * JP * size > MAX_LOCAL
+    if tiled_copy and not (p.inner is not None and len(p.row_dims) == 1 and ys > 0):
+        return None
+    ytile: object = None
+    Ty = 0
+    if p.inner is not None:
+        ylo, yhi = const_value(p.inner.lo), const_value(p.inner.hi)
+        c_, coeffs_ = p.row_forms[0] if p.row_forms else (0, ())
+        tap_rows = [c_ + sum(a * w for a, w in zip(coeffs_, v)) for v in p.tap_values]
+        rmin_t, rmax_t = (min(tap_rows), max(tap_rows)) if tap_rows else (0, 0)
+
+        def tile_rows(d: int) -> int:
+            return ys * (d - 1) + rmax_t - rmin_t + 1
+
+        def fits(d: int) -> bool:
+            per_lanes_loop = E * min(NV, MAX_VECTORS) * V * size * max(1, ys) * d
+            return ((d == 1 or per_lanes_loop <= TILE_BYTES)
+                    and (not tiled_copy or E * tile_rows(d) * JP * size <= MAX_LOCAL))
+        sizes = [d for d in range(1, yhi - ylo + 1) if (yhi - ylo) % d == 0 and fits(d)]
+        if not sizes or (tiled_copy and max(sizes) == yhi - ylo):
+            return None
+        Ty = max(sizes)
+        ytile = lw.fresh("k", I64) if Ty < yhi - ylo else Lit(ylo, I64)
+    if tiled_copy:
+        RS = tile_rows(Ty)
     xbuf, hbuf = lw.buf[p.x.tensor.uid].name, lw.buf[p.h.tensor.uid].name
     gv = lw.fresh("i", I64) if G > 1 else None
     g0 = _add(Lit(F0, I64), _mul(gv, Lit(FG, I64))) if gv is not None else Lit(F0, I64)
@@ -333,12 +364,17 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
         for k, i in enumerate(p.x.indices):
             if k in p.row_dims:
                 q = p.row_dims.index(k)
-                r = _add(rowv[q], Lit(p.row_lo[q], I64))
                 n = const_value(p.x.tensor.dims[k])
-                if p.row_lo[q] < 0:
-                    tests.append(Op("ge", (r, Lit(0, I64)), "bool"))
-                if p.row_lo[q] + p.row_ext[q] > n:
-                    tests.append(Op("lt", (r, Lit(n, I64)), "bool"))
+                if tiled_copy:  # the rows of this tile of y
+                    r = _add(_add(rowv[q], Lit(rmin_t, I64)), _mul(Lit(ys, I64), ytile))
+                    tests += [Op("ge", (r, Lit(0, I64)), "bool"),
+                              Op("lt", (r, Lit(n, I64)), "bool")]
+                else:
+                    r = _add(rowv[q], Lit(p.row_lo[q], I64))
+                    if p.row_lo[q] < 0:
+                        tests.append(Op("ge", (r, Lit(0, I64)), "bool"))
+                    if p.row_lo[q] + p.row_ext[q] > n:
+                        tests.append(Op("lt", (r, Lit(n, I64)), "bool"))
                 idx.append(r)
             elif k == len(p.x.indices) - 1:
                 col = _add(_mul(Lit(p.col_stride, I64), _add(j, Lit(x0, I64))), Lit(e, I64))
@@ -354,7 +390,8 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                 idx.append(index(i, scope))
         row_flat: object = Lit(0, I64)
         for q in range(len(p.row_dims)):
-            row_flat = _add(_mul(row_flat, Lit(p.row_ext[q], I64)), rowv[q])
+            row_flat = _add(_mul(row_flat, Lit(RS if tiled_copy else p.row_ext[q], I64)),
+                            rowv[q])
         at = _add(_mul(_add(Lit(ei * RS, I64), row_flat), Lit(JP, I64)), j)
         value: object = Load(xbuf, lw.offset(p.x.tensor.uid, idx), dt)
         if tests:
@@ -365,22 +402,22 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
         loop: Stmt = For(j, Lit(0, I64), Lit(JP, I64), 1, Block((Store(copy, at, value),)),
                          simd=True, note="copy of the image")
         for q in reversed(range(len(p.row_dims))):
-            loop = For(rowv[q], Lit(0, I64), Lit(p.row_ext[q], I64), 1, Block((loop,)))
+            loop = For(rowv[q], Lit(0, I64), Lit(RS if tiled_copy else p.row_ext[q], I64), 1,
+                       Block((loop,)))
         fill.append(loop)
 
-    # the copy row of each tap, as const + ystep * y
-    row_axes = p.taps + ([p.inner] if p.inner is not None else [])
+    # the copy row of each tap, as const + ystep * y (y from the tile's start for
+    # copies by tile)
     tap_row: List[int] = []
-    ystep = 0
+    ystep = ys * JP
     for v, e in zip(p.tap_values, p.tap_e):
         flat = 0
-        ys = 0
         for q, (c, coeffs) in enumerate(p.row_forms):
             val = c + sum(a * w for a, w in zip(coeffs, v)) - p.row_lo[q]
             flat = flat * p.row_ext[q] + val
-            ys = ys * p.row_ext[q] + (coeffs[-1] if p.inner is not None else 0)
+        if tiled_copy:
+            flat = c_ + sum(a * w for a, w in zip(coeffs_, v)) - rmin_t
         tap_row.append((p.offsets.index(e) * RS + flat) * JP)
-        ystep = ys * JP
 
     def block(fb: object, nb: int, chunks: List[Tuple[object, bool]], ks: List[int]) -> Stmt:
         """The lanes loop for rows ``fb .. fb + nb - 1`` of the block axis, the taps ``ks``
@@ -410,7 +447,8 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                 hv = lw.fresh("h", dt)
                 pt.append(Decl(hv, h))
                 hs.append(hv)
-            ybase = _mul(Lit(ystep, I64), yv) if yv is not None else Lit(0, I64)
+            ybase = (Lit(0, I64) if yv is None else
+                     _mul(Lit(ystep, I64), yy if tiled_copy else yv))
             for k in ks:
                 ld = Load(copy, _add(_add(Lit(tap_row[k], I64), ybase), xcol), dt)
                 for b in range(nb):
@@ -454,14 +492,6 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
         return out
 
     # tiles of y whose rows of the copies (for one lanes loop) stay in the L1 cache
-    ytile: object = None
-    if p.inner is not None:
-        ylo, yhi = const_value(p.inner.lo), const_value(p.inner.hi)
-        rows_per_y = max(1, ystep // JP)
-        bytes_per_y = E * min(NV, MAX_VECTORS) * V * size * rows_per_y
-        Ty = max(d for d in range(1, yhi - ylo + 1)
-                 if (yhi - ylo) % d == 0 and (d == 1 or d * bytes_per_y <= TILE_BYTES))
-        ytile = lw.fresh("k", I64) if Ty < yhi - ylo else Lit(ylo, I64)
     fbv = lw.fresh("i", I64)
     main = FG - FG % B
     tile: List[Stmt] = []
@@ -470,9 +500,10 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                         Block(tuple(chunks(fbv, B))), note=p.block.name))
     for r in range(main, FG):
         tile.extend(chunks(Lit(F0 + r, I64), 1))  # G == 1 here
-    work: List[Stmt] = list(fill)
+    work: List[Stmt] = [] if tiled_copy else list(fill)
     if p.inner is not None and isinstance(ytile, Var):
-        work.append(For(ytile, Lit(ylo, I64), Lit(yhi, I64), Ty, Block(tuple(tile)),
+        work.append(For(ytile, Lit(ylo, I64), Lit(yhi, I64), Ty,
+                        Block(tuple((fill if tiled_copy else []) + tile)),
                         note=f"{p.inner.name} tiles"))
     else:
         work.extend(tile)

@@ -155,3 +155,14 @@ def test_larger_kernels_take_passes_over_groups_of_taps(k, s, pad, hw):
     h[0, 1, 0, 0] = np.inf  # in the padding for most taps: those are summed again exactly
     fc, _ = agree([dW], [X, W, H], rand(X.shape), rand(W.shape, seed=1), h, rtol=1e-4)
     assert fc.source.count(FAST) > 2
+
+
+@pytest.mark.parametrize("k,s,pad,hw", [(3, 1, 1, (150, 150)), (7, 2, 3, (120, 120))])
+def test_large_images_copy_by_tiles_of_y(k, s, pad, hw):
+    # copies of a whole image would not fit the stack: each tile of y copies its rows
+    X, W, H, dW = weight_gradient((1, 2) + hw, (4, 2, k, k), s=s, pad=pad)
+    fc, _ = agree([dW], [X, W, H], rand(X.shape), rand(W.shape, seed=1),
+                  rand(H.shape, seed=2), rtol=1e-4)
+    assert FAST in fc.source and "y tiles" in fc.source
+    loop = fc.source.index("y tiles")
+    assert fc.source.index("copy of the image", loop) > loop  # filled inside the tiles

@@ -694,8 +694,18 @@ class Lowerer:
             main = For(v, lo, mid, R, Block(tuple(decls) + tuple(nest_from(k + 1, row_vars))),
                        parallel=parallel, work=work if parallel else None, note=ax.name)
             v2 = self.fresh("i", I64)
-            rem = For(v2, mid, hi, 1, Block(tuple(nest_from(k + 1, [v2]))),
-                      note=ax.name + " (remainder)")
+            left = (const_value(ax.hi) - const_value(ax.lo)) % R \
+                if const_value(ax.hi) is not None and const_value(ax.lo) is not None else 0
+            if left > 1:
+                # a static remainder of rows is one block of that many rows: one row at a
+                # time, its two vectors of accumulators wait on the FMA latency
+                rest = [self.fresh("i", I64) for _ in range(left)]
+                decls = [Decl(rv, _add(v2, Lit(r, I64))) for r, rv in enumerate(rest)]
+                rem = For(v2, mid, hi, left, Block(tuple(decls) + tuple(nest_from(k + 1, rest))),
+                          note=ax.name + " (remainder)")
+            else:
+                rem = For(v2, mid, hi, 1, Block(tuple(nest_from(k + 1, [v2]))),
+                          note=ax.name + " (remainder)")
             return [main, rem]
 
         split = None

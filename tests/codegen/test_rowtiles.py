@@ -215,3 +215,11 @@ def test_a_large_operand_read_down_its_columns_is_copied_transposed():
     assert "A_T" in f.source
     A, B, C = _product("AtB", 64, K, N)
     assert "A_T" not in te.build([C], inputs=[A, B]).source
+
+
+def test_a_static_remainder_of_rows_is_one_block():
+    """M % ROW_BLOCK rows left over (here 5) run as one block of 5 rows, not one by one."""
+    M, K, N = 2 * R + 5, 7, W + 3
+    A, B, C = _product("AB", M, K, N)
+    f, _ = agree([C], [A, B], rand(A.shape, seed=1), rand(B.shape, seed=2))
+    assert re.search(rf"< {M}; \w+ \+= 5\) {{  /\* i \(remainder\) \*/", f.source)

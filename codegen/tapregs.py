@@ -451,6 +451,13 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                      _mul(Lit(ystep, I64), yy if tiled_copy else yv))
             for k in ks:
                 ld = Load(copy, _add(_add(Lit(tap_row[k], I64), ybase), xcol), dt)
+                if nb > 1:
+                    # ``+ 0``: gcc folded a plain load into each FMA using it (one load per
+                    # row of the block: load-bound, 20% slower); the sum cannot tell -0
+                    # from +0 (it starts at +0, and 0 * inf is NaN either way)
+                    xv = lw.fresh("xc", dt)
+                    pt.append(Decl(xv, Op("add", (ld, zero(dt)), dt)))
+                    ld = xv
                 for b in range(nb):
                     pt.append(Accumulate(accs[b][k], "sum", Op("mul", (hs[b], ld), dt)))
         if p.inner is not None:

@@ -55,6 +55,8 @@ WIDE_TAP = 7
 WIDE_MAX_TAPS = 49
 #: bytes of a vector register (AVX-512)
 VECTOR_BYTES = 64
+#: rows of the block axis per lanes loop (each copy load serves them)
+ROWS = 2
 #: at most this many accumulators (rows of the block x taps of a pass) in registers
 MAX_ACCS = 20
 #: local arrays (the copies and the partial sums) of at most this many bytes each
@@ -279,7 +281,7 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
     T = len(p.tap_values)
     F0, F1 = const_value(p.block.lo), const_value(p.block.hi)
     F = F1 - F0
-    B = min(2, F)
+    B = min(ROWS, F)
     # the taps of a pass: all of them, or (5 x 5, 7 x 7 kernels) groups of them, each
     # pass over y with its own accumulators
     npass = -(-T * B // MAX_ACCS)

@@ -36,7 +36,9 @@ its preconditions do not hold):
   over zero-staged rows when the weights are finite (``codegen.fulltile``); a
   row read at ``(x - k) // s`` is computed per residue of ``x`` (``codegen.residue``);
 * sums whose innermost output axes are short taps (a convolution's weight
-  gradient) compute all taps of a block of rows in one pass (``codegen.taps``);
+  gradient) compute all taps of a block of rows in one pass (``codegen.taps``),
+  with the partial sums in vector registers over copies of the image when the sum
+  is a convolution's weight gradient proper (``codegen.tapregs``);
 * dot-product-like sums (``H B^T``: no read walks along ``j``) read a transposed
   copy of the operand instead (``codegen.layout``; then they run by rows) when it
   is read by enough rows; the others reduce ``JAM`` x ``JAM`` elements in one loop

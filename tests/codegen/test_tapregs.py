@@ -166,3 +166,16 @@ def test_large_images_copy_by_tiles_of_y(k, s, pad, hw):
     assert FAST in fc.source and "y tiles" in fc.source
     loop = fc.source.index("y tiles")
     assert fc.source.index("copy of the image", loop) > loop  # filled inside the tiles
+
+
+def test_arithmetic_around_the_sum():
+    # a weight update: W - 0.1 * dW, with the sum inside the element's expression
+    X = te.placeholder((2, 3, 8, 20), name="X")
+    W = te.placeholder((4, 3, 3, 3), name="W")
+    H = te.placeholder((2, 4, 6, 18), name="H")
+    n, y, x = te.reduce_axis(2, "n"), te.reduce_axis(6, "y"), te.reduce_axis(18, "x")
+    U = te.compute((4, 3, 3, 3), lambda f, c, ky, kx: W[f, c, ky, kx] - 0.1 * te.sum(
+        H[n, f, y, x] * X[n, c, y + ky, x + kx], axis=[n, y, x]), name="U")
+    fc, _ = agree([U], [X, W, H], rand((2, 3, 8, 20)), rand((4, 3, 3, 3), seed=1),
+                  rand((2, 4, 6, 18), seed=2))
+    assert FAST in fc.source

@@ -42,7 +42,9 @@ its preconditions do not hold):
 * dot-product-like sums (``H B^T``: no read walks along ``j``) read a transposed
   copy of the operand instead (``codegen.layout``; then they run by rows) when it
   is read by enough rows; the others reduce ``JAM`` x ``JAM`` elements in one loop
-  nest, each read loaded once for its row or column;
+  nest, each read loaded once for its row or column; row sums narrower than a vector
+  read zero-padded copies (whole vectors of lanes), and a large operand read down
+  its columns by the row blocks (``A`` of ``A^T B``) a transposed copy (``codegen.layout``);
 * ``sum(select(c, x, 0))`` becomes ``sum(x, where=c)`` (adding +0.0 to a sum
   that starts at +0.0 changes nothing), so ``c`` becomes a loop bound;
 * float sums over several axes keep partial sums per value of their last axis

@@ -25,11 +25,16 @@ only to this module) take several passes over ``y``, each with the accumulators 
 a group of taps. A tall image runs by tiles of ``y`` whose rows of the copies stay
 in the L1 cache. When the threaded axis has few values (the 3 channels of an RGB
 image) or the partial sums would not fit the stack, the rows of ``f`` are split into
-groups, each with its own copies, and the threads share the groups.
+groups, each with its own copies, and the threads share the groups. Rows whose
+length is not a whole number of vectors (8, 14, 28 columns; stride 1 in ``y``) run
+their lanes over the flat positions ``p = y * nx + x`` instead, when that sums fewer
+vectors: ``H[n, f]`` is contiguous in ``p``, and with copies in rows of ``nx``
+elements every tap reads ``copy[p + r * nx]``; only the last vector has lanes past
+the image.
 
 The zeros of the copy are multiplied by ``H`` where a tap falls into the padding,
-and the lanes past the last column of a ragged row read ``H`` as 0 (a masked load)
-and a zero of the copy. ``0 * h`` is +-0 and changes no sum when ``h`` is finite;
+and the lanes past the last column of a ragged row (or past a flat image) read
+``H`` as 0 (a masked load) and a zero of the copy (or some value of it). ``0 * h`` is +-0 and changes no sum when ``h`` is finite;
 an element whose sum comes out finite had only finite terms, so it is exact. One
 that comes out infinite or NaN (an infinite ``H`` next to the padding, or any
 non-finite value) is summed again by the plain loops over its domain
@@ -67,6 +72,9 @@ MAX_VECTORS = 4
 MAX_GROUPS = 4
 #: a tile of y reads at most this many bytes of the copies per lanes loop (L1: 32K)
 TILE_BYTES = 20 * 1024
+#: ragged rows run over flat positions when their copies take at most this many bytes
+#: (no tiles of y there; beyond, tiles of rows fit the L1 cache better)
+FLAT_BYTES = 40 * 1024
 #: the threads share at least this many tasks (values of the threaded axis x groups)
 MIN_TASKS = 8
 #: the image must be read at least this many times per copy (rows of the block axis)
@@ -264,8 +272,8 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
     >>> n, y, x = te.reduce_axis(2, "n"), te.reduce_axis(8, "y"), te.reduce_axis(18, "x")
     >>> dW = te.compute((4, 3, 3, 3), lambda f, c, ky, kx: te.sum(
     ...     H[n, f, y, x] * X[n, c, y + ky, x + kx], axis=[n, y, x]), name="dW")
-    >>> src = te.build(dW).source
-    >>> "x (lanes; registers across y)" in src and "copy of the image" in src
+    >>> src = te.build(dW).source   # 18 columns: lanes over the flat positions y * 18 + x
+    >>> "(lanes; registers across the flat positions)" in src and "copy of the image" in src
     True
     """
     from .lower import I64, _Scope, _add, _cast, _fold, _mul, zero
@@ -313,6 +321,23 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
     ys = 0  # rows of the copies per step of y
     for q, (c, coeffs) in enumerate(p.row_forms):
         ys = ys * p.row_ext[q] + (coeffs[-1] if p.inner is not None else 0)
+    # rows whose length is not a whole number of vectors (14, 28, 8 columns): with
+    # stride 1 in y the lanes run over the flat positions y * nx + x of H's last two
+    # axes, and copies in rows of nx elements make every tap's read flat too
+    # (copy[(y + r) * nx + x] = copy[p + r * nx]); no lane is wasted but a few at the end
+    ylo_ = const_value(p.inner.lo) if p.inner is not None else None
+    flat = (p.inner is not None and nx % V != 0 and x0 == 0 and ylo_ == 0
+            and len(p.row_dims) == 1 and p.row_forms[0][1][-1] == 1
+            and len(p.h.indices) >= 2 and isinstance(p.h.indices[-2], Axis)
+            and p.h.indices[-2].uid == p.inner.uid
+            and const_value(p.h.tensor.dims[-1]) == nx
+            and const_value(p.h.tensor.dims[-2]) == const_value(p.inner.hi)
+            and (E * RS * nx + V) * size <= FLAT_BYTES)
+    if flat:  # fewer vectors to sum, counting the last one's own lanes loop as 3
+        hy = const_value(p.inner.hi)
+        flat = (hy * nx // V + (3 if hy * nx % V else 0)) < hy * NV
+    if flat:
+        JP = nx
     tiled_copy = E * RS * JP * size > MAX_LOCAL
     if tiled_copy and not (p.inner is not None and len(p.row_dims) == 1 and ys > 0):
         return None
@@ -332,6 +357,8 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
             return ((d == 1 or per_lanes_loop <= TILE_BYTES)
                     and (not tiled_copy or E * tile_rows(d) * JP * size <= MAX_LOCAL))
         sizes = [d for d in range(1, yhi - ylo + 1) if (yhi - ylo) % d == 0 and fits(d)]
+        if flat:
+            sizes = [yhi - ylo]
         if not sizes or (tiled_copy and max(sizes) == yhi - ylo):
             return None
         Ty = max(sizes)
@@ -345,10 +372,15 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
     env: Dict[int, object] = {ax.uid: v for ax, v in zip(p.par, pvars)}
     part = lw.fresh("part", dt).name
     copy = lw.fresh("copy", dt).name
-    stmts: List[Stmt] = [Local(part, dt, FG * T * V), Local(copy, dt, E * RS * JP)]
+    stmts: List[Stmt] = [Local(part, dt, FG * T * V),
+                         Local(copy, dt, E * RS * JP + (V if flat else 0))]
     z = lw.fresh("k", I64)
     stmts.append(For(z, Lit(0, I64), Lit(FG * T * V, I64), 1,
                      Block((Store(part, z, zero(dt)),)), simd=True))
+    if flat:  # the last vector's lanes past the image read here
+        z2 = lw.fresh("k", I64)
+        stmts.append(For(z2, Lit(E * RS * JP, I64), Lit(E * RS * JP + V, I64), 1,
+                         Block((Store(copy, z2, zero(dt)),)), simd=True))
     rvars = [lw.fresh("k", I64) for _ in p.outer_red]
     env.update({ax.uid: v for ax, v in zip(p.outer_red, rvars)})
     scope = _Scope(env, tuple(p.par) + tuple(p.outer_red), (), {})
@@ -413,13 +445,12 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
     tap_row: List[int] = []
     ystep = ys * JP
     for v, e in zip(p.tap_values, p.tap_e):
-        flat = 0
+        row = 0
         for q, (c, coeffs) in enumerate(p.row_forms):
-            val = c + sum(a * w for a, w in zip(coeffs, v)) - p.row_lo[q]
-            flat = flat * p.row_ext[q] + val
+            row = row * p.row_ext[q] + c + sum(a * w for a, w in zip(coeffs, v)) - p.row_lo[q]
         if tiled_copy:
-            flat = c_ + sum(a * w for a, w in zip(coeffs_, v)) - rmin_t
-        tap_row.append((p.offsets.index(e) * RS + flat) * JP)
+            row = c_ + sum(a * w for a, w in zip(coeffs_, v)) - rmin_t
+        tap_row.append((p.offsets.index(e) * RS + row) * JP)
 
     def block(fb: object, nb: int, chunks: List[Tuple[object, bool]], ks: List[int]) -> Stmt:
         """The lanes loop for rows ``fb .. fb + nb - 1`` of the block axis, the taps ``ks``
@@ -479,11 +510,68 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                    note=f"{p.lane.name} (lanes; registers across {p.inner.name})"
                    if p.inner is not None else f"{p.lane.name} (lanes)")
 
+    def flat_block(fb: object, nb: int, ks: List[int]) -> List[Stmt]:
+        """The lanes loops of :func:`block` over the flat positions ``p = y * nx + x``:
+        one over the whole vectors, one for the last (lanes past the image read H as
+        0; in the first loop it kept gcc from vectorizing the lanes as an outer loop)."""
+        total = const_value(p.inner.hi) * nx
+        hbase = []
+        for b in range(nb):
+            e2 = dict(env)
+            e2[p.block.uid] = _add(fb, Lit(b, I64))
+            e2[p.inner.uid] = Lit(0, I64)
+            e2[p.lane.uid] = Lit(0, I64)
+            hbase.append(lw.offset(p.h.tensor.uid, [index(i, _Scope(e2, (), (), {}))
+                                                    for i in p.h.indices]))
+
+        def lanes(ragged: bool) -> Stmt:
+            lv = lw.fresh("k", I64)
+            accs = [{k: lw.fresh("a", dt) for k in ks} for _ in range(nb)]
+            body: List[Stmt] = [Decl(a, zero(dt)) for row in accs for a in row.values()]
+            pv = lw.fresh("k", I64)
+            pos = _add(Lit(total // V * V, I64), lv) if ragged else \
+                _add(_mul(pv, Lit(V, I64)), lv)
+            pt: List[Stmt] = []
+            hs = []
+            for b in range(nb):
+                h: object = Load(hbuf, _add(hbase[b], pos), dt)
+                if ragged:
+                    h = Op("select", (Op("lt", (pos, Lit(total, I64)), "bool"), h, zero(dt)),
+                           dt)
+                hv = lw.fresh("h", dt)
+                pt.append(Decl(hv, h))
+                hs.append(hv)
+            for k in ks:
+                ld: object = Load(copy, _add(Lit(tap_row[k], I64), pos), dt)
+                if nb > 1:  # held in a register for the rows (see block)
+                    xv = lw.fresh("xc", dt)
+                    pt.append(Decl(xv, Op("add", (ld, zero(dt)), dt)))
+                    ld = xv
+                for b in range(nb):
+                    pt.append(Accumulate(accs[b][k], "sum", Op("mul", (hs[b], ld), dt)))
+            if ragged:
+                body.extend(pt)
+            else:
+                body.append(For(pv, Lit(0, I64), Lit(total // V, I64), 1, Block(tuple(pt)),
+                                note=f"{p.inner.name} * {nx} + {p.lane.name} (vectors)"))
+            for b in range(nb):
+                base = _mul(_add(_fold_sub(fb, g0), Lit(b, I64)), Lit(T * V, I64))
+                for k in ks:
+                    body.append(Store(part, _add(_add(base, Lit(k * V, I64)), lv),
+                                      accs[b][k], add=True))
+            note = "the last vector" if ragged else "registers across the flat positions"
+            return For(lv, Lit(0, I64), Lit(V, I64), 1, Block(tuple(body)), simd=True,
+                       note=f"{p.inner.name} * {nx} + {p.lane.name} (lanes; {note})")
+
+        return ([lanes(False)] if total >= V else []) + ([lanes(True)] if total % V else [])
+
     def chunks(fb: object, nb: int) -> List[Stmt]:
         """The vectors of the row, ``MAX_VECTORS`` to a lanes loop adding to the same
         accumulators, each at a constant offset (with a loop over the vectors outside,
         gcc kept one pointer per tap and spilled H's vectors); a loop over the whole
         vectors and the ragged one after for very long rows."""
+        if flat:
+            return [loop for ks in passes for loop in flat_block(fb, nb, ks)]
         full = nx // V
         out: List[Stmt] = []
         for ks in passes:

@@ -42,11 +42,11 @@ def test_weight_gradient_in_registers(s, pad, dil, hw, f):
 
 
 @pytest.mark.parametrize("height,width,loop,tiles", [
-    (3, 70, False, False), (3, 300, True, False), (70, 70, False, True)])
+    (3, 80, False, False), (3, 320, True, False), (70, 70, False, True)])
 def test_long_rows_and_tall_images(height, width, loop, tiles):
     # more vectors than one lanes loop holds (a lanes loop per group of them; for very
-    # long rows a loop over the vectors), and a ragged last one; a tall image whose
-    # copies do not fit the L1 cache runs by tiles of y
+    # long rows a loop over the vectors); a tall image whose copies do not fit the L1
+    # cache runs by tiles of y (and its rows, 70 columns, by vectors, a ragged last one)
     X, W, H, dW = weight_gradient((1, 2, height, width), (4, 2, 3, 3), pad=1)
     fc, _ = agree([dW], [X, W, H], rand(X.shape), rand(W.shape, seed=1),
                   rand(H.shape, seed=2), rtol=1e-4)
@@ -179,3 +179,16 @@ def test_arithmetic_around_the_sum():
     fc, _ = agree([U], [X, W, H], rand((2, 3, 8, 20)), rand((4, 3, 3, 3), seed=1),
                   rand((2, 4, 6, 18), seed=2))
     assert FAST in fc.source
+
+
+@pytest.mark.parametrize("hw,dil", [((9, 20), 1), ((8, 8), 1), ((12, 21), 2)])
+def test_ragged_rows_run_over_flat_positions(hw, dil):
+    # rows of 20, 8 or 17 columns: the lanes run over y * width + x, the last vector
+    # partly past the image (H read as 0 there, the copies padded)
+    X, W, H, dW = weight_gradient((2, 3) + hw, (4, 3, 3, 3), pad=1 if dil == 1 else 0, dil=dil)
+    x, h = rand(X.shape), rand(H.shape, seed=2)
+    fc, _ = agree([dW], [X, W, H], x, rand(W.shape, seed=1), h, rtol=1e-4)
+    assert "registers across the flat positions" in fc.source
+    x[1, 2, -1, -1] = np.inf  # the last element: next to the lanes past the image
+    h[0, 0, 0, 0] = np.nan
+    agree([dW], [X, W, H], x, rand(W.shape, seed=1), h, rtol=1e-4)

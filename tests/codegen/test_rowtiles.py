@@ -223,3 +223,15 @@ def test_a_static_remainder_of_rows_is_one_block():
     A, B, C = _product("AB", M, K, N)
     f, _ = agree([C], [A, B], rand(A.shape, seed=1), rand(B.shape, seed=2))
     assert re.search(rf"< {M}; \w+ \+= 5\) {{  /\* i \(remainder\) \*/", f.source)
+
+
+def test_a_large_image_is_not_chunked():
+    """A convolution over 2 MB of images: each sweep of the row blocks (filters) reads a
+    few rows of one image, which stay cached; its tiles are not chunked."""
+    X = te.placeholder((4, 8, 128, 128), name="X")
+    Wt = te.placeholder((16, 8, 3, 3), name="W")
+    c, ky, kx = (te.reduce_axis((0, n), name=s) for n, s in ((8, "c"), (3, "ky"), (3, "kx")))
+    Y = te.compute((4, 16, 126, 126), lambda n, f, y, x: te.sum(
+        X[n, c, y + ky, x + kx] * Wt[f, c, ky, kx], axis=[c, ky, kx]), name="Y")
+    src = te.build([Y], inputs=[X, Wt]).source
+    assert "x_tile (whole tiles)" in src and "chunks of" not in src

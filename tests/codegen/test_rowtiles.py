@@ -112,9 +112,9 @@ def test_max_over_ragged_tiles():
     agree([C], [A, B], rand((M, K), seed=4), rand((K, N), seed=5))
 
 
-@pytest.mark.parametrize("dtype,M,N", [("float32", 2 * R + 3, 4500), ("float64", 2 * R, 2100)])
+@pytest.mark.parametrize("dtype,M,N", [("float32", 2 * R + 3, 9000), ("float64", 2 * R, 4200)])
 def test_large_operands_run_in_chunks_of_tiles(dtype, M, N):
-    """``B`` over 1 MB: the tiles run in chunks (the parallel loop), each with all row
+    """``B`` over 2 MB: the tiles run in chunks (the parallel loop), each with all row
     blocks inside; a ragged last tile falls in the last chunk only."""
     K = 64
     A, B, C = _product("AB", M, K, N, dtype)
@@ -132,13 +132,13 @@ def test_small_operands_are_not_chunked():
 def test_chunks_with_a_symbolic_row_count():
     m = te.var("m")
     A = te.placeholder((m, 40), name="A")
-    B = te.placeholder((40, 7000), name="B")  # 1.1 MB
+    B = te.placeholder((40, 14000), name="B")  # 2.2 MB
     k = te.reduce_axis((0, 40), name="k")
-    C = te.compute((m, 7000), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    C = te.compute((m, 14000), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
     fc = te.build([C], inputs=[A, B])
     fn = te.build([C], inputs=[A, B], backend="numpy")
     assert "chunks of" in fc.source
-    b = rand((40, 7000), seed=3)
+    b = rand((40, 14000), seed=3)
     for rows in (1, R - 1, 2 * R + 1):
         a = rand((rows, 40), seed=rows)
         np.testing.assert_allclose(fc(a, b), fn(a, b), rtol=1e-5, atol=1e-4)
@@ -226,12 +226,12 @@ def test_a_static_remainder_of_rows_is_one_block():
 
 
 def test_a_large_image_is_not_chunked():
-    """A convolution over 2 MB of images: each sweep of the row blocks (filters) reads a
+    """A convolution over 4 MB of images: each sweep of the row blocks (filters) reads a
     few rows of one image, which stay cached; its tiles are not chunked."""
-    X = te.placeholder((4, 8, 128, 128), name="X")
+    X = te.placeholder((8, 8, 128, 128), name="X")
     Wt = te.placeholder((16, 8, 3, 3), name="W")
     c, ky, kx = (te.reduce_axis((0, n), name=s) for n, s in ((8, "c"), (3, "ky"), (3, "kx")))
-    Y = te.compute((4, 16, 126, 126), lambda n, f, y, x: te.sum(
+    Y = te.compute((8, 16, 126, 126), lambda n, f, y, x: te.sum(
         X[n, c, y + ky, x + kx] * Wt[f, c, ky, kx], axis=[c, ky, kx]), name="Y")
     src = te.build([Y], inputs=[X, Wt]).source
     assert "x_tile (whole tiles)" in src and "chunks of" not in src

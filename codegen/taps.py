@@ -46,7 +46,7 @@ BLOCK = 4
 MIN_LANES = 8
 
 
-def plan(t: Compute, tap: int = TAP, max_taps: int = MAX_TAPS
+def plan(t: Compute, tap: int = TAP, max_taps: int = MAX_TAPS, min_lanes: int = MIN_LANES
          ) -> Optional[Tuple[Reduce, int, Optional[int]]]:
     """``(red, ntaps, block_axis)`` when ``t`` is such a sum, else None: ``ntaps`` trailing
     output axes of static extents at most ``TAP`` (product at most ``MAX_TAPS``, at
@@ -73,7 +73,7 @@ def plan(t: Compute, tap: int = TAP, max_taps: int = MAX_TAPS
     x = red.axes[-1]  # the other reduction axes may have symbolic bounds (a batch)
     if const_value(x.lo) is None or const_value(x.hi) is None:
         return None
-    if const_value(x.hi) - const_value(x.lo) < MIN_LANES:
+    if const_value(x.hi) - const_value(x.lo) < min_lanes:
         return None
     if any(isinstance(e, (Reduce,)) for e in walk(red.body)):
         return None
@@ -107,9 +107,10 @@ def lower(lw, t: Compute) -> Optional[List[Stmt]]:
     from .lower import _where_form
     p = plan(t)
     if p is None:
-        # larger kernels (5 x 5, 7 x 7) only in registers: the per-point partial sums
-        # of _exact were not measured against the other schedules for them
-        wide = plan(t, tapregs.WIDE_TAP, tapregs.WIDE_MAX_TAPS)
+        # larger kernels (5 x 5, 7 x 7) and short rows (7 x 7 images: tapregs runs
+        # them over flat positions) only in registers: the per-point partial sums of
+        # _exact were not measured against the other schedules for them
+        wide = plan(t, tapregs.WIDE_TAP, tapregs.WIDE_MAX_TAPS, 1)
         if wide is None:
             return None
         body, where = _where_form(wide[0])

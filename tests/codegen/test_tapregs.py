@@ -192,3 +192,11 @@ def test_ragged_rows_run_over_flat_positions(hw, dil):
     x[1, 2, -1, -1] = np.inf  # the last element: next to the lanes past the image
     h[0, 0, 0, 0] = np.nan
     agree([dW], [X, W, H], x, rand(W.shape, seed=1), h, rtol=1e-4)
+
+
+def test_rows_shorter_than_the_lanes_check():
+    # a 7 x 7 image: rows too short for codegen.taps' own loops, flat positions here
+    X, W, H, dW = weight_gradient((2, 3, 7, 7), (4, 3, 3, 3), pad=1)
+    fc, _ = agree([dW], [X, W, H], rand(X.shape), rand(W.shape, seed=1),
+                  rand(H.shape, seed=2), rtol=1e-4)
+    assert "registers across the flat positions" in fc.source

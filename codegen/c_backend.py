@@ -27,7 +27,7 @@ import os
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
-from . import compiler, runtime
+from . import compiler, runtime, target
 
 #: bump when the layout of build-cache entries changes
 BUILD_FORMAT = "1"
@@ -90,7 +90,8 @@ def _entry_path(sig, comp: compiler.Compiler) -> Optional[str]:
     checkpointing = getattr(sys.modules.get("codegen.checkpoint"), "ENABLED", True)
     key = compiler._digest(BUILD_FORMAT, compiler.CACHE_FORMAT, fp, code_version(),
                            comp.identity, " ".join(comp.flags() + compiler.LIBS),
-                           compiler._machine(), f"checkpointing={bool(checkpointing)}")
+                           compiler._machine(), f"checkpointing={bool(checkpointing)}",
+                           target.current().describe())
     return os.path.join(compiler.cache_dir(), f"build_{key[:40]}.json")
 
 

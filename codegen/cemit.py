@@ -14,8 +14,8 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 from . import threads
-from .loopast import (Accumulate, Assign, Block, Comment, Decl, Fail, For, If, Kernel, Lit, Load,
-                      Local, Op, Region, Stmt, Store, Var)
+from .loopast import (Accumulate, Assign, Block, Comment, Decl, Fail, Fence, For, If, Kernel, Lit,
+                      Load, Local, Op, Region, Stmt, Store, Var, vector_parts)
 
 CTYPE = {"bool": "bool", "int32": "int32_t", "int64": "int64_t", "float32": "float",
          "float64": "double"}
@@ -59,6 +59,8 @@ def _helper_src(name: str) -> str:
                 "    }\n"
                 "  }\n}\n")
     kind, suf = name[3:].rsplit("_", 1)
+    if kind in _VECTOR_HELPERS:
+        return _vector_helper(kind, suf)
     dt = {v: k for k, v in _SUF.items()}.get(suf, "")
     T = CTYPE.get(dt, "")
     if kind == "floordiv":
@@ -112,6 +114,59 @@ def _helper_src(name: str) -> str:
     raise KeyError(name)
 
 
+#: fused multiply-add of whole vectors: (vector bytes, element type) -> (the macros that
+#: say the instruction exists, intrinsic, its vector type)
+_VFMA = {(16, "float32"): ("defined(__FMA__)", "_mm_fmadd_ps", "__m128"),
+         (16, "float64"): ("defined(__FMA__)", "_mm_fmadd_pd", "__m128d"),
+         (32, "float32"): ("defined(__FMA__) && defined(__AVX__)", "_mm256_fmadd_ps", "__m256"),
+         (32, "float64"): ("defined(__FMA__) && defined(__AVX__)", "_mm256_fmadd_pd", "__m256d"),
+         (64, "float32"): ("defined(__AVX512F__)", "_mm512_fmadd_ps", "__m512"),
+         (64, "float64"): ("defined(__AVX512F__)", "_mm512_fmadd_pd", "__m512d")}
+_VECTOR_HELPERS = ("vload", "vstore", "splat", "vfma")
+
+
+def _vector_type(dt: str) -> str:
+    """The C name of vector type ``dt`` (``float32x8`` -> ``te_f32x8``)."""
+    elem, lanes = vector_parts(dt)
+    return f"te_{_SUF[elem]}x{lanes}"
+
+
+def _vector_typedefs(dt: str) -> str:
+    """GCC/clang vector types: ``te_f32x8`` (a register) and ``te_f32x8u`` (the same in
+    memory at any element's alignment, aliasing the element type)."""
+    elem, lanes = vector_parts(dt)
+    T, V = CTYPE[elem], _vector_type(dt)
+    size = lanes * np.dtype(elem).itemsize
+    return (f"typedef {T} {V} __attribute__((vector_size({size})));\n"
+            f"typedef {T} {V}u __attribute__((vector_size({size}), aligned(sizeof({T})), "
+            f"may_alias));\n")
+
+
+def _vector_helper(kind: str, suf: str) -> str:
+    elem = {v: k for k, v in _SUF.items()}[suf.split("x")[0]]
+    lanes = int(suf.split("x")[1])
+    T, V = CTYPE[elem], f"te_{suf}"
+    name = f"te_{kind}_{suf}"
+    if kind == "vload":
+        return f"static inline {V} {name}(const {T} *p) {{ return *(const {V}u *)p; }}\n"
+    if kind == "vstore":
+        return f"static inline void {name}({T} *p, {V} v) {{ *({V}u *)p = v; }}\n"
+    if kind == "splat":  # not 0 + x: that turns -0.0 into +0.0
+        return (f"static inline {V} {name}({T} x) "
+                f"{{ return ({V}){{{', '.join(['x'] * lanes)}}}; }}\n")
+    # vfma: a * b + c with one rounding per lane, like the scalar sums' fmaf
+    size = lanes * np.dtype(elem).itemsize
+    fn = _FMA[elem]
+    loop = (f"  {V} r;\n  for (int l = 0; l < {lanes}; l++) r[l] = {fn}(a[l], b[l], c[l]);\n"
+            f"  return r;\n")
+    body = loop
+    if (size, elem) in _VFMA:
+        cond, intr, mt = _VFMA[(size, elem)]
+        body = (f"#if (defined(__x86_64__) || defined(__i386__)) && {cond}\n"
+                f"  return ({V}){intr}(({mt})a, ({mt})b, ({mt})c);\n#else\n{loop}#endif\n")
+    return f"static inline {V} {name}({V} a, {V} b, {V} c)\n{{\n{body}}}\n"
+
+
 # }}}
 
 
@@ -124,10 +179,23 @@ class _Emitter:
         self.locals: set = set()
         #: some loop compares its work with the run-time threshold
         self.threaded = False
+        #: vector types used (their typedefs precede the helpers)
+        self.vectors: Dict[str, None] = {}
 
     def use(self, name: str) -> str:
         self.helpers.setdefault(name)
         return name
+
+    def ctype(self, dt: str) -> str:
+        """The C type of ``dt``, a scalar or a vector type (its typedef then printed)."""
+        if vector_parts(dt) is None:
+            return CTYPE[dt]
+        self.vectors.setdefault(dt)
+        return _vector_type(dt)
+
+    def vector_call(self, kind: str, dt: str) -> str:
+        """The helper ``kind`` of vector type ``dt`` (``te_vload_f32x8``), marked used."""
+        return self.use(f"te_{kind}_{self.ctype(dt)[3:]}")
 
     # {{{ expressions: (text, precedence, is 64-bit in C)
 
@@ -170,6 +238,8 @@ class _Emitter:
                 return name, _ATOM, dt == "int64"
             case Lit():
                 return self.lit(e)
+            case Load(buf, off, dt) if vector_parts(dt) is not None:
+                return f"{self.vector_call('vload', dt)}(&{buf}[{self.text(off)}])", _ATOM, False
             case Load(buf, off, dt):
                 return f"{buf}[{self.text(off)}]", _ATOM, dt == "int64"
             case Op(op, args, dt):
@@ -189,6 +259,8 @@ class _Emitter:
         isf = adt in ("float32", "float64")
         if op == "cast":
             return self.cast(args[0], dt)
+        if op == "splat":
+            return self.call(self.vector_call("splat", dt), args, False)
         if op == "select":
             c, a, b = args
             if dt in ("float32", "float64") and isinstance(a, Lit) and isinstance(b, Lit):
@@ -255,7 +327,7 @@ class _Emitter:
     def stmt(self, s: Stmt, ind: int) -> None:
         match s:
             case Decl(var, init):
-                t = CTYPE[var.dtype]
+                t = self.ctype(var.dtype)
                 if init is None:
                     self.line(ind, f"{t} {var.name};")
                 else:
@@ -266,7 +338,8 @@ class _Emitter:
                 fused = _product(value) if op == "sum" else None
                 if fused is not None:
                     a, b = fused
-                    self.line(ind, f"{var.name} = {_FMA[var.dtype]}({self.text(a)}, "
+                    fn = _FMA.get(var.dtype) or self.vector_call("vfma", var.dtype)
+                    self.line(ind, f"{var.name} = {fn}({self.text(a)}, "
                                    f"{self.text(b)}, {var.name});")
                 elif op == "sum":
                     self.line(ind, f"{var.name} += {self.text(value)};")
@@ -278,6 +351,9 @@ class _Emitter:
                 a, b = _product(value)
                 at = f"{buf}[{self.text(off)}]"
                 self.line(ind, f"{at} = {_FMA[value.dtype]}({self.text(a)}, {self.text(b)}, {at});")
+            case Store(buf, off, value, False) if vector_parts(value.dtype) is not None:
+                self.line(ind, f"{self.vector_call('vstore', value.dtype)}(&{buf}[{self.text(off)}], "
+                               f"{self.text(value)});")
             case Store(buf, off, value, add):
                 sym = "+=" if add else "="
                 self.line(ind, f"{buf}[{self.text(off)}] {sym} {self.text(value)};")
@@ -305,6 +381,8 @@ class _Emitter:
                 self.line(ind, f"{CTYPE[dtype]} {name}[{size}] __attribute__((aligned(64)));")
             case Comment(text):
                 self.line(ind, f"/* {sanitize(text)} */")
+            case Fence(name, dtype, size):  # an empty asm that reads and writes the array
+                self.line(ind, f'__asm__ __volatile__("" : "+m"(*({CTYPE[dtype]} (*)[{size}]){name}));')
             case _:
                 raise TypeError(f"not a loop-AST statement: {s!r}")
 
@@ -367,7 +445,8 @@ _FMA = {"float32": "fmaf", "float64": "fma"}
 
 def _product(value):
     """``(a, b)`` if ``value`` is a float product ``a * b`` (a sum's term), else None."""
-    if isinstance(value, Op) and value.op == "mul" and value.dtype in _FMA \
+    elem = (vector_parts(value.dtype) or (value.dtype,))[0] if isinstance(value, Op) else None
+    if isinstance(value, Op) and value.op == "mul" and elem in _FMA \
             and all(getattr(x, "dtype", None) == value.dtype for x in value.args):
         return value.args
     return None
@@ -419,6 +498,10 @@ def emit(kernel: Kernel) -> str:
     head = [f"/* Generated by tensorexpr (C backend): {sanitize(kernel.title)} */",
             "#include <math.h>", "#include <stdbool.h>", "#include <stdint.h>", ""]
     head += _vector_math(em.math)
+    if any(h.startswith("te_vfma_") for h in em.helpers):
+        head.append("#if defined(__x86_64__) || defined(__i386__)\n#include <immintrin.h>\n#endif")
+    for dt in em.vectors:
+        head.append(_vector_typedefs(dt))
     for name in sorted(em.helpers):
         head.append(_helper_src(name))
     if em.threaded:

@@ -41,9 +41,17 @@ class Op:
     ``op`` is an IR binary or unary operation name, ``"quot"``/``"rem"`` (C's
     truncating integer ``/`` and ``%``: only for a dividend >= 0 and a divisor > 0,
     where they equal floor division and modulo), ``"select"`` (``a ? b : c``,
-    only the taken branch evaluated) or ``"cast"`` (to ``dtype``, like numpy's
-    ``astype``). Operands of arithmetic have the result's type; comparisons
+    only the taken branch evaluated), ``"cast"`` (to ``dtype``, like numpy's
+    ``astype``) or ``"splat"`` (a scalar copied into every lane of a vector
+    ``dtype``). Operands of arithmetic have the result's type; comparisons
     compare operands of one type.
+
+    Vectors: a ``dtype`` ``"float32x8"`` (see :func:`vector_dtype`) is a vector of 8
+    float32 lanes. A :class:`Load` or :class:`Store` of that type moves 8 consecutive
+    elements from ``offset`` on, a :class:`Var` of it is a vector register, and
+    ``add``, ``sub``, ``mul``, ``div`` and ``neg`` act lane by lane; an
+    :class:`Accumulate` of a product adds it with one rounding per lane, as a
+    scalar sum's does (``codegen.regtile`` writes them).
     """
 
     op: str
@@ -61,6 +69,21 @@ class Load:
 
 
 CExpr = Union[Var, Lit, Op, Load]
+
+
+def vector_dtype(dtype: str, lanes: int) -> str:
+    """The type of a vector of ``lanes`` elements of ``dtype``.
+
+    >>> vector_dtype("float32", 8), vector_parts("float32x8"), vector_parts("float32")
+    ('float32x8', ('float32', 8), None)
+    """
+    return f"{dtype}x{lanes}"
+
+
+def vector_parts(dtype: str) -> Optional[Tuple[str, int]]:
+    """``(element type, lanes)`` of a vector type, None for a scalar type."""
+    head, sep, lanes = dtype.rpartition("x")
+    return (head, int(lanes)) if sep and head and lanes.isdigit() else None
 
 # }}}
 
@@ -185,7 +208,21 @@ class Comment:
     text: str
 
 
-Stmt = Union[Decl, Assign, Accumulate, Store, Fail, Block, For, Region, If, Local, Comment]
+@dataclass(frozen=True)
+class Fence:
+    """Values of the local array ``name`` (``size`` elements of ``dtype``) are not carried
+    across this point by the C compiler: stores before it are done, loads after it read
+    the array. A tile's vector registers hand their sums to the element-wise epilogue
+    through the array (``codegen.regtile``); gcc forwarded the stores into the epilogue's
+    vector loop, kept the registers live in pieces and spilled the accumulators of the
+    loop before it (a third of the speed)."""
+
+    name: str
+    dtype: str
+    size: int
+
+
+Stmt = Union[Decl, Assign, Accumulate, Store, Fail, Block, For, Region, If, Local, Comment, Fence]
 
 
 def total_work(works):

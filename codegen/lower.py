@@ -27,7 +27,7 @@ its preconditions do not hold):
   once, into an accumulator array, with isl loops over ``(reduction axes, j)``
   (``j`` innermost: contiguous, vectorizable). Each element still sums its
   points in the same order. An outer axis that those reads do not use (``i`` of
-  a matmul, ``f`` of a convolution) is blocked ``ROW_BLOCK`` rows at a time;
+  a matmul, ``f`` of a convolution) is blocked ``row_block()`` rows at a time;
   bounds of ``j`` that move with a short reduction axis get one accumulator per
   value of it (store forwarding), combined at the end; the tiles all inside ``j``'s
   range loop apart from a ragged last one (constant trip counts, ``codegen.rowtiles``);
@@ -72,10 +72,10 @@ from tensorexpr import polyhedral
 from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read, Reduce,
                            ScatterAdd, Select, SizeVar, Tensor, Unary, INDEX_DTYPE, fresh_uid,
                            is_float, promote, same, tensor_exprs, walk)
-from tensorexpr.transform import const_value, flat_index, free_axes
+from tensorexpr.transform import const_value, eval_int, flat_index, free_axes
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
-from . import fulltile, fuse, layout, padcopy, reference, residue, rowtiles, taps
+from . import fulltile, fuse, layout, padcopy, reference, regtile, residue, rowtiles, target, taps
 from .loopast import (Accumulate, Assign, Block, Buffer, CExpr, Comment, Decl, Fail, For, If,
                       Kernel, Lit, Load, Local, Op, Stmt, Store, Var, loads)
 
@@ -92,12 +92,21 @@ SERIAL_WORK = 1 << 12
 
 #: columns of a row accumulator (elements of the innermost output axis computed together)
 ROW_TILE = 256
-#: the tile when ROW_BLOCK rows are computed together (their accumulators fit registers:
-#: 8 rows x 2 vectors, 16 of the 32 AVX-512 registers; one broadcast serves two FMAs. A
-#: 512 x 256 x 512 A^T B ran 82 -> 110 GFLOP/s on one core, 8 x 16 -> 8 x 32)
-ROW_TILE_BLOCKED = 32
-#: rows of an outer axis computed together when they share the reads along the row
-ROW_BLOCK = 8
+
+
+def row_block() -> int:
+    """Rows of an outer axis computed together when they share the reads along the row:
+    the register tile's rows on this target (``codegen.target``; 6 on AVX2, 8 on AVX-512)."""
+    return target.current().row_block
+
+
+def row_tile_blocked(dtype: str) -> int:
+    """The tile when :func:`row_block` rows are computed together: their accumulators fit
+    the registers (``tile_vectors`` vectors a row, so one broadcast serves two FMAs; on
+    AVX-512, 8 x 32 floats ran a 512 x 256 x 512 A^T B at 110 GFLOP/s, 8 x 16 at 82)."""
+    t = target.current()
+    return t.tile_vectors * t.lanes(dtype)
+
 #: square blocks of a transposing loop nest
 TRANSPOSE_BLOCK = 8
 #: interleaved partial results of a max/min over one axis
@@ -108,8 +117,6 @@ PARTIAL_SUMS = 4096
 JAM = 4
 #: a reduction is computed by rows only if its innermost output axis is at least this long
 ROW_MIN = 8
-#: float32 elements of the widest vector register (AVX-512)
-VEC = 16
 
 
 @dataclass(frozen=True)
@@ -502,7 +509,7 @@ class Lowerer:
         visits its points in the same order as the point-by-point loops.
 
         When an outer axis ``i`` takes no part in the reads along ``j`` nor in the
-        domain (``i`` of a matmul), ``ROW_BLOCK`` values of ``i`` share each such read:
+        domain (``i`` of a matmul), ``row_block()`` values of ``i`` share each such read:
         their accumulators are updated together (registers, not memory).
 
         A row read at ``x // s`` or ``(x - k) // s`` (a strided convolution's gradient)
@@ -522,8 +529,9 @@ class Lowerer:
         vars_ = [self.fresh("i", I64) for _ in outer]
         ri = _row_block_axis(t, red)
         n = const_value(j.hi)
-        tile = ROW_TILE_BLOCKED if ri is not None else ROW_TILE
-        # a row block's tile is at most ROW_TILE_BLOCKED wide (registers); a single row's
+        tile = row_tile_blocked(red.dtype) if ri is not None else ROW_TILE
+        lanes = target.current().lanes(red.dtype)
+        # a row block's tile is at most row_tile_blocked wide (registers); a single row's
         # tile may be up to twice ROW_TILE before it is cut (accumulators in memory)
         tiled = n is None or n > (tile if ri is not None else 2 * tile)
         width = tile if tiled else n
@@ -592,7 +600,7 @@ class Lowerer:
             full = False
             if fulltile.worth(red.body, red.op, j, rest):
                 tree, full = fulltile.widen(tree, jstart, jend, keep={jt.uid} if tiled else ())
-            if full and width % VEC == 0:
+            if full and width % lanes == 0:
                 phase, phases = None, 1
             size = width * len(rows)
             out: List[Stmt] = [Local(acc, red.dtype, size * phases)]
@@ -642,7 +650,23 @@ class Lowerer:
                             finite[b] = self.fresh("fin", self._buffer_dtype(b))
                     ok = _conj_c([Op("eq", (finite[b], finite[b]), "bool") for b in sorted(needs)])
                     nest = [If(ok, Block(tuple(fast)), Block(tuple(nest)))]
-            out.extend(_mark_inner_simd(nest))
+            # the accumulators in vector registers where every term vectorizes
+            # (codegen.regtile): gcc keeps the array in memory, an FMA per load and store
+            regs = None
+            if red.op == "sum" and phases == 1 and not blend and size <= lanes * _tile_registers():
+                # a loop over one tile: isl put its value into the lane loops' bounds
+                one = {}
+                if tiled:
+                    ax = next(a for a in tile_axes or scope_axes if a.uid == jt.uid)
+                    lo_, hi_ = _closed_value(ax.lo), _closed_value(ax.hi)
+                    if lo_ is not None and hi_ == lo_ + 1:
+                        one[tv.name] = lo_
+                regs = regtile.registerize(nest, acc, size, red.dtype, lanes,
+                                           lambda dt: self.fresh("v", dt), one)
+            if regs is not None:
+                out.extend(regs[0] + regs[1] + regs[2])
+            else:
+                out.extend(_mark_inner_simd(nest))
             # the epilogue: one element per j of the tile (and row)
             for r in range(len(rows)):
                 jj = self.fresh("i", I64)
@@ -689,8 +713,8 @@ class Lowerer:
             if k != ri:
                 return [For(v, lo, hi, 1, Block(tuple(nest_from(k + 1, rows))),
                             parallel=parallel, work=work if parallel else None, note=ax.name)]
-            # ROW_BLOCK rows at a time, then the remaining rows one by one
-            R = ROW_BLOCK
+            # row_block() rows at a time, then the remaining rows one by one
+            R = row_block()
             row_vars = [self.fresh("i", I64) for _ in range(R)]
             decls = [Decl(rv, _add(v, Lit(r, I64))) for r, rv in enumerate(row_vars)]
             span = _fold("sub", hi, lo, I64)
@@ -1320,9 +1344,23 @@ def _jam_reduce(t: Compute) -> Optional[Reduce]:
     return red
 
 
+def _closed_value(e: Expr) -> Optional[int]:
+    """The value of an integer expression of constants alone (``53 // 32``), else None."""
+    if any(isinstance(x, (SizeVar, Axis, Read)) for x in walk(e)):
+        return None
+    return int(eval_int(e))
+
+
+def _tile_registers() -> int:
+    """Vector registers a tile's accumulators may take: all but the row operand's
+    vectors, a broadcast and one more (12 of AVX2's 16)."""
+    t = target.current()
+    return t.registers - t.tile_vectors - 2
+
+
 def _row_block_axis(t: Compute, red: Reduce, block: int = 0) -> Optional[int]:
     """The outer axis of ``t`` (position) whose rows are computed ``block`` (default
-    ``ROW_BLOCK``) at a time, or None: one absent from the domain and from every read along the row axis ``j``,
+    :func:`row_block`) at a time, or None: one absent from the domain and from every read along the row axis ``j``,
     present in some other read (else blocking shares nothing), long enough."""
     j = t.axes[-1].uid
 
@@ -1333,7 +1371,7 @@ def _row_block_axis(t: Compute, red: Reduce, block: int = 0) -> Optional[int]:
     for k in reversed(range(len(t.axes) - 1)):
         ax = t.axes[k]
         n = const_value(ax.hi)
-        if n is not None and n < 2 * (block or ROW_BLOCK):
+        if n is not None and n < 2 * (block or row_block()):
             continue
         if red.where is not None and uses(red.where, ax.uid):
             continue

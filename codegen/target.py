@@ -1,0 +1,151 @@
+"""The machine the generated C is built for: its vector width and register file.
+
+Kernels are compiled with ``-march=native``, so the CPU decides how wide a vector
+is and how many of them fit in registers, and the register tiles of a row sum
+(``lower.Lowerer.compute_rows``, ``codegen.regtile``) must be shaped for it: a
+tile of 8 rows x 32 floats kept its 16 accumulators in registers on AVX-512 (32
+registers of 16 floats) but needs 32 AVX2 registers of 8 floats, of which there
+are 16, and ran at a third of the speed there (spilled to the stack). AVX2 takes
+6 rows x 2 vectors instead (12 accumulators, 2 loads of the row operand, one
+broadcast: the shape BLAS kernels use on these CPUs).
+
+The target is read once per compiler and machine from the compiler's predefined
+macros under the build flags (``cc -march=native -dM -E``), and kept on disk next
+to the kernels, so a cached build in a new process does not run the compiler.
+Without a compiler (the numpy backend) lowering never runs; ``DEFAULT`` stands in.
+
+>>> t = Target(vector_bytes=32, registers=16, fma=True)
+>>> t.lanes("float32"), t.lanes("float64"), t.row_block, t.tile_vectors
+(8, 4, 6, 2)
+>>> Target(vector_bytes=64, registers=32, fma=True).row_block
+8
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the vector unit offers: bytes per vector register, how many registers,
+    whether a fused multiply-add instruction exists."""
+
+    vector_bytes: int
+    registers: int
+    fma: bool
+
+    #: vectors of a row tile per row (two loads of the row operand per broadcast)
+    tile_vectors: int = 2
+
+    def lanes(self, dtype: str) -> int:
+        """Elements of ``dtype`` in one vector register."""
+        return max(1, self.vector_bytes // np.dtype(dtype).itemsize)
+
+    @property
+    def row_block(self) -> int:
+        """Rows of a register tile: as many as keep ``rows x tile_vectors`` accumulators,
+        the row operand's vectors and a broadcast in registers, at most 8 (measured
+        best on AVX-512; 12 rows gain nothing and the row remainders grow)."""
+        spare = self.tile_vectors + 2  # the row operand's vectors, a broadcast, one more
+        return max(1, min(8, (self.registers - spare) // self.tile_vectors))
+
+    def describe(self) -> str:
+        """A line for cache keys and generated sources."""
+        return (f"{self.vector_bytes * 8}-bit vectors x {self.registers} registers"
+                f"{', fma' if self.fma else ''}")
+
+
+#: the target assumed where none can be asked (no compiler): AVX2-like
+DEFAULT = Target(vector_bytes=32, registers=16, fma=True)
+
+_current: Optional[Target] = None
+_override: Optional[Target] = None
+
+
+def from_macros(text: str) -> Target:
+    """The target named by a compiler's predefined macros (``cc -dM -E`` output).
+
+    >>> from_macros("#define __AVX512F__ 1\\n#define __AVX2__ 1\\n#define __FMA__ 1\\n")
+    Target(vector_bytes=64, registers=32, fma=True, tile_vectors=2)
+    >>> from_macros("#define __aarch64__ 1\\n#define __ARM_FEATURE_FMA 1\\n").registers
+    32
+    >>> from_macros("#define __SSE2__ 1\\n")
+    Target(vector_bytes=16, registers=16, fma=False, tile_vectors=2)
+    """
+    macros = {line.split()[1] for line in text.splitlines()
+              if line.startswith("#define ") and len(line.split()) >= 2}
+    fma = bool({"__FMA__", "__ARM_FEATURE_FMA"} & macros)
+    if "__AVX512F__" in macros:
+        return Target(64, 32, True)
+    if "__AVX__" in macros:
+        return Target(32, 16, fma)
+    if "__aarch64__" in macros:
+        return Target(16, 32, fma)
+    return Target(16, 16, fma)
+
+
+def current() -> Target:
+    """The target of this process's compiler (asked once, answers kept on disk), or the
+    one :func:`use` put in force.
+
+    >>> current().vector_bytes in (16, 32, 64)
+    True
+    """
+    global _current
+    if _override is not None:
+        return _override
+    if _current is None:
+        _current = _detect()
+    return _current
+
+
+@contextlib.contextmanager
+def use(target: Target) -> Iterator[Target]:
+    """Lower for ``target`` inside the block (tests: the AVX-512 tile shapes on any
+    machine; the C stays portable, see ``cemit``'s vector helpers).
+
+    >>> with use(Target(64, 32, True)):
+    ...     current().row_block
+    8
+    """
+    global _override
+    saved, _override = _override, target
+    try:
+        yield target
+    finally:
+        _override = saved
+
+
+def _detect() -> Target:
+    from . import compiler
+    try:
+        comp = compiler.find_compiler()
+    except compiler.CompilerNotFoundError:
+        return DEFAULT
+    stamp = f"{comp.identity}\n{' '.join(comp.flags())}\n{compiler._machine()}"
+    marker = os.path.join(compiler.cache_dir(),
+                          f"target-{compiler._digest(stamp, compiler.CACHE_FORMAT)[:24]}.txt")
+    try:
+        with open(marker, encoding="utf-8") as f:
+            return from_macros(f.read())
+    except OSError:
+        pass
+    import subprocess
+    flags = [f for f in comp.flags() if f not in ("-shared", "-fPIC")]
+    try:
+        run = subprocess.run(list(comp.argv) + flags + ["-dM", "-E", "-x", "c", os.devnull],
+                             capture_output=True, text=True, timeout=60)
+    except OSError:
+        return DEFAULT
+    if run.returncode != 0:
+        return DEFAULT
+    try:
+        compiler._write_atomic(marker, run.stdout)
+    except OSError:
+        pass  # an unwritable cache only costs asking again
+    return from_macros(run.stdout)

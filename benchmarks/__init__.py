@@ -28,12 +28,12 @@ THREADS = 2
 
 
 #: How idle worker threads wait (set unless the environment already says): see pin_threads.
-IDLE_THREADS = {"OMP_WAIT_POLICY": "PASSIVE"}
+IDLE_THREADS = {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "24"}
 
 
 def pin_threads(env=None) -> dict:
     """Set every thread-count knob to :data:`THREADS` in ``env`` (default ``os.environ``),
-    and make idle OpenMP threads sleep instead of spinning (:data:`IDLE_THREADS`).
+    and make idle OpenMP and OpenBLAS threads sleep soon instead of spinning (:data:`IDLE_THREADS`).
 
     Must run before numpy, torch or jax are imported: their thread pools read
     these variables once. ``torch.set_num_threads`` is called where torch is used.
@@ -43,14 +43,22 @@ def pin_threads(env=None) -> dict:
     (or the other runtime) runs. Measured on this project's 2-core machine, calls
     then stalled by 4-16 ms (scheduler ticks), 10-100x their time, even with one
     system alone; with passive waiting most of those stalls were gone. Small
-    kernels pay some wake-up latency instead. OpenBLAS (numpy) keeps its default:
-    its idle threads yield the CPU, and shorter OPENBLAS_THREAD_TIMEOUTs made two
-    successive matmuls wait ~8 ms for a sleeping thread. A value already in the
-    environment is kept, so a run can choose.
+    kernels pay some wake-up latency instead. OpenBLAS (numpy) spins its idle
+    threads, yielding, before they sleep: by default for 2^28 cycles, and measured
+    here its worker held half a core through the whole next sample of whichever
+    system followed numpy (tensorexpr's 256x512x256 matmul 0.52 -> 0.88 ms, numpy's
+    own calls unchanged). OPENBLAS_THREAD_TIMEOUT=24 (2^24 cycles, a few ms) ends
+    that within the first calls of the next sample and keeps numpy's pool awake
+    through its own back-to-back calls (matmul 0.38 ms, its two-matmul VJP 0.77 ms,
+    as with the default); much shorter timeouts made two successive matmuls wait
+    ~8 ms for a sleeping thread. A value already in the environment is kept, so a
+    run can choose.
 
     >>> env = pin_threads({"OMP_WAIT_POLICY": "ACTIVE"})
     >>> env["OMP_NUM_THREADS"], env["OMP_WAIT_POLICY"], pin_threads({})["OMP_WAIT_POLICY"]
     ('2', 'ACTIVE', 'PASSIVE')
+    >>> env["OPENBLAS_THREAD_TIMEOUT"]
+    '24'
     """
     import os
     env = os.environ if env is None else env

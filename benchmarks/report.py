@@ -91,7 +91,7 @@ def notes(meta: dict) -> List[str]:
     peak = meta["peak"]
     idle = ", ".join(f"{k}={v}" for k, v in meta["idle_threads"].items())
     out = [
-        f"threads: {meta['threads']} for every system, idle OpenMP threads sleep ({idle}); "
+        f"threads: {meta['threads']} for every system, idle OpenMP and OpenBLAS threads soon sleep ({idle}); "
         f"{'quick (reduced) sizes' if meta['quick'] else 'full sizes'}; "
         f"tensorexpr backend: {meta['te_backend']} ({meta['te_cache']})",
         f"fwd_ms: {meta['fwd_includes']}",

@@ -58,12 +58,18 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, SizeVar, Te
                            INDEX_DTYPE, same, walk)
 from tensorexpr.transform import const_value, substitute
 
+from . import target
 from .loopast import Block, Comment, Decl, For, If, Lit, Op, Stmt, Var, flat, total_work
 
 I64 = INDEX_DTYPE
 
-#: a slab has a multiple of this many rows (the row blocking of ``lower.ROW_BLOCK``)
-SLAB_ALIGN = 8
+
+def slab_align() -> int:
+    """A slab has a multiple of this many rows: the register tile's rows on this target
+    (``lower.row_block``; slabs of 8 rows on AVX2's 6-row tiles ran every slab's
+    products as a block of 6 rows and a latency-bound one of 2)."""
+    return target.current().row_block
+
 #: aim for about this many slabs, so every thread gets several
 SLABS = 32
 
@@ -148,15 +154,20 @@ def _reads(e: Expr, inlined: Dict[int, Compute], depth: int = 0) -> List[Read]:
 def slab_rows(extent: Expr) -> int:
     """Rows per slab for a first axis of ``extent`` points.
 
-    >>> slab_rows(Const(256, "int64")), slab_rows(Const(8, "int64"))
+    >>> with target.use(target.Target(64, 32, True)):   # tiles of 8 rows
+    ...     slab_rows(Const(256, "int64")), slab_rows(Const(8, "int64"))
     (8, 1)
+    >>> with target.use(target.Target(32, 16, True)):   # tiles of 6 rows: whole tiles
+    ...     slab_rows(Const(256, "int64"))
+    12
     """
     n = const_value(extent)
+    align = slab_align()
     if n is None:
-        return SLAB_ALIGN
+        return align
     rows = -(-n // SLABS)
-    if rows >= SLAB_ALIGN:
-        rows = -(-rows // SLAB_ALIGN) * SLAB_ALIGN
+    if rows >= align:
+        rows = -(-rows // align) * align
     return max(rows, 1)
 
 
@@ -255,12 +266,16 @@ def plane_blocks(n0: Expr, n1: Expr, plane: Expr):
     into ``blocks`` of ``per_block`` points (the last maybe fewer), each under
     SLAB_BYTES, balanced, and at least enough of them for SLABS slabs in all with the
     ``n0`` rows of the first axis (at most one per point); with constant sizes, a
-    multiple of SLAB_ALIGN points when more (Python ints), else expressions.
+    multiple of slab_align() points when more (Python ints), else expressions.
 
     >>> plane_blocks(Const(8, "int64"), Const(32, "int64"), Const(45056, "int64"))
     (7, 5)
-    >>> plane_blocks(Const(2, "int64"), Const(1000, "int64"), Const(1024, "int64"))
+    >>> with target.use(target.Target(64, 32, True)):   # 8-row tiles: 56 = 7 x 8
+    ...     plane_blocks(Const(2, "int64"), Const(1000, "int64"), Const(1024, "int64"))
     (18, 56)
+    >>> with target.use(target.Target(32, 16, True)):   # 6-row tiles: 60 = 10 x 6
+    ...     plane_blocks(Const(2, "int64"), Const(1000, "int64"), Const(1024, "int64"))
+    (17, 60)
     >>> plane_blocks(Const(1, "int64"), Const(4, "int64"), Const(64, "int64"))
     (4, 1)
     """
@@ -269,8 +284,9 @@ def plane_blocks(n0: Expr, n1: Expr, plane: Expr):
         fit = min(max(SLAB_BYTES // max(cp, 1), 1), max(c1, 1))
         blocks = max(-(-c1 // fit), min(-(-SLABS // max(c0, 1)), c1), 1)
         per = -(-c1 // blocks)
-        if per > SLAB_ALIGN:  # whole row blocks (lower.ROW_BLOCK) where they fit
-            per = max(per // SLAB_ALIGN * SLAB_ALIGN, 1)
+        align = slab_align()
+        if per > align:  # whole row blocks (lower.row_block) where they fit
+            per = max(per // align * align, 1)
         return -(-c1 // per), per
 
     def cdiv(a: Expr, b: Expr) -> Expr:

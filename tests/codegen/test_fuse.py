@@ -114,8 +114,8 @@ def test_first_axes_of_different_extent_do_not_fuse():
 
 def test_slab_rows():
     assert fuse.slab_rows(te.const(1, "int64")) == 1
-    assert fuse.slab_rows(te.const(4096, "int64")) % fuse.SLAB_ALIGN == 0
-    assert fuse.slab_rows(te.var("n")) == fuse.SLAB_ALIGN
+    assert fuse.slab_rows(te.const(4096, "int64")) % fuse.slab_align() == 0
+    assert fuse.slab_rows(te.var("n")) == fuse.slab_align()
 
 
 # {{{ slabs of planes (two axes)

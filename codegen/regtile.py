@@ -41,7 +41,8 @@ for (int64_t k = 0; k < 4; k += 1) {
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, List, Optional, Tuple
+from types import MappingProxyType
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from .loopast import (Accumulate, Block, CExpr, Decl, Fence, For, If, Lit, Load, Op, Stmt, Store,
                       Var, flat, vector_dtype)
@@ -84,7 +85,7 @@ class _Tile:
     elem: str
     lanes: int
     regs: List[Var]
-    known: Dict[str, int]
+    known: Mapping[str, int]
 
 
 def _stmt(s: Stmt, tile: _Tile) -> Stmt:
@@ -174,7 +175,8 @@ def _vector(e: CExpr, j: str, first: CExpr, elem: str, vdt: str) -> CExpr:
 # {{{ affine forms of index expressions
 
 
-def _linear(e: CExpr, j: str, known: Dict[str, int] = {}) -> Optional[Dict[object, int]]:
+def _linear(e: CExpr, j: str, known: Mapping[str, int] = MappingProxyType({})
+            ) -> Optional[Dict[object, int]]:
     """``e`` as ``{term: coefficient}`` (``1`` for the constant, a variable's name, or a
     sub-expression not involving ``j`` taken whole), None if ``j`` enters it otherwise
     than linearly. Variables in ``known`` count as their values."""
@@ -216,7 +218,7 @@ def _scale(a: Dict[object, int], c: int) -> Dict[object, int]:
     return {k: v * c for k, v in a.items() if v * c != 0}
 
 
-def _difference(hi: CExpr, lo: CExpr, known: Dict[str, int]) -> Optional[int]:
+def _difference(hi: CExpr, lo: CExpr, known: Mapping[str, int]) -> Optional[int]:
     """``hi - lo`` when it is a constant."""
     lh, ll = _linear(hi, "", known), _linear(lo, "", known)
     if lh is None or ll is None:

@@ -38,8 +38,8 @@ from typing import Dict, List, Optional, Tuple
 from tensorexpr.ir import Axis, Binary, Const, Expr, Read, Reduce, Select, Unary, walk
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
-from .loopast import (Accumulate, Assign, Block, CExpr, Decl, For, If, Lit, Load, Local, Op,
-                      Stmt, Store, Var, loads)
+from .loopast import (Accumulate, Assign, Block, CExpr, Decl, For, If, Lit, Load, Local, Op, Stmt,
+                      Store, Var, loads, variables)
 
 #: marks the iterator of a full-tile loop (its note in the generated code)
 MARK = " (full tile)"
@@ -186,7 +186,7 @@ def hoist(stmts: List[Stmt], fresh, staged: Optional[set] = None) -> List[Stmt]:
 
                 def lift(x: CExpr) -> CExpr:
                     match x:
-                        case Load(buf, off, dt) if not (_vars(off) & inner) and buf not in written:
+                        case Load(buf, off, dt) if not (variables(off) & inner) and buf not in written:
                             if x not in table:
                                 table[x] = fresh(dt)
                                 decls.append(Decl(table[x], x))
@@ -219,7 +219,7 @@ def _lift_decls(loop: For) -> Tuple[For, List[Stmt]]:
         items = []
         for x in b.stmts:
             if (isinstance(x, Decl) and x.init is not None and x.var.dtype == "int64"
-                    and not loads(x.init) and not (_vars(x.init) & (inner - moved))):
+                    and not loads(x.init) and not (variables(x.init) & (inner - moved))):
                 lifted.append(x)
                 moved.add(x.var.name)
             elif isinstance(x, Block):
@@ -359,13 +359,3 @@ def _defined(s) -> set:
             return {var.name}
     return set()
 
-
-def _vars(x: CExpr) -> set:
-    match x:
-        case Var(name, _):
-            return {name}
-        case Op(_, args, _):
-            return set().union(*(_vars(a) for a in args)) if args else set()
-        case Load(_, off, _):
-            return _vars(off)
-    return set()

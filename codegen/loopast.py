@@ -257,6 +257,23 @@ def loads(x: CExpr) -> bool:
     return False
 
 
+def variables(x: CExpr) -> set:
+    """Names of the variables the expression ``x`` reads (load offsets included).
+
+    >>> sorted(variables(Load("b", Op("add", (Var("i", "int64"), Var("k", "int64")), "int64"),
+    ...                       "float32")))
+    ['i', 'k']
+    """
+    match x:
+        case Var(name, _):
+            return {name}
+        case Op(_, args, _):
+            return set().union(*(variables(a) for a in args)) if args else set()
+        case Load(_, off, _):
+            return variables(off)
+    return set()
+
+
 def flat(stmts) -> List[Stmt]:
     """``stmts`` with nested :class:`Block` s opened (loops and ifs are kept whole).
 

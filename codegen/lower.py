@@ -653,7 +653,8 @@ class Lowerer:
             # the accumulators in vector registers where every term vectorizes
             # (codegen.regtile): gcc keeps the array in memory, an FMA per load and store
             regs = None
-            if red.op == "sum" and phases == 1 and not blend and size <= lanes * _tile_registers():
+            if (red.op == "sum" and phases == 1 and not blend
+                    and size <= lanes * target.current().accumulators):
                 # a loop over one tile: isl put its value into the lane loops' bounds
                 one = {}
                 if tiled:
@@ -713,7 +714,7 @@ class Lowerer:
             if k != ri:
                 return [For(v, lo, hi, 1, Block(tuple(nest_from(k + 1, rows))),
                             parallel=parallel, work=work if parallel else None, note=ax.name)]
-            # row_block() rows at a time, then the remaining rows one by one
+            # row_block() rows at a time, then the remaining rows (one block of them)
             R = row_block()
             row_vars = [self.fresh("i", I64) for _ in range(R)]
             decls = [Decl(rv, _add(v, Lit(r, I64))) for r, rv in enumerate(row_vars)]
@@ -1349,13 +1350,6 @@ def _closed_value(e: Expr) -> Optional[int]:
     if any(isinstance(x, (SizeVar, Axis, Read)) for x in walk(e)):
         return None
     return int(eval_int(e))
-
-
-def _tile_registers() -> int:
-    """Vector registers a tile's accumulators may take: all but the row operand's
-    vectors, a broadcast and one more (12 of AVX2's 16)."""
-    t = target.current()
-    return t.registers - t.tile_vectors - 2
 
 
 def _row_block_axis(t: Compute, red: Reduce, block: int = 0) -> Optional[int]:

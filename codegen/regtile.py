@@ -45,7 +45,7 @@ from types import MappingProxyType
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from .loopast import (Accumulate, Block, CExpr, Decl, Fence, For, If, Lit, Load, Op, Stmt, Store,
-                      Var, flat, vector_dtype)
+                      Var, flat, variables, vector_dtype)
 
 I64 = "int64"
 #: lane-by-lane operations a vector does as the scalar code would
@@ -138,7 +138,7 @@ def _lane_loop(loop: For, tile: _Tile) -> Block:
                 if start or c % lanes or c < 0 or c + trip > size:
                     raise _Declined
                 terms.append((c, value))
-            case Decl(_, init) if init is not None and not _mentions(init, j) \
+            case Decl(_, init) if init is not None and j not in variables(init) \
                     and not _reads(init, acc):
                 out.append(s)  # the same for every lane: computed once
             case _:
@@ -157,7 +157,7 @@ def _lane_loop(loop: For, tile: _Tile) -> Block:
 
 def _vector(e: CExpr, j: str, first: CExpr, elem: str, vdt: str) -> CExpr:
     """``e`` for the lanes ``j = first, first + 1, ...`` as one vector of type ``vdt``."""
-    if not _mentions(e, j):
+    if j not in variables(e):
         if e.dtype != elem:
             raise _Declined
         return Op("splat", (e,), vdt)
@@ -204,7 +204,7 @@ def _linear(e: CExpr, j: str, known: Mapping[str, int] = MappingProxyType({})
                 return _scale(lb, la.get(1, 0))
             if set(lb) <= {1}:
                 return _scale(la, lb.get(1, 0))
-    return None if _mentions(e, j) else {e: 1}
+    return None if j in variables(e) else {e: 1}
 
 
 def _plus(a: Dict[object, int], b: Dict[object, int]) -> Dict[object, int]:
@@ -230,17 +230,6 @@ def _difference(hi: CExpr, lo: CExpr, known: Mapping[str, int]) -> Optional[int]
 # }}}
 
 # {{{ walking expressions
-
-
-def _mentions(e: CExpr, name: str) -> bool:
-    match e:
-        case Var(n, _):
-            return n == name
-        case Op(_, args, _):
-            return any(_mentions(a, name) for a in args)
-        case Load(_, off, _):
-            return _mentions(off, name)
-    return False
 
 
 def _reads(e: CExpr, buf: str) -> bool:

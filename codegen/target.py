@@ -47,12 +47,17 @@ class Target:
         return max(1, self.vector_bytes // np.dtype(dtype).itemsize)
 
     @property
+    def accumulators(self) -> int:
+        """Vector registers a tile's accumulators may take: all but the row operand's
+        ``tile_vectors``, a broadcast and one more (12 of AVX2's 16)."""
+        return self.registers - self.tile_vectors - 2
+
+    @property
     def row_block(self) -> int:
-        """Rows of a register tile: as many as keep ``rows x tile_vectors`` accumulators,
-        the row operand's vectors and a broadcast in registers, at most 8 (measured
-        best on AVX-512; 12 rows gain nothing and the row remainders grow)."""
-        spare = self.tile_vectors + 2  # the row operand's vectors, a broadcast, one more
-        return max(1, min(8, (self.registers - spare) // self.tile_vectors))
+        """Rows of a register tile: as many as keep ``rows x tile_vectors`` accumulators
+        in :attr:`accumulators`, at most 8 (measured best on AVX-512; 12 rows gain
+        nothing and the row remainders grow)."""
+        return max(1, min(8, self.accumulators // self.tile_vectors))
 
     def describe(self) -> str:
         """A line for cache keys and generated sources."""

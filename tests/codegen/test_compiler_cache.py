@@ -144,3 +144,14 @@ def test_unwritable_cache_dir_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("TENSOREXPR_CACHE_DIR", str(blocker / "kernels"))
     with pytest.raises(compiler.CacheDirError, match="TENSOREXPR_CACHE_DIR"):
         compiler.compile_shared("int te_kernel(void) { return 1; }\n")
+
+
+def test_gcc_only_flags_go_to_gcc_alone():
+    # clang warns on GCC's optimization flags it does not know; only GCC gets them
+    gcc = compiler.Compiler(("cc",), "/usr/bin/gcc-12\ncc (Debian 12.2.0) 12.2.0\n"
+                            "Copyright (C) 2022 Free Software Foundation, Inc.", False)
+    clang = compiler.Compiler(("cc",), "/usr/bin/clang-16\nDebian clang version 16.0.6",
+                              False)
+    assert set(compiler.GCC_FLAGS) <= set(gcc.flags())
+    assert not set(compiler.GCC_FLAGS) & set(clang.flags())
+    assert compiler.OPENMP_FLAG not in gcc.flags()

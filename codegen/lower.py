@@ -75,7 +75,8 @@ from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder
 from tensorexpr.transform import const_value, eval_int, flat_index, free_axes
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
-from . import fulltile, fuse, layout, padcopy, reference, regtile, residue, rowtiles, target, taps
+from . import (fulltile, fuse, layout, padcopy, peel, reference, regtile, residue, rowtiles, target,
+               taps)
 from .loopast import (Accumulate, Assign, Block, Buffer, CExpr, Comment, Decl, Fail, For, If,
                       Kernel, Lit, Load, Local, Op, Stmt, Store, Var, loads)
 
@@ -305,6 +306,10 @@ class Lowerer:
             if hoist and _transposed_axis(t) is None and _split_factor(t) is None:
                 return self.compute_gather_rows(t, hoist)
         axes = list(t.axes)
+        if t.carry is None and axes and _transposed_axis(t) is None and _split_factor(t) is None:
+            cut = peel.pieces(t.body, axes[-1])
+            if cut is not None:
+                return self.compute_pieces(t, cut)
         carry = t.carry.axis if t.carry is not None else None
         order = ([carry] if carry is not None else []) + [k for k in range(len(axes)) if k != carry]
         vars_ = {k: self.fresh("i", I64) for k in range(len(axes))}
@@ -350,6 +355,37 @@ class Lowerer:
                               note=ax.name + (" (sequential)" if k == carry else ""),
                               simd=simd and k == order[-1]),))
         return list(body.stmts)
+
+    def compute_pieces(self, t: Compute, cut: List[Tuple[int, int, Expr]]) -> List[Stmt]:
+        """``t`` (no recurrence) with its innermost loop cut into ``cut``'s pieces
+        (``codegen.peel``): one loop per piece, over that piece's body. The outermost
+        axis is threaded; for a 1-d tensor that is the longest piece's loop."""
+        axes = list(t.axes)
+        j = axes[-1]
+        outer = [self.fresh("i", I64) for _ in axes[:-1]]
+        work = self.work(t, axes)
+        longest = max(range(len(cut)), key=lambda k: cut[k][1] - cut[k][0])
+        loops: List[Stmt] = []
+        for k, (lo, hi, body) in enumerate(cut):
+            jv = self.fresh("i", I64)
+            scope = _Scope({ax.uid: v for ax, v in zip(axes, outer + [jv])}, tuple(axes),
+                           (j >= lo, j < hi), {})
+            stmts: List[Stmt] = []
+            value = self.expr(body, scope, stmts)
+            stmts.append(Store(self.buf[t.uid].name, self.offset(t.uid, outer + [jv]),
+                               _cast(value, t.dtype)))
+            block = Block(tuple(stmts))
+            parallel = not outer and k == longest and work is not False
+            loops.append(For(jv, Lit(lo, I64), Lit(hi, I64), 1, block, simd=_simd_safe(block),
+                             parallel=parallel, work=work if parallel else None,
+                             note=f"{j.name} in [{lo}, {hi})"))
+        nest: List[Stmt] = loops
+        for k in reversed(range(len(outer))):
+            ax = axes[k]
+            parallel = k == 0 and work is not False
+            nest = [For(outer[k], self.size_expr(ax.lo), self.size_expr(ax.hi), 1, Block(tuple(nest)),
+                        parallel=parallel, work=work if parallel else None, note=ax.name)]
+        return nest
 
     def compute_gather_rows(self, t: Compute, hoist: List[Tuple[Read, int]]) -> List[Stmt]:
         """``t`` (no recurrence) whose data-dependent indices ``hoist`` (``idx[i]`` of

@@ -1,0 +1,118 @@
+"""Index-set splitting: a loop cut where the tests on its index change value.
+
+A clamped stencil reads ``X[max(i - 1, 0)]``; its gradient, gathered by isl, adds
+``select(i >= 1, H[i - 1], 0) + select(i == 0, H[0], 0) + ...``. Evaluated as
+written, every point of the loop over ``i`` runs the tests, and the reads under
+them cannot be plain vector loads (a lane may not read past the array): the loop
+runs scalar, at a fraction of memory bandwidth. Yet the tests only change value
+near the ends: ``[0, n)`` splits into ``[0, 1)``, ``[1, n - 1)`` and ``[n - 1, n)``,
+in each of which every test on ``i`` is a constant, and the long middle piece is
+straight-line code over contiguous reads.
+
+:func:`pieces` finds the tests: comparisons and integer ``max``/``min`` whose two
+sides differ by an affine function of one axis alone (isl checks it on the
+axis's box). Such a test changes value at most once (``==`` and ``!=`` at one
+point), next to the root of that function, so cutting the range around each
+root leaves pieces where every test is constant. Each piece's body has its tests
+replaced by their values there and is simplified. Only the branch a ``select``
+takes at a point is kept, which is exactly what the IR evaluates there: the
+pieces compute the same values as the whole loop.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from math import floor
+from typing import Dict, List, Optional, Tuple
+
+from passes.simplify import simplify
+from tensorexpr import polyhedral
+from tensorexpr.ir import (BINARY_CMP, Axis, Binary, Const, Expr, Read, SizeVar, is_float,
+                           walk)
+from tensorexpr.transform import const_value, eval_int, replace_subexpr, substitute
+
+#: at most this many pieces per loop (each is one more loop in the generated code)
+MAX_PIECES = 5
+
+
+def _tests(body: Expr, j: Axis) -> List[Tuple[Binary, int, int]]:
+    """The tests of ``body`` on ``j`` alone: ``(node, c0, c1)`` with the difference of
+    the node's two sides ``c0 + c1 * j`` (``c1 != 0``)."""
+    out, seen = [], set()
+    for x in walk(body):
+        if not (isinstance(x, Binary) and (x.op in BINARY_CMP or x.op in ("max", "min"))):
+            continue
+        if is_float(x.a.dtype) or is_float(x.b.dtype) or x in seen:
+            continue
+        inside = list(walk(x))
+        if any(isinstance(y, (Read, SizeVar)) for y in inside):
+            continue
+        axes = {y.uid for y in inside if isinstance(y, Axis)}
+        if axes != {j.uid}:
+            continue
+        form = polyhedral.affine_form(x.a - x.b, [j])
+        if form is None or form[1][0] == 0:
+            continue
+        seen.add(x)
+        out.append((x, form[0], form[1][0]))
+    return out
+
+
+def _value(test: Binary, at: int, j: Axis) -> Expr:
+    """``test`` at ``j = at``: a boolean constant, or the side a max/min picks."""
+    if test.op in BINARY_CMP:
+        return Const(bool(eval_int(substitute(test, {j: Const(at, j.dtype)}))), "bool")
+    a, b = (eval_int(substitute(s, {j: Const(at, j.dtype)})) for s in (test.a, test.b))
+    # a tie takes the first side (the moving one, as users write max(i - 1, 0)): the
+    # middle piece then reaches the clamp's last point
+    return test.a if a == b or (a > b) == (test.op == "max") else test.b
+
+
+def pieces(body: Expr, j: Axis) -> Optional[List[Tuple[int, int, Expr]]]:
+    """``[(lo, hi, body_there), ...]`` covering ``j``'s range in order, each with the
+    tests of ``body`` on ``j`` alone replaced by their values; None when ``body``
+    has no such test, ``j``'s bounds are not constants, or it would take more than
+    ``MAX_PIECES`` pieces.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((10,), name="X")
+    >>> Y = te.compute((10,), lambda i: X[te.maximum(i - 1, 0)] + X[i], name="Y")
+    >>> [(lo, hi, str(b)) for lo, hi, b in pieces(Y.body, Y.axes[0])]
+    [(0, 1, '(X[0] + X[i])'), (1, 10, '(X[i - 1] + X[i])')]
+    """
+    lo, hi = const_value(j.lo), const_value(j.hi)
+    if lo is None or hi is None or hi - lo < 2:
+        return None
+    tests = _tests(body, j)
+    if not tests:
+        return None
+    cuts = {lo, hi}
+    for _, c0, c1 in tests:
+        # the side of 0 the difference c0 + c1*j is on changes only next to its root
+        r = floor(Fraction(-c0, c1))
+        cuts.update(p for p in (r, r + 1, r + 2) if lo < p < hi)
+    bounds = sorted(cuts)
+    spans: List[Tuple[int, int, tuple]] = []
+    for a, b in zip(bounds, bounds[1:]):
+        first = tuple(_value(t, a, j) for t, _, _ in tests)
+        last = tuple(_value(t, b - 1, j) for t, _, _ in tests)
+        if any(x is not y and not (isinstance(x, Const) and isinstance(y, Const)
+                                   and x.value == y.value) for x, y in zip(first, last)):
+            return None  # not constant on the span: the tests were not what they seemed
+        if spans and _same_values(spans[-1][2], first):
+            spans[-1] = (spans[-1][0], b, first)
+        else:
+            spans.append((a, b, first))
+    if len(spans) > MAX_PIECES:
+        return None
+    out = []
+    for a, b, values in spans:
+        e = body
+        for (t, _, _), v in zip(tests, values):
+            e = replace_subexpr(e, t, v)
+        out.append((a, b, simplify(e)))
+    return out
+
+
+def _same_values(xs: tuple, ys: tuple) -> bool:
+    return all(x is y or (isinstance(x, Const) and isinstance(y, Const) and x.value == y.value)
+               for x, y in zip(xs, ys))

@@ -51,7 +51,7 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Placeholder, Read, Sele
                            INDEX_DTYPE, fresh_uid, is_float, same, tensor_inputs, walk)
 from tensorexpr.transform import const_value, map_reads
 
-from . import fuse
+from . import fuse, target
 
 I64 = INDEX_DTYPE
 
@@ -95,8 +95,6 @@ def moved_read(r: Read, p: int, copy: Tensor) -> Read:
     return Read(copy, idx, r.dtype)
 
 
-#: elements of the widest vector register, per element size (AVX-512: 64 bytes)
-VECTOR_BYTES = 64
 #: uids of the zero-padded copies made here, with their padded width
 _PADDED: Dict[int, int] = {}
 
@@ -127,14 +125,30 @@ def padded(x: Tensor, n: int, width: int) -> Compute:
     return out
 
 
+def pad_width(n: int, dtype: str) -> Optional[int]:
+    """The width a row of ``n`` elements narrower than a register tile and not a whole
+    number of vectors is padded to (whole vectors of the target), else None.
+
+    >>> from codegen.target import Target, use
+    >>> with use(Target(32, 16, True)):   # AVX2: 8 floats a vector, tiles of 16
+    ...     pad_width(10, "float32"), pad_width(5, "float32"), pad_width(16, "float32")
+    (16, 8, None)
+    """
+    t = target.current()
+    lanes = t.lanes(dtype)
+    if n % lanes == 0 or n >= lanes * t.tile_vectors:
+        return None
+    return -(-n // lanes) * lanes
+
+
 def _pads(t: Tensor) -> Optional[List[Read]]:
     """The reads of ``t``'s sum to read from zero-padded copies instead, or None.
 
-    A row sum (``lower._row_reduce``) whose row axis ``j`` is narrower than a vector
-    register (10 outputs of a perceptron's last layer: ``h W2``) runs its lanes loop
-    ``n`` wide; gcc splits it into a vector and a spilled remainder (a 256 x 512 x 10
-    product ran at 22 GFLOP/s). Read through copies padded with zeros to a whole vector,
-    every row block runs whole vectors (the lanes beyond ``n`` are computed, and never
+    A row sum (``lower._row_reduce``) whose row axis ``j`` is narrower than a register
+    tile and not whole vectors (10 outputs of a perceptron's last layer: ``h W2``) runs
+    its lanes loop ``n`` wide; gcc splits it into a vector and a spilled remainder (a
+    256 x 512 x 10 product ran at 22 GFLOP/s on AVX-512). Read through copies padded with
+    zeros to whole vectors (:func:`pad_width`), every row block runs whole vectors (the lanes beyond ``n`` are computed, and never
     stored: ``lower.compute_rows`` asks :func:`padded_width`; the other reads are at the
     points of the stored lanes). Only float sums without branches whose every read along
     ``j`` indexes the last dimension with ``j`` itself, over all of it, static sizes,
@@ -151,8 +165,7 @@ def _pads(t: Tensor) -> Optional[List[Read]]:
         return None
     j = t.axes[-1]
     n = const_value(j.hi)
-    width = VECTOR_BYTES // np.dtype(red.dtype).itemsize
-    if n is None or n >= width or n < 2 or const_value(j.lo) != 0:
+    if n is None or pad_width(n, red.dtype) is None or n < 2 or const_value(j.lo) != 0:
         return None
     body, where = _where_form(red)
     if where is not None or red.where is not None or _row_block_axis(t, red) is None:
@@ -360,7 +373,7 @@ def plan(computed: Sequence[Tensor], inline: set) -> List[Tensor]:
         if reads is None:
             continue
         n = const_value(t.axes[-1].hi)
-        width = VECTOR_BYTES // np.dtype(reads[0].dtype).itemsize
+        width = pad_width(n, reads[0].dtype)
         mine_p = {r.tensor.uid: pads.get(r.tensor.uid) or padded(r.tensor, n, width)
                   for r in reads}
         fresh = [c for u, c in mine_p.items() if u not in pads]

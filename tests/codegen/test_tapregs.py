@@ -9,10 +9,14 @@ import numpy as np
 import pytest
 
 import tensorexpr as te
-from codegen import tapregs
+from codegen import tapregs, target
+from codegen.target import Target
 
 from .test_conv import conv2d
 from .util import agree, rand
+
+#: vector widths the lanes follow (``codegen.target``); the C runs on any x86-64
+TARGETS = {"avx512": Target(64, 32, True), "avx2": Target(32, 16, True)}
 
 #: the note of the lanes loop that keeps the partial sums in registers
 FAST = "(lanes; registers across"
@@ -182,13 +186,22 @@ def test_arithmetic_around_the_sum():
 
 
 @pytest.mark.parametrize("hw,dil", [((9, 20), 1), ((8, 8), 1), ((12, 21), 2)])
-def test_ragged_rows_run_over_flat_positions(hw, dil):
-    # rows of 20, 8 or 17 columns: the lanes run over y * width + x, the last vector
-    # partly past the image (H read as 0 there, the copies padded)
+@pytest.mark.parametrize("tgt", ["avx512", "avx2"])
+def test_ragged_rows_run_over_flat_positions(hw, dil, tgt):
+    # rows of 20, 8 or 17 columns (not whole vectors of 16: the AVX-512 target): the lanes
+    # run over y * width + x, the last vector partly past the image (H read as 0 there,
+    # the copies padded). With AVX2's 8 lanes a row of 8 is a whole vector: rows then.
+    with target.use(TARGETS[tgt]):
+        _ragged_rows(hw, dil, TARGETS[tgt].lanes("float32"))
+
+
+def _ragged_rows(hw, dil, lanes):
     X, W, H, dW = weight_gradient((2, 3) + hw, (4, 3, 3, 3), pad=1 if dil == 1 else 0, dil=dil)
+    flat = H.shape[-1] % lanes != 0
     x, h = rand(X.shape), rand(H.shape, seed=2)
     fc, _ = agree([dW], [X, W, H], x, rand(W.shape, seed=1), h, rtol=1e-4)
-    assert "registers across the flat positions" in fc.source
+    assert ("registers across the flat positions" in fc.source) == flat
+    assert FAST in fc.source
     x[1, 2, -1, -1] = np.inf  # the last element: next to the lanes past the image
     h[0, 0, 0, 0] = np.nan
     agree([dW], [X, W, H], x, rand(W.shape, seed=1), h, rtol=1e-4)
@@ -196,7 +209,11 @@ def test_ragged_rows_run_over_flat_positions(hw, dil):
 
 def test_rows_shorter_than_the_lanes_check():
     # a 7 x 7 image: rows too short for codegen.taps' own loops, flat positions here
-    X, W, H, dW = weight_gradient((2, 3, 7, 7), (4, 3, 3, 3), pad=1)
-    fc, _ = agree([dW], [X, W, H], rand(X.shape), rand(W.shape, seed=1),
-                  rand(H.shape, seed=2), rtol=1e-4)
-    assert "registers across the flat positions" in fc.source
+    # (AVX-512: 16 lanes; AVX2's 8 lanes hold a row and one lane past it)
+    for tgt, flat in (("avx512", True), ("avx2", False)):
+        with target.use(TARGETS[tgt]):
+            X, W, H, dW = weight_gradient((2, 3, 7, 7), (4, 3, 3, 3), pad=1)
+            fc, _ = agree([dW], [X, W, H], rand(X.shape), rand(W.shape, seed=1),
+                          rand(H.shape, seed=2), rtol=1e-4)
+        assert ("registers across the flat positions" in fc.source) == flat
+        assert FAST in fc.source

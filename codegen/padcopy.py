@@ -25,6 +25,12 @@ contiguous in ``dX`` and in the copy for every tap. A read past the end of a row
 which ``compute_rows`` runs with constant bounds and register-tiled accumulators,
 as it runs a forward convolution.
 
+A padded convolution reads left of column 0 and past the last one: its copy's
+rows must be wider than the output's, and the flat positions no longer line up.
+The sum then keeps its two axes and reads ``Hp[n, f, y + a, x + b]`` (a "valid"
+convolution over the copy, which ``compute_rows`` runs as it runs a forward one),
+keeping the tests on ``y`` alone (exact, they skip the taps of zero rows).
+
 The terms added outside the original domain are ``0 * w``: +0 or -0 when the
 weight ``w`` is finite, which changes no sum (a sum that starts at +0 is never
 -0); with an infinite or NaN weight they would add NaN. So the weights' buffer
@@ -37,8 +43,8 @@ tensor ``t`` (no recurrence), of ``R[..., y + A(k), x + B(k)] * w`` with ``w`` a
 read of a stored tensor that does not move with ``(y, x)``, constant extents of
 ``y``, ``x``, the reduction axes and ``R``'s last two dimensions, a domain whose
 tests on ``(y, x)`` say exactly that the read is inside ``R`` (isl checks both
-directions), and a copy that fits rows of ``S`` (``L + Wr <= S`` and no read
-beyond ``x + B <= S - 1``).
+directions), and a copy at most ``MAX_GROWTH`` times ``R``. Flat positions need
+rows of ``S`` to hold the copy (``L + Wr <= S`` and no read beyond ``x + B <= S - 1``).
 """
 from __future__ import annotations
 
@@ -50,12 +56,10 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Placeholder, Read
                            INDEX_DTYPE, fresh_uid, walk)
 from tensorexpr.transform import const_value, substitute
 
+from . import target
 from .loopast import Block, Buffer, If, Op, Stmt
 
 I64 = INDEX_DTYPE
-
-#: lanes of a tile of the flat output axis (the first that divides its extent)
-LANES = (32, 16)
 
 #: do not pad when the copy would be this many times larger than the tensor read
 MAX_GROWTH = 4
@@ -112,9 +116,13 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
     ...     H[n, f, y - 2 * ky, x - 2 * kx] * W[f, c, ky, kx], axis=[f, ky, kx],
     ...     where=(y - 2 * ky >= 0) & (y - 2 * ky < 12) & (x - 2 * kx >= 0)
     ...     & (x - 2 * kx < 12)), name="dX")
-    >>> p = plan(dX, dX.body)
+    >>> with target.use(target.Target(64, 32, True)):   # AVX-512: tiles of 32 positions
+    ...     p = plan(dX, dX.body)
     >>> p.fill.shape, p.sum.shape, (p.top, p.left)
     ((2, 4, 21, 16), (2, 3, 8, 32), (4, 4))
+    >>> with target.use(target.Target(32, 16, True)):   # AVX2: tiles of 16
+    ...     plan(dX, dX.body).sum.shape
+    (2, 3, 16, 16)
     """
     from .lower import _where_form
     if (t.carry is not None or t.self_ref is not None or len(t.axes) < 2 or t.body is not red
@@ -155,10 +163,12 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
         return None
     rs, cs = _span(ri, [y, x] + taps), _span(ci, [y, x] + taps)
     top, left = max(0, -rs[0]), max(0, -cs[0])
-    if left + Wr > S or cs[1] > S - 1:
-        return None
-    # one more row: a read past the end of the last row runs into it (zeros)
-    rows = max(top + Hr, top + rs[1] + 1) + 1
+    # flat positions need the copy's rows as long as the output's; else (a padded
+    # convolution reads left of column 0 and past the last) rows as wide as the reads
+    flat_rows = left + Wr <= S and cs[1] <= S - 1
+    S = S if flat_rows else max(left + Wr, left + cs[1] + 1)
+    # flat: one more row, where a read past the end of the last row runs into zeros
+    rows = max(top + Hr, top + rs[1] + 1) + (1 if flat_rows else 0)
     if rows * S > MAX_GROWTH * Hr * Wr:
         return None
     # the domain: the tests on (y, x) must say exactly "the read is inside R"
@@ -188,6 +198,15 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
     fill = Compute(name, R.tensor.dims[:-2] + (Const(rows, I64), Const(S, I64)), R.dtype,
                    fresh_uid(), t.origin, axes=la + (ra, ca),
                    body=Select(ok, src, Const(0.0, R.dtype), R.dtype))
+    if not flat_rows:
+        # a "valid" convolution over the copy, run as a forward convolution is; the
+        # tests on y alone stay (exact: they skip the taps of zero rows)
+        rows_only = [c for c in conds if _uses(c, {y.uid}) and not _uses(c, {x.uid})]
+        moved = Read(fill, tuple(lead) + (ri + top, ci + left), R.dtype)
+        new = Reduce("sum", _term(body, R, moved, w, red.dtype), red.axes,
+                     _conj(kept + rows_only), red.dtype)
+        total = Compute(t.name, t.dims, t.dtype, fresh_uid(), t.origin, axes=t.axes, body=new)
+        return Plan(t, fill, fill, total, w, top, left)
     flat = Compute(name, R.tensor.dims[:-2] + (Const(rows * S, I64),), R.dtype, fresh_uid(),
                    t.origin)
     # the sum over p = y*S + x (dX's own flat position in its last two dimensions), in
@@ -195,7 +214,10 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
     # some row of each tile (a tile spans few rows), which skips most taps that read
     # only padding rows (the copy has zeros there: dropping such tests is exact too)
     n = Hy * S
-    L = next((v for v in LANES if n % v == 0), None)
+    # a register tile of the target (32 floats on AVX-512, 16 on AVX2), else one vector
+    tgt = target.current()
+    lanes = tgt.lanes(R.dtype)
+    L = next((v for v in (lanes * tgt.tile_vectors, lanes) if n % v == 0), None)
     name_p = f"{y.name}*{S}+{x.name}"
     if L is None:
         pos = Axis(name_p, Const(0, I64), Const(n, I64), fresh_uid())
@@ -211,12 +233,16 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
     zero = {y: Const(0, I64), x: Const(0, I64)}
     off = (substitute(ri, zero) + top) * S + substitute(ci, zero) + left
     moved = Read(flat, tuple(lead) + (pos + off,), R.dtype)
-    term = Binary("mul", moved, w, red.dtype) if body.a is R else Binary("mul", w, moved,
-                                                                            red.dtype)
-    new = Reduce("sum", term, red.axes, _conj(kept + relaxed), red.dtype)
+    new = Reduce("sum", _term(body, R, moved, w, red.dtype), red.axes, _conj(kept + relaxed),
+                 red.dtype)
     total = Compute(t.name, t.dims[:-2] + tuple(a.hi for a in out_axes), t.dtype, fresh_uid(),
                     t.origin, axes=t.axes[:-2] + out_axes, body=new)
     return Plan(t, fill, flat, total, w, top, left)
+
+
+def _term(body: Binary, R: Read, moved: Read, w: Read, dtype: str) -> Binary:
+    """``body`` (``R * w`` or ``w * R``) with ``moved`` read instead of ``R``, same order."""
+    return Binary("mul", moved, w, dtype) if body.a is R else Binary("mul", w, moved, dtype)
 
 
 def _relax(c: Expr, y: Axis, y0: Expr, y1: Expr, axes: Sequence[Axis]) -> Optional[Expr]:

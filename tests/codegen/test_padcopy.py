@@ -46,10 +46,27 @@ def test_non_finite_weights_take_the_exact_path():
     assert np.isfinite(got).any()
 
 
+@pytest.mark.parametrize("shape_x,shape_w,kw", [
+    ((2, 3, 8, 8), (5, 3, 3, 3), dict(pad=1)),           # the copy: 10 wide, 1 zero each side
+    ((1, 2, 16, 32), (4, 2, 3, 3), dict(pad=1)),         # whole tiles of 16 along x
+    ((2, 2, 11, 13), (3, 2, 5, 5), dict(pad=2)),         # 5 x 5, ragged rows
+    ((1, 3, 12, 10), (2, 3, 3, 3), dict(pad=2, dil=2)),  # padding and dilation
+])
+def test_padded_convolutions_sum_over_wider_rows(shape_x, shape_w, kw):
+    # the copy's rows are wider than dX's (reads left of 0 and past the last column): the
+    # sum keeps its rows and reads the copy as a "valid" convolution
+    X, W, H, Y, dX = grad_x(shape_x, shape_w, **kw)
+    p = padcopy.plan(dX, dX.body)
+    assert p.sum.shape == dX.shape and p.fill.shape[-1] > dX.shape[-1]
+    x, w, h = rand(X.shape), rand(W.shape, seed=1), rand(Y.shape, seed=2)
+    fc, _ = agree([dX], [X, W, H], x, w, h, rtol=1e-4)
+    assert "H_padded" in fc.source
+    w[0, 0, 0, 0] = np.inf  # non-finite weights: the exact sum
+    h[0, 0, 0, 0] = np.nan
+    agree([dX], [X, W, H], x, w, h, rtol=1e-4)
+
+
 def test_plan_declines():
-    # padded (s1 p1): the copy's rows would be longer than dX's (left pad + width > S)
-    *_, dX = grad_x((1, 2, 8, 8), (3, 2, 3, 3), pad=1)
-    assert padcopy.plan(dX, dX.body) is None
     # strided: the reads go through // 2
     *_, dX = grad_x((1, 2, 9, 9), (3, 2, 3, 3), s=2)
     assert padcopy.plan(dX, dX.body) is None

@@ -66,8 +66,38 @@ def table(results: dict) -> str:
                      _num(ratio.get("fwd")),
                      _num(ratio.get("vjp")), status_text(row)]
             lines.append("".join(f"{c:<{w}} " if w else c for c, (_, w) in zip(cells, COLUMNS)))
-    lines += [""] + notes(meta)
+    lines += [""] + codegen_summary(results) + notes(meta)
     return "\n".join(lines)
+
+
+#: the aim for tensorexpr's build without the C compiler (differentiate + lowering)
+CODEGEN_AIM_S = 0.5
+
+
+def codegen_summary(results: dict) -> List[str]:
+    """The slowest tensorexpr build without the C compiler, forward and VJP, against the
+    aim (the seconds are in the JSON: ``fwd_codegen_s``, ``codegen_s``).
+
+    >>> row = {"fwd_codegen_s": 0.02, "codegen_s": 0.31}
+    >>> line, = codegen_summary({"cases": [{"id": 3, "systems": {"te": row}}]})
+    >>> line.split(": ")[1].split(";")[0]
+    'forward 0.020 s (case 3), VJP 0.310 s (case 3)'
+    """
+    worst = {}
+    for case in results["cases"]:
+        row = case["systems"].get("te", {})
+        for key in ("fwd_codegen_s", "codegen_s"):
+            v = row.get(key)
+            if v is not None and v > worst.get(key, (-1.0, 0))[0]:
+                worst[key] = (v, case["id"])
+    if not worst:
+        return []
+    parts = [f"{label} {worst[k][0]:.3f} s (case {worst[k][1]})"
+             for k, label in (("fwd_codegen_s", "forward"), ("codegen_s", "VJP")) if k in worst]
+    over = any(v > CODEGEN_AIM_S for v, _ in worst.values())
+    return [f"tensorexpr build without the C compiler (differentiate + lowering), slowest: "
+            f"{', '.join(parts)}; {'OVER' if over else 'under'} the {CODEGEN_AIM_S:g} s aim "
+            f"(per case: fwd_codegen_s, codegen_s in the JSON)"]
 
 
 #: A median this many times the fastest call is flagged: the machine was noisy then.

@@ -174,6 +174,8 @@ def _prepare_and_check(name, case, p, inputs, H, Y, grads, opts):
         why = f"unsupported ({first_line(exc)})"
         prep = Prepared(fwd=None, vjp=None, fwd_status=why, vjp_status=why)
     row["fwd_build_s"], row["build_s"] = prep.fwd_build_s, prep.build_s
+    if prep.codegen_s is not None or prep.fwd_codegen_s is not None:
+        row["fwd_codegen_s"], row["codegen_s"] = prep.fwd_codegen_s, prep.codegen_s
     if prep.fwd is not None:
         try:
             row["fwd_err"] = rel_err([prep.forward_output()], [Y])

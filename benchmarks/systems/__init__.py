@@ -45,6 +45,9 @@ class Prepared:
     vjp_status: str = "ok"
     fwd_build_s: Optional[float] = None
     build_s: Optional[float] = None
+    #: tensorexpr: the build seconds without the C compiler's (differentiate + lowering)
+    fwd_codegen_s: Optional[float] = None
+    codegen_s: Optional[float] = None
 
     def forward_output(self) -> np.ndarray:
         """One forward call, as a numpy array."""

@@ -23,6 +23,7 @@ from typing import List, Tuple
 
 import tensorexpr as te
 from benchmarks.cases import conv_out
+from codegen import compiler
 from benchmarks.systems import Prepared, first_line, forward_table, timed
 
 LABEL = "tensorexpr"
@@ -228,7 +229,9 @@ def prepare(case, p, inputs, H, backend: str = "c") -> Prepared:
     args = [inputs[a.name] for a in case.args]
     prep = Prepared(fwd=None, vjp=None)
     try:
+        cc = compiler.stats["compile_s"]
         f, seconds = build_forward(case, p, backend)
+        prep.fwd_codegen_s = seconds - (compiler.stats["compile_s"] - cc)
         _, first = timed(lambda: f(*args))
         prep.fwd, prep.fwd_build_s = (lambda: f(*args)), seconds + first
     except Exception as exc:  # a failure of ours is reported as a status, not a crash
@@ -237,7 +240,9 @@ def prepare(case, p, inputs, H, backend: str = "c") -> Prepared:
         prep.vjp_status = NO_DIFFERENTIATE
         return prep
     try:
+        cc = compiler.stats["compile_s"]
         g, save, seconds = build_vjp(case, p, backend)
+        prep.codegen_s = seconds - (compiler.stats["compile_s"] - cc)
 
         def first_call():
             vals = save(*args)[1:] if save is not None else ()

@@ -61,6 +61,8 @@ def test_a_second_process_reuses_the_compiled_kernel(tmp_path):
     calls_second = log.read_text().splitlines()[len(calls_first):]
 
     assert first["out"] == second["out"] == [0.0 + 4.0, 9.0 + 25.0]
+    seconds = [x["stats"].pop("compile_s") for x in (first, second)]
+    assert seconds[0] > 0 and seconds[1] == 0  # the C compiler's time is counted
     assert first["stats"] == {"compiled": 1, "cache_hits": 0}
     assert any(" -o " in c for c in calls_first)
     assert first["builds"] == {"build_hits": 0, "lowered": 1}

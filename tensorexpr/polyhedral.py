@@ -284,13 +284,24 @@ def _relation(order, target, domain, guards, indices, params) -> Tuple[Space, is
     return sp, s
 
 
+def _inputs_first(s: isl.Set, inputs: Sequence[Axis]) -> isl.Map:
+    """``s`` as a map from ``inputs`` (dims of ``s``, by name) to its other dims."""
+    m = isl.Map.from_range(s)
+    for k, ax in enumerate(inputs):
+        pos = m.find_dim_by_name(isl.dim_type.out, dim_name(ax))
+        m = m.move_dims(isl.dim_type.in_, k, isl.dim_type.out, pos, 1)
+    return m
+
+
 def _solve_piece(target, domain, guards, indices, params) -> List[FiberPiece]:
     dependent: List[Axis] = []
+    # one relation, its dims moved for each trial (building it again per trial was half
+    # of a convolution gradient's build time)
+    _, full = _relation(list(target) + list(domain), target, domain, guards, indices, params)
     for ax in sorted(domain, key=lambda a: (-_extent(a), domain.index(a))):
         trial = dependent + [ax]
         free = [a for a in domain if a not in trial]
-        _, s = _relation(list(target) + free + trial, target, domain, guards, indices, params)
-        if _to_map(s, len(target) + len(free)).is_single_valued():
+        if _inputs_first(full, list(target) + free).is_single_valued():
             dependent = trial
     free = [a for a in domain if a not in dependent]
     sp, s = _relation(list(target) + free + dependent, target, domain, guards, indices, params)

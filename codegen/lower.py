@@ -379,12 +379,18 @@ class Lowerer:
             loops.append(For(jv, Lit(lo, I64), Lit(hi, I64), 1, block, simd=_simd_safe(block),
                              parallel=parallel, work=work if parallel else None,
                              note=f"{j.name} in [{lo}, {hi})"))
-        nest: List[Stmt] = loops
-        for k in reversed(range(len(outer))):
+        return self.outer_loops(axes[:-1], outer, loops, work)
+
+    def outer_loops(self, axes: Sequence[Axis], vars_: Sequence[Var], body: List[Stmt],
+                    work) -> List[Stmt]:
+        """``body`` inside loops over ``axes`` (``vars_``), the outermost threaded."""
+        nest = body
+        for k in reversed(range(len(axes))):
             ax = axes[k]
             parallel = k == 0 and work is not False
-            nest = [For(outer[k], self.size_expr(ax.lo), self.size_expr(ax.hi), 1, Block(tuple(nest)),
-                        parallel=parallel, work=work if parallel else None, note=ax.name)]
+            nest = [For(vars_[k], self.size_expr(ax.lo), self.size_expr(ax.hi), 1,
+                        Block(tuple(nest)), parallel=parallel,
+                        work=work if parallel else None, note=ax.name)]
         return nest
 
     def compute_gather_rows(self, t: Compute, hoist: List[Tuple[Read, int]]) -> List[Stmt]:
@@ -428,15 +434,8 @@ class Lowerer:
         cond = bad[0]
         for b in bad[1:]:
             cond = Op("or", (cond, b), "bool")
-        nest: Stmt = Block(tuple(pre) + (If(cond, Block((row({}),)), Block((fast,))),))
-        work = self.work(t, axes)
-        for k in reversed(range(len(outer))):
-            ax = outer[k]
-            parallel = k == 0 and work is not False
-            nest = For(vars_[k], self.size_expr(ax.lo), self.size_expr(ax.hi), 1,
-                       nest if isinstance(nest, Block) else Block((nest,)),
-                       parallel=parallel, work=work if parallel else None, note=ax.name)
-        return [nest]
+        body = list(pre) + [If(cond, Block((row({}),)), Block((fast,)))]
+        return self.outer_loops(outer, vars_, body, self.work(t, axes))
 
     def compute_blocks(self, t: Compute, a: int, vars_, body: Block, work) -> List[Stmt]:
         """``t``'s loops (no recurrence: any order is valid) with the innermost axis and

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 from math import floor
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 from passes.simplify import simplify
 from tensorexpr import polyhedral
@@ -95,8 +95,7 @@ def pieces(body: Expr, j: Axis) -> Optional[List[Tuple[int, int, Expr]]]:
     for a, b in zip(bounds, bounds[1:]):
         first = tuple(_value(t, a, j) for t, _, _ in tests)
         last = tuple(_value(t, b - 1, j) for t, _, _ in tests)
-        if any(x is not y and not (isinstance(x, Const) and isinstance(y, Const)
-                                   and x.value == y.value) for x, y in zip(first, last)):
+        if not _same_values(first, last):
             return None  # not constant on the span: the tests were not what they seemed
         if spans and _same_values(spans[-1][2], first):
             spans[-1] = (spans[-1][0], b, first)
@@ -114,5 +113,6 @@ def pieces(body: Expr, j: Axis) -> Optional[List[Tuple[int, int, Expr]]]:
 
 
 def _same_values(xs: tuple, ys: tuple) -> bool:
+    """Do two rows of test values (constants or picked sides) agree?"""
     return all(x is y or (isinstance(x, Const) and isinstance(y, Const) and x.value == y.value)
                for x, y in zip(xs, ys))

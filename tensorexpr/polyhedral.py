@@ -225,10 +225,6 @@ def _extent(ax: Axis) -> int:
     return (hi - lo) if (lo is not None and hi is not None) else 1 << 30
 
 
-def _to_map(s: isl.Set, n_in: int) -> isl.Map:
-    return isl.Map.from_range(s).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0, n_in)
-
-
 def solve_fiber(target: Sequence[Axis], domain: Sequence[Axis], guards: Sequence[Expr],
                 indices: Sequence[Expr]) -> List[FiberPiece]:
     """Invert a read: the points ``v`` of ``domain`` (under ``guards``) with ``indices(v) == target``.
@@ -295,8 +291,8 @@ def _inputs_first(s: isl.Set, inputs: Sequence[Axis]) -> isl.Map:
 
 def _solve_piece(target, domain, guards, indices, params) -> List[FiberPiece]:
     dependent: List[Axis] = []
-    # one relation, its dims moved for each trial (building it again per trial was half
-    # of a convolution gradient's build time)
+    # one relation, its dims moved for each trial and for the solution (building it
+    # again per trial was half of a convolution gradient's build time)
     _, full = _relation(list(target) + list(domain), target, domain, guards, indices, params)
     for ax in sorted(domain, key=lambda a: (-_extent(a), domain.index(a))):
         trial = dependent + [ax]
@@ -304,11 +300,11 @@ def _solve_piece(target, domain, guards, indices, params) -> List[FiberPiece]:
         if _inputs_first(full, list(target) + free).is_single_valued():
             dependent = trial
     free = [a for a in domain if a not in dependent]
-    sp, s = _relation(list(target) + free + dependent, target, domain, guards, indices, params)
-    if s.is_empty():
+    if full.is_empty():
         return []
-    n_in = len(target) + len(free)
-    pma = isl.PwMultiAff.from_map(_to_map(s, n_in)).coalesce()
+    # the map's outputs are the dependent axes in the domain's order
+    dependent = [a for a in domain if a in dependent]
+    pma = isl.PwMultiAff.from_map(_inputs_first(full, list(target) + free)).coalesce()
     pieces = []
     pma.foreach_piece(lambda dom, ma: pieces.append((dom, ma)))
     out = []

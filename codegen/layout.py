@@ -148,8 +148,9 @@ def _pads(t: Tensor) -> Optional[List[Read]]:
     tile and not whole vectors (10 outputs of a perceptron's last layer: ``h W2``) runs
     its lanes loop ``n`` wide; gcc splits it into a vector and a spilled remainder (a
     256 x 512 x 10 product ran at 22 GFLOP/s on AVX-512). Read through copies padded with
-    zeros to whole vectors (:func:`pad_width`), every row block runs whole vectors (the lanes beyond ``n`` are computed, and never
-    stored: ``lower.compute_rows`` asks :func:`padded_width`; the other reads are at the
+    zeros to whole vectors (:func:`pad_width`), every row block runs whole vectors (the
+    lanes beyond ``n`` are computed, and never stored: ``lower.compute_rows`` asks
+    :func:`padded_width`; the other reads are at the
     points of the stored lanes). Only float sums without branches whose every read along
     ``j`` indexes the last dimension with ``j`` itself, over all of it, static sizes,
     with an outer axis to block the rows over.

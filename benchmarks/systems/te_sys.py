@@ -23,8 +23,8 @@ from typing import List, Tuple
 
 import tensorexpr as te
 from benchmarks.cases import conv_out
-from codegen import compiler
 from benchmarks.systems import Prepared, first_line, forward_table, timed
+from codegen import compiler
 
 LABEL = "tensorexpr"
 VJP_INCLUDES = ("the built gradient program called with the inputs, H and the forward values "

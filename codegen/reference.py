@@ -61,6 +61,12 @@ class _Eval:
                 return self.ev(a, ctx, depth, mask).astype(dt)
             case Unary(op, a, _):
                 return _unary(op, self.ev(a, ctx, depth, mask)).astype(dt, copy=False)
+            case Binary("and" | "or" as op, a, b, _):
+                # ``&`` and ``|`` short-circuit: the right operand is evaluated only
+                # where the left one leaves the result open (ir.py)
+                x = self.ev(a, ctx, depth, mask)
+                y = self.ev(b, ctx, depth, _and(mask, x if op == "and" else ~x))
+                return np.asarray(_binary(op, x, y)).astype(dt, copy=False)
             case Binary(op, a, b, _):
                 x, y = self.ev(a, ctx, depth, mask), self.ev(b, ctx, depth, mask)
                 return np.asarray(_binary(op, x, y)).astype(dt, copy=False)

@@ -1,8 +1,10 @@
 """Static bounds checking: every affine read lies inside the tensor it reads.
 
 A read is checked over the points where it is actually evaluated: the tensor's
-box, the boxes of enclosing reductions, their ``where`` conditions and the
-conditions of enclosing ``select`` branches. Conditions isl cannot represent
+box, the boxes of enclosing reductions, their ``where`` conditions, the
+conditions of enclosing ``select`` branches and the left operands of enclosing
+``&`` (``|``), whose right operand is evaluated only where the left one is true
+(false). Conditions isl cannot represent
 (data-dependent ones) are dropped, which can only enlarge the checked set.
 Index dimensions that are data-dependent are left to the run-time check.
 """
@@ -20,13 +22,26 @@ def read_sites(e: Expr, guards: Tuple[Expr, ...] = (), axes: Tuple[Axis, ...] = 
     """Yield ``(read, guards, reduce_axes)`` for every read in ``e``.
 
     ``guards`` are the boolean conditions under which the read is evaluated and
-    ``reduce_axes`` the reduction axes bound around it (outermost first).
+    ``reduce_axes`` the reduction axes bound around it (outermost first). The
+    right operand of ``a & b`` is guarded by ``a``, that of ``a | b`` by ``~a``.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4,), name="X")
+    >>> i = te.reduce_axis(4, name="i")
+    >>> [(str(r), [str(c) for c in g]) for r, g, _ in read_sites((i >= 1) & (X[i - 1] > 0.0))]
+    [('X[i - 1]', ['(i >= 1)'])]
     """
     match e:
         case Select(c, a, b, _):
             yield from read_sites(c, guards, axes)
             yield from read_sites(a, guards + (c,), axes)
             yield from read_sites(b, guards + (Unary("not", c, "bool"),), axes)
+        case Binary("and", a, b, _):
+            yield from read_sites(a, guards, axes)
+            yield from read_sites(b, guards + (a,), axes)
+        case Binary("or", a, b, _):
+            yield from read_sites(a, guards, axes)
+            yield from read_sites(b, guards + (Unary("not", a, "bool"),), axes)
         case Reduce(_, body, raxes, where, _):
             inner = axes + tuple(raxes)
             g = guards if where is None else guards + (where,)

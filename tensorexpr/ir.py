@@ -28,10 +28,13 @@ Index arithmetic
 Domains and what lies outside them
     A tensor of shape ``(n0, ..., nk)`` is defined on the box ``0 <= i_d < n_d``.
     A reduction ``te.sum(body, axis=r, where=c)`` ranges over the box of its axes
-    intersected with ``c``. ``select(c, a, b)`` evaluates only the taken branch.
-    A point outside a domain, a ``where`` or the untaken branch of a ``select`` is
-    *never evaluated*: reads there are not bounds-checked, cannot fault, and their
-    values (even NaN or inf) never reach a result. Consequently the adjoint of
+    intersected with ``c``. ``select(c, a, b)`` evaluates only the taken branch;
+    ``a & b`` evaluates ``b`` only where ``a`` holds and ``a | b`` only where ``a``
+    does not (left to right, as C's ``&&`` and ``||``).
+    A point outside a domain, a ``where``, the untaken branch of a ``select`` or the
+    right operand of a false ``&`` (a true ``|``) is *never evaluated*: reads there
+    are not bounds-checked, cannot fault, and their values (even NaN or inf) never
+    reach a result. Consequently the adjoint of
     anything outside a domain is exactly zero, never ``NaN * 0``.
     A sum over an empty set is 0; a max over an empty set is ``-inf`` (the least
     value of an integer type), a min is ``+inf`` (the greatest).

@@ -107,3 +107,28 @@ def test_evaluate_one_tensor_given_its_producers():
     out = reference.evaluate(S, {X.uid: x}, {}, (2,))
     np.testing.assert_array_equal(out, [5, -1])
     assert out.dtype == np.float32
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_and_or_evaluate_their_right_operand_only_where_it_decides(backend):
+    """`a & b` evaluates b only where a holds, `a | b` only where a fails (ir.py): a
+    data-dependent read in b is neither checked nor done elsewhere."""
+    X = te.placeholder((4,), name="X")
+    I = te.placeholder((5,), dtype="int64", name="I")
+    inside = (I[0] >= 0) & (I[0] < 4)  # a 0-d guard over a 1-d body: masks broadcast
+    both = te.compute((5,), lambda i: te.select((I[i] >= 0) & (I[i] < 4) & (X[I[i]] > 1.0),
+                                                X[I[i]], -1.0), name="both")
+    either = te.compute((5,), lambda i: te.select((I[i] < 0) | (I[i] >= 4) | (X[I[i]] > 1.0),
+                                                  1.0, 0.0), name="either")
+    first = te.compute((5,), lambda i: te.select(inside & (X[I[0]] > 1.0), 2.0, 0.0),
+                       name="first")
+    f = te.build([both, either, first], backend=backend)
+    x = np.array([1, 2, 4, 8], np.float32)
+    a, b, c = f(x, np.array([0, -1, 3, 7, 2]))
+    np.testing.assert_array_equal(a, [-1, -1, 8, -1, 4])
+    np.testing.assert_array_equal(b, [0, 1, 1, 1, 1])
+    np.testing.assert_array_equal(c, [0] * 5)
+    _, _, c = f(x, np.array([9, 0, 0, 0, 0]))
+    np.testing.assert_array_equal(c, [0] * 5)
+    _, _, c = f(x, np.array([1, 9, 9, 9, 9]))
+    np.testing.assert_array_equal(c, [2] * 5)

@@ -70,6 +70,27 @@ def test_bad_guards_fail():
                                     name="cond_read"))
 
 
+def test_right_operands_of_and_or_are_checked_under_the_left():
+    """`a & b` evaluates b only where a holds, `a | b` only where a fails."""
+    te.compute((8,), lambda i: te.select((i >= 1) & (A[i - 1] > 0), 1.0, 0.0), name="and_")
+    te.compute((8,), lambda i: te.select((i < 1) | (A[i - 1] > 0), 1.0, 0.0), name="or_")
+    te.compute((8,), lambda i: te.select(~((i < 1) | (A[i - 1] <= 0)), 1.0, 0.0), name="not_")
+    te.compute((8,), lambda i: te.select((i >= 1) & (i < 7) & (A[i - 1] > A[i + 1]), 1.0, 0.0),
+               name="chain")
+    k = te.reduce_axis(3, name="k")
+    te.compute((8,), lambda i: te.sum(1.0, axis=k, where=(i + k < 8) & (A[i + k] > 0)),
+               name="where_and")
+    # nested: the inner select sees the outer & as well
+    te.compute((8,), lambda i: te.select((i >= 1) & (te.select(i < 7, A[i + 1], A[i - 1]) > 0),
+                                         1.0, 0.0), name="nested")
+    # the left operand is evaluated first, whatever the right one says
+    msg = bounds_error(lambda: te.compute((8,), lambda i: te.select(
+        (A[i - 1] > 0) & (i >= 1), 1.0, 0.0), name="wrong_order"))
+    assert "i = 0" in msg
+    bounds_error(lambda: te.compute((8,), lambda i: te.select(
+        (i >= 1) | (A[i - 1] > 0), 1.0, 0.0), name="or_wrong"))
+
+
 def test_read_out_of_range_only_in_the_untaken_branch_passes():
     te.compute((8,), lambda i: te.select(i >= 7, 0.0, A[i + 1]), name="else_branch")
     te.compute((8,), lambda i: te.select(i == 0, A[0], A[i - 1]), name="first")
@@ -310,5 +331,82 @@ def test_guards_with_logic_and_data_agree_with_enumeration(e0, e1, size0, size1,
     else:
         define()
 
+
+# }}}
+
+
+# {{{ reads inside conditions: & and | short-circuit
+
+# ("xread", e0, e1) stands for X[e0, e1] > 0: a read that must be in range wherever the
+# short-circuit evaluation of the condition reaches it, and true or false at run time.
+read_conditions = st.recursive(
+    st.one_of(st.tuples(st.sampled_from(["lt", "eq"]), index_exprs, st.integers(-2, 6)),
+              st.tuples(st.just("xread"), index_exprs, index_exprs)), _combine, max_leaves=4)
+
+
+def build_read_cond(c, env, X):
+    if c[0] == "xread":
+        return X[build(c[1], env), build(c[2], env)] > 0
+    if c[0] == "not":
+        return ~build_read_cond(c[1], env, X)
+    if c[0] in ("and", "or"):
+        a, b = build_read_cond(c[1], env, X), build_read_cond(c[2], env, X)
+        return a & b if c[0] == "and" else a | b
+    return build_cond(c, env, None, [])
+
+
+def reaches_outside(c, env, vals, shape) -> tuple:
+    """``(value, bad)`` of ``c`` evaluated left to right with short-circuit ``&`` and
+    ``|``; reads take their values from the iterator ``vals``; ``bad``: some read that
+    was evaluated lies outside ``shape``."""
+    if c[0] == "xread":
+        p, q = value(c[1], env), value(c[2], env)
+        return next(vals), not (0 <= p < shape[0] and 0 <= q < shape[1])
+    if c[0] == "not":
+        v, bad = reaches_outside(c[1], env, vals, shape)
+        return not v, bad
+    if c[0] in ("and", "or"):
+        a, bad = reaches_outside(c[1], env, vals, shape)
+        if a == (c[0] == "or"):
+            return a, bad
+        b, bad_b = reaches_outside(c[2], env, vals, shape)
+        return b, bad or bad_b
+    x = value(c[1], env)
+    return (x < c[2] if c[0] == "lt" else x == c[2]), False
+
+
+def n_reads(c):
+    return 1 if c[0] == "xread" else 0 if c[0] in ("lt", "eq") else \
+        sum(n_reads(x) for x in c[1:])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cond=read_conditions, size0=st.integers(1, 9), size1=st.integers(1, 6),
+       in_where=st.booleans())
+def test_reads_in_conditions_are_checked_where_short_circuit_reaches_them(cond, size0, size1,
+                                                                            in_where):
+    """te.compute raises BoundsError exactly when, for some run-time values of the reads,
+    the left-to-right, short-circuit evaluation of the condition reads outside X."""
+    X = te.placeholder((size0, size1), name="X")
+    m = n_reads(cond)
+    out_of_range = False
+    for i, j in itertools.product(range(I_EXT), range(J_EXT)):
+        for vals in itertools.product([False, True], repeat=m):
+            out_of_range |= reaches_outside(cond, {"i": i, "j": j}, iter(vals),
+                                            (size0, size1))[1]
+
+    def define():
+        if in_where:
+            r = te.reduce_axis(J_EXT, name="j")
+            return te.compute((I_EXT,), lambda i: te.sum(
+                1.0, axis=r, where=build_read_cond(cond, {"i": i, "j": r}, X)), name="Y")
+        return te.compute((I_EXT, J_EXT), lambda i, j: te.select(
+            build_read_cond(cond, {"i": i, "j": j}, X), 1.0, 0.0), name="Y")
+
+    if out_of_range:
+        with pytest.raises(te.BoundsError):
+            define()
+    else:
+        define()
 
 # }}}

@@ -9,7 +9,8 @@ it is not:
   ``where`` has affine conjuncts, isl (``polyhedral.loop_nest``) gives tight
   bounds and strides, the other conjuncts are tested at each point;
 * a ``select`` whose branches need statements becomes an ``if`` (only the
-  taken branch runs, so its reductions and reads run only when taken);
+  taken branch runs, so its reductions and reads run only when taken); so does
+  the right operand of ``&`` (``|``), run only where the left one is true (false);
 * a read is checked against the size of the tensor read unless isl proves
   it in range wherever it runs (under the enclosing boxes, ``where`` and
   ``select`` conditions): data-dependent indices are always checked. A bad
@@ -169,8 +170,11 @@ class _Scope:
     def child(self, axes=(), guards=(), env=None) -> "_Scope":
         new_env = dict(self.env)
         new_env.update(env or {})
+        # A temporary holds its value at the axes' old values and is declared in the
+        # statements lowered there: rebinding an axis starts without them.
+        rebinds = any(u in self.env and self.env[u] is not x for u, x in (env or {}).items())
         return _Scope(new_env, self.axes + tuple(axes), self.guards + tuple(guards),
-                      dict(self.memo))
+                      {} if rebinds else dict(self.memo))
 
     def proves_nonneg(self, e: Expr, params: Sequence[str]) -> bool:
         """Does ``e >= 0`` hold wherever this code runs?"""
@@ -1004,12 +1008,12 @@ class Lowerer:
                 if op == "neg" and isinstance(x, Lit) and dt in ("int32", "int64"):
                     return Lit(_wrap_int(-int(x.value), dt), dt)
                 return Op(op, (x,), dt)
+            case Binary("and" | "or"):
+                return self.logic(e, scope, out)
             case Binary(op, a, b, dt):
                 if op in ("floordiv", "mod") and scope.memo and e in scope.memo:
                     return scope.memo[e]
                 x, y = self.expr(a, scope, out), self.expr(b, scope, out)
-                if op in ("and", "or"):
-                    return Op(op, (x, y), dt)
                 if a.dtype != b.dtype or op not in ("lt", "le", "eq", "ne", "gt", "ge"):
                     t = dt if op not in ("lt", "le", "eq", "ne", "gt", "ge") else \
                         promote(a.dtype, b.dtype)
@@ -1035,6 +1039,22 @@ class Lowerer:
         if isinstance(res, Var):
             scope.memo[e] = res
         return res
+
+    def logic(self, e: Binary, scope: _Scope, out: List[Stmt]) -> CExpr:
+        """``a & b`` or ``a | b``, short-circuiting as ir.py says: ``b`` is lowered where
+        ``a`` leaves the result open (a guard its reads are proven under), and the
+        statements it needs (checked loads, reductions) run only there."""
+        x = self.expr(e.a, scope, out)
+        cond = e.a if e.op == "and" else Unary("not", e.a, "bool")
+        inner: List[Stmt] = []
+        y = self.expr(e.b, scope.child(guards=(cond,)), inner)
+        if not inner:
+            return Op(e.op, (x, y), "bool")  # C's && and || short-circuit too
+        v = self.fresh("t", "bool")
+        out.append(Decl(v, x))
+        out.append(If(v if e.op == "and" else Op("not", (v,), "bool"),
+                      Block(tuple(inner) + (Assign(v, y),))))
+        return v
 
     def select(self, e: Select, scope: _Scope, out: List[Stmt]) -> CExpr:
         c = self.expr(e.cond, scope, out)
@@ -1321,8 +1341,9 @@ def _transposed_axis(t: Compute) -> Optional[int]:
 
 def _row_invariant_indices(t: Compute) -> List[Tuple[Read, int]]:
     """``(read, dimension)`` of the data-dependent indices that ``t``'s body evaluates
-    at every point (not under a select's branch or a reduction) and that do not use its
-    innermost axis; empty unless ``t`` has at least two axes."""
+    at every point (not under a select's branch, the right operand of ``&`` or ``|``,
+    or a reduction) and that do not use its innermost axis; empty unless ``t`` has at
+    least two axes."""
     if t.ndim < 2:
         return []
     j = t.axes[-1].uid
@@ -1339,6 +1360,8 @@ def _row_invariant_indices(t: Compute) -> List[Tuple[Read, int]]:
                     if not _uses(x, {j}) and any(isinstance(y, Read) for y in walk(x)):
                         out.append((e, d))
                     visit(x)
+            case Binary("and" | "or", a, _, _):
+                visit(a)  # the right operand runs only where the left leaves it open
             case Binary(_, a, b, _):
                 visit(a)
                 visit(b)

@@ -374,6 +374,52 @@ def test_proven_reads_are_not_checked():
     assert "te_fail" not in f.source
 
 
+def test_right_operand_of_and_or_runs_only_where_it_decides():
+    """`a & b` runs b (its checked loads, its reductions) only where a holds, `a | b`
+    only where a fails; an affine read in b is proven under a and needs no check."""
+    E = te.placeholder((4,), name="E")
+    X = te.placeholder((6,), name="X")
+    idx = te.placeholder((5,), "int64", name="idx")
+    k = te.reduce_axis(2, name="k")
+    A = te.compute((5,), lambda i: te.select((idx[i] >= 0) & (E[idx[i]] > 0), E[idx[i]], -1.0),
+                   name="and_checked")
+    O = te.compute((5,), lambda i: te.select((idx[i] < 0) | (te.sum(E[idx[i] + k], axis=k,
+                                                                     where=idx[i] + k < 4) > 0),
+                                             1.0, 0.0), name="or_reduce")
+    P = te.compute((6,), lambda i: te.select((i >= 1) & (X[i - 1] > 0), X[i], 0.0), name="shift")
+    e = np.array([1.0, -2.0, 3.0, 0.5], np.float32)
+    ids = np.array([0, -1, 1, -7, 3])
+    f, (a, o) = agree([A, O], [E, idx], e, ids)
+    np.testing.assert_array_equal(a, [1, -1, -1, -1, 0.5])
+    np.testing.assert_array_equal(o, [0, 1, 1, 1, 1])
+    with pytest.raises(IndexError, match="'and_checked'.*index 4 in dimension 0"):
+        f(e, np.array([0, 4, 1, 1, 1]))
+    g, _ = agree([P], [X], rand(6))
+    assert "te_fail" not in g.source
+
+
+def test_temporaries_of_a_split_loop_are_its_own():
+    """An innermost axis read through j // 2 is lowered once per remainder: a checked
+    load's temporary from another lowering must not be reused (it is not declared)."""
+    E = te.placeholder((3,), name="E")
+    idx = te.placeholder((4,), "int32", name="idx")
+    Y = te.compute((8,), lambda j: E[idx[j // 2]] * 2.0, name="Y")
+    Z = te.compute((2, 8), lambda i, j: te.select((i == 1) & (E[idx[j // 2]] > 0), 1.0, 0.0),
+                   name="Z")
+    agree([Y, Z], [E, idx], np.arange(3, dtype=np.float32), np.array([0, 2, 1, 0], np.int32))
+
+
+def test_hoisted_row_indices_come_only_from_what_every_point_evaluates():
+    """A data-dependent index loaded once per row must be one the row always evaluates:
+    idx[i - 1] in the right operand of `&` is read only where i >= 1."""
+    E = te.placeholder((3, 8), name="E")
+    idx = te.placeholder((4,), "int32", name="idx")
+    Y = te.compute((4, 8), lambda i, j: te.select((i >= 1) & (E[idx[i - 1], j] > 0), 1.0, 0.0),
+                   name="Y")
+    Z = te.compute((4, 8), lambda i, j: te.select(i >= 1, E[idx[i - 1], j], 0.0), name="Z")
+    agree([Y, Z], [E, idx], rand((3, 8)), np.array([0, 2, 1, 0], np.int32))
+
+
 def test_padding_by_select_reads_outside_only_in_the_untaken_branch():
     X = te.placeholder((5,), name="X")
     P = te.compute((9,), lambda i: te.select((i >= 2) & (i < 7), X[i - 2], 0.0), name="pad")

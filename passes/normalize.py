@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Tuple
 
-from tensorexpr.ir import (Axis, Compute, Const, Expr, Read, Reduce, ScatterAdd, Select,
+from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, ScatterAdd, Select,
                            Tensor, Unary, fresh_uid, INDEX_DTYPE, topo_order, walk)
+from tensorexpr.polyhedral import project
 from tensorexpr.transform import free_axes, map_reads, rebuild, substitute
 
 
@@ -37,13 +38,20 @@ def _extract(t: Compute, new: List[Tensor]) -> Expr:
         match e:
             case Select(c, a, b, dt):
                 c2 = go(c, guards, False)
-                a2 = go(a, guards + (c,), False)
-                b2 = go(b, guards + (Unary("not", c, "bool"),), False)
+                a2 = go(a, guards + (c2,), False)
+                b2 = go(b, guards + (Unary("not", c2, "bool"),), False)
                 return e if (c2 is c and a2 is a and b2 is b) else Select(c2, a2, b2, dt)
+            case Binary("and" | "or" as op, a, b, dt):
+                # the right operand is evaluated only where the left leaves it open
+                a2 = go(a, guards, False)
+                b2 = go(b, guards + ((a2 if op == "and" else Unary("not", a2, "bool")),), False)
+                return e if (a2 is a and b2 is b) else Binary(op, a2, b2, dt)
             case Reduce(op, body, axes, where, dt):
-                inner_g = guards if where is None else guards + (where,)
-                body2 = go(body, inner_g, False)
+                # guards hold reads of extracted tensors, not reductions: a hoisted
+                # reduction's where must stay elementwise
                 where2 = None if where is None else go(where, guards, False)
+                inner_g = guards if where2 is None else guards + (where2,)
+                body2 = go(body, inner_g, False)
                 r = e if (body2 is body and where2 is where) else Reduce(op, body2, axes, where2, dt)
                 if top or _reads_self(r, t):
                     return r  # a recurrence's own values cannot leave its body
@@ -66,11 +74,17 @@ def _hoist(t: Compute, r: Reduce, guards, new: List[Tensor]) -> Read:
                  fresh_uid()) for a in free]
     shift = {a: (n if _zero(a.lo) else n + a.lo) for a, n in zip(free, axes)}
     own = {a.uid for a in free}
-    # Guards that depend only on the hoisted axes keep the reduction from being
-    # evaluated where the original program never evaluated it.
+    # The reduction must not be evaluated where the original program never evaluated
+    # it (its reads may be in range only there): guards that depend only on the
+    # hoisted axes are kept, the affine rest is projected onto them (k == i - 1 over
+    # an enclosing k in [0, n) keeps i >= 1). They come before the reduction's own
+    # where, as they are evaluated before it, and `&` short-circuits.
     usable = [g for g in guards if {x.uid for x in free_axes(g)} <= own]
-    where = r.where
-    for g in usable:
+    rest = [g for g in guards if not {x.uid for x in free_axes(g)} <= own]
+    implied = project(free, rest) if rest else None
+    where = None
+    for g in ([implied] if implied is not None else []) + usable + (
+            [r.where] if r.where is not None else []):
         where = g if where is None else (where & g)
     body = Reduce(r.op, r.body, r.axes, where, r.dtype)
     body = substitute(body, shift)

@@ -877,3 +877,52 @@ def implies(axes: Sequence[Axis], guards: Sequence[Expr], cond: Expr,
         return False
 
 # }}}
+
+
+# {{{ guards seen from fewer axes (used by passes/normalize.py: hoisted reductions)
+
+
+def project(keep: Sequence[Axis], guards: Sequence[Expr]) -> Optional[Expr]:
+    """A condition on the axes ``keep`` that holds wherever some values of the other
+    axes of ``guards`` (within their boxes) satisfy ``guards``' affine conjuncts;
+    None when that says nothing beyond ``keep``'s boxes.
+
+    A reduction computed on its own over ``keep`` must not be evaluated where its
+    enclosing guards never let the program evaluate it; conjuncts isl cannot
+    represent are dropped, which only enlarges the set.
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(5, "int64"), 11)
+    >>> k = Axis("k", Const(0, "int64"), Const(5, "int64"), 12)
+    >>> print(project([i], [k == i - 1]))
+    (i >= 1)
+    >>> print(project([i], [k <= i]))
+    None
+    """
+    from .transform import free_axes
+    affine, axes, params = [], {a.uid: a for a in keep}, set()
+    for g in guards:
+        for c in conjuncts(g):
+            try:
+                Space(list(free_axes(c)), params_of([c])).cond(c)
+            except NotAffine:
+                continue
+            affine.append(c)
+            for a in free_axes(c):
+                axes.setdefault(a.uid, a)
+            params |= set(params_of([c]))
+    others = [a for uid, a in axes.items() if uid not in {k.uid for k in keep}]
+    if not affine:
+        return None
+    sp = Space(list(keep) + others, sorted(params))
+    s = sp.box()
+    for c in affine:
+        s = s & sp.cond(c)
+    s = s.project_out(isl.dim_type.set, len(keep), len(others))
+    if s.is_empty():
+        from . import api
+        return api.const(False)
+    context = Space(list(keep), sorted(params)).box()
+    return set_expr(_align(s, context).gist(context), list(keep), sorted(params))
+
+# }}}

@@ -136,7 +136,75 @@ def abs_op():
     return [X], Y, [rand(5) + 0.05], True
 
 
+# Guards whose reads are in range only where the guard holds: the gradients' own guards
+# (a window of a ragged pooling, a clamp's pieces, the left operand of `&`) must keep
+# their reads from being evaluated elsewhere, on both backends.
+
+
+def maxpool_ragged():
+    """5x4 input, 2x2 windows at stride 2: row 4 is in no window, so dX's rows 4 read
+    no Y (Y has 2 rows: Y[4 // 2] would be outside)."""
+    X = te.placeholder((5, 4), F, "X")
+    a, b = te.reduce_axis(2, "a"), te.reduce_axis(2, "b")
+    Y = te.compute((2, 2), lambda i, j: te.max(X[2 * i + a, 2 * j + b], axis=[a, b]), name="Y")
+    return [X], Y, [rand(5, 4)], True
+
+
+def min_clamped():
+    n = 6
+    X = te.placeholder((n,), F, "X")
+    r = te.reduce_axis(3, "r")
+    Y = te.compute((n,), lambda i: te.min(X[te.minimum(te.maximum(i + r - 1, 0), n - 1)],
+                                          axis=r), name="Y")
+    return [X], Y, [rand(n)], True
+
+
+def nested_select():
+    X = te.placeholder((6,), F, "X")
+    Y = te.compute((6,), lambda i: te.select(i >= 1, te.select(X[i - 1] > 0, X[i], 0.0), 0.0),
+                   name="Y")
+    return [X], Y, [rand(6) + np.array([0.1, -0.1] * 3)], True
+
+
+def and_guard():
+    X = te.placeholder((6,), F, "X")
+    Y = te.compute((6,), lambda i: te.select((i >= 1) & (X[i - 1] > 0), X[i] * X[i], -X[i]),
+                   name="Y")
+    return [X], Y, [rand(6) + np.array([0.1, -0.1] * 3)], True
+
+
+def or_guard():
+    X = te.placeholder((6,), F, "X")
+    Y = te.compute((6,), lambda i: te.select((i >= 5) | (X[i + 1] < 0), X[i] * X[i], -X[i]),
+                   name="Y")
+    return [X], Y, [rand(6) + np.array([0.1, -0.1] * 3)], True
+
+
+def max_where_under_guard():
+    """A reduction extracted from under a select keeps the select's condition, before
+    its own where (which reads X[i - 1] too)."""
+    X = te.placeholder((5, 4), F, "X")
+    r = te.reduce_axis(4, "r")
+    Y = te.compute((5,), lambda i: te.select(i >= 1, te.max(
+        X[i - 1, r] * X[i, r], axis=r, where=X[i - 1, r] > -0.5), 0.0), name="Y")
+    return [X], Y, [rand(5, 4)], True
+
+
+def max_under_correlated_guard():
+    """The guard of the reduction is over an enclosing axis k: extracted over i alone it
+    is evaluated only where some k satisfies it (i >= 1)."""
+    X = te.placeholder((5, 4), F, "X")
+    r, k = te.reduce_axis(4, "r"), te.reduce_axis(5, "k")
+    Y = te.compute((5,), lambda i: te.sum(te.select(k == i - 1, te.max(X[i - 1, r], axis=r)
+                                                    * X[k, 0], 0.0), axis=k), name="Y")
+    return [X], Y, [rand(5, 4)], True
+
+
 PATTERNS = {
+    "maxpool_ragged": maxpool_ragged, "min_clamped": min_clamped,
+    "nested_select": nested_select, "and_guard": and_guard, "or_guard": or_guard,
+    "max_where_under_guard": max_where_under_guard,
+    "max_under_correlated_guard": max_under_correlated_guard,
     "matmul": matmul, "conv2d_pad1": conv2d, "conv2d_stride2": lambda: conv2d(stride=2, size=6),
     "conv2d_dilation2": lambda: conv2d(dilation=2, pad=0, size=7), "maxpool": maxpool,
     "avgpool": avgpool, "flatten": flatten, "transpose_bias": transpose_bias, "softmax": softmax,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tensorexpr as te
 from tensorexpr.ir import topo_order
@@ -428,3 +429,149 @@ def test_override_none_on_one_edge_zeroes_it():
     gx, gw = te.build([dX, dW], inputs=[X, W], backend="numpy")(x, w)
     np.testing.assert_array_equal(gx, 0.0)
     np.testing.assert_allclose(gw, 2 * x * w * x)
+
+
+# {{{ random guards (hypothesis): reads in range only where their guards hold
+
+# Programs over X (N elements): nestings of select, &, |, ~, reductions with a where and
+# clamped reads under sum/max/min. Each read X[i + s] is in range on (a superset of) the
+# points where its guards let it be evaluated, and its shift s is drawn from the widest
+# range that allows, so it is out of range elsewhere whenever it can be. X holds distinct
+# values 0.1 off the tests' thresholds (multiples of 0.25): no ties, and no test changes
+# value within central differences' steps.
+N = 7
+
+
+def _hull(*spans):
+    spans = [(a, b) for a, b in spans if a < b]
+    return (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0)
+
+
+def _implied(c, truth, span):
+    """A superset of the points of ``span`` where condition recipe ``c`` equals ``truth``."""
+    lo, hi = span
+    match c:
+        case ("ge", k):
+            return (max(lo, k), hi) if truth else (lo, min(hi, k))
+        case ("lt", k):
+            return (lo, min(hi, k)) if truth else (max(lo, k), hi)
+        case ("not", a):
+            return _implied(a, not truth, span)
+        case ("and", a, b):
+            left = _implied(a, True, span)
+            return _implied(b, True, left) if truth else \
+                _hull(_implied(a, False, span), _implied(b, False, left))
+        case ("or", a, b):
+            left = _implied(a, False, span)
+            return _hull(_implied(a, True, span), _implied(b, True, left)) if truth else \
+                _implied(b, False, left)
+    return span  # a data test: either value anywhere
+
+
+def _shift(draw, span, extra=0):
+    """A shift s with 0 <= i + s and i + s + extra < N for every i of ``span``."""
+    lo, hi = span
+    if lo >= hi:  # never evaluated: any shift, even one that is always outside
+        return draw(st.integers(-3, 3))
+    return draw(st.integers(-lo, N - hi - extra))
+
+
+@st.composite
+def guard_recipe(draw, span, depth):
+    kind = draw(st.sampled_from(["ge", "lt", "x"] + (["and", "or", "not"] * 2 if depth else [])))
+    if kind in ("ge", "lt"):
+        return (kind, draw(st.integers(0, N)))
+    if kind == "x":
+        return ("x", _shift(draw, span), draw(st.sampled_from([-0.5, 0.0, 0.5])))
+    a = draw(guard_recipe(span, depth - 1))
+    if kind == "not":
+        return ("not", a)
+    return (kind, a, draw(guard_recipe(_implied(a, kind == "and", span), depth - 1)))
+
+
+@st.composite
+def value_recipe(draw, span, depth):
+    kind = draw(st.sampled_from(["read", "clamped", "where"]
+                                + (["select", "select", "add"] if depth else [])))
+    if kind == "read":
+        return ("read", _shift(draw, span), draw(st.sampled_from([-1.0, 0.5, 2.0])))
+    if kind == "clamped":
+        return ("clamped", draw(st.sampled_from(["sum", "max", "min"])), draw(st.integers(-2, 1)))
+    if kind == "where":
+        return ("where", draw(st.integers(-2, 1)), draw(st.sampled_from([-0.5, 0.0, 0.5])))
+    if kind == "add":
+        return ("add", draw(value_recipe(span, depth - 1)), draw(value_recipe(span, depth - 1)))
+    c = draw(guard_recipe(span, 2))
+    return ("select", c, draw(value_recipe(_implied(c, True, span), depth - 1)),
+            draw(value_recipe(_implied(c, False, span), depth - 1)))
+
+
+def _guard(c, X, i):
+    match c:
+        case ("ge", k):
+            return i >= k
+        case ("lt", k):
+            return i < k
+        case ("x", s, t):
+            return X[i + s] > t
+        case ("not", a):
+            return ~_guard(a, X, i)
+        case ("and", a, b):
+            return _guard(a, X, i) & _guard(b, X, i)
+        case ("or", a, b):
+            return _guard(a, X, i) | _guard(b, X, i)
+
+
+def _value(v, X, i):
+    match v:
+        case ("read", s, w):
+            return X[i + s] * w
+        case ("clamped", op, s):  # a window of 3 clamped at both ends
+            r = te.reduce_axis(3)
+            return getattr(te, op)(X[te.minimum(te.maximum(i + r + s, 0), N - 1)], axis=r)
+        case ("where", s, t):  # the where's affine tests guard its own read
+            r = te.reduce_axis(3)
+            j = i + r + s
+            return te.sum(X[j] * X[j], axis=r, where=(j >= 0) & (j < N) & (X[j] > t))
+        case ("add", a, b):
+            return _value(a, X, i) + _value(b, X, i)
+        case ("select", c, a, b):
+            return te.select(_guard(c, X, i), _value(a, X, i), _value(b, X, i))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                HealthCheck.data_too_large])
+@given(recipe=value_recipe((0, N), 3), seed=st.integers(0, 2**16))
+def test_random_guards_gradients_and_backends_agree(recipe, seed):
+    """Forward on both backends, and gradients on both against float64 central
+    differences, of a random nesting of guards whose reads are in range only where
+    guarded."""
+    X = te.placeholder((N,), F, "X")
+    Y = te.compute((N,), lambda i: _value(recipe, X, i), name="Y")
+    rng = np.random.default_rng(seed)
+    x = (rng.permutation(N) - N // 2) / 4.0 + 0.1
+    y = te.build(Y, backend="numpy")(x)
+    np.testing.assert_allclose(te.build(Y)(x), y, rtol=1e-12, atol=1e-12)
+    L = sum_of_squares(Y)
+    for backend in ("numpy", "c"):
+        check_grads(L, [X], [x], backend=backend)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(h=st.integers(3, 7), w=st.integers(2, 6), k=st.integers(2, 3), stride=st.integers(1, 3),
+       op=st.sampled_from(["max", "min", "sum"]), seed=st.integers(0, 2**16))
+def test_pooling_with_ragged_windows(h, w, k, stride, op, seed):
+    """Pooling whose windows do not cover the input (rows and columns past the last window
+    read no output); gradients on both backends against central differences."""
+    oh, ow = (h - k) // stride + 1, (w - k) // stride + 1
+    if oh < 1 or ow < 1:
+        return
+    X = te.placeholder((h, w), F, "X")
+    a, b = te.reduce_axis(k, "a"), te.reduce_axis(k, "b")
+    Y = te.compute((oh, ow), lambda i, j: getattr(te, op)(X[stride * i + a, stride * j + b],
+                                                          axis=[a, b]), name="Y")
+    x = np.random.default_rng(seed).permutation(h * w).reshape(h, w) / 4.0 + 0.1
+    for backend in ("numpy", "c"):
+        check_grads(sum_of_squares(Y), [X], [x], backend=backend)
+
+# }}}

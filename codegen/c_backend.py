@@ -119,6 +119,31 @@ def _load_entry(path: str, sig) -> Optional[Tuple[runtime.KernelFunction, str]]:
         return None
 
 
+def source_text(sig, name: Optional[str] = None) -> str:
+    """The source :func:`compile_program` would compile for ``sig`` (the note on outputs
+    returned as views included), generated without compiling or reading the cache:
+    what the snapshot tests hash.
+
+    >>> import tensorexpr as te
+    >>> from codegen.signature import Signature
+    >>> A = te.placeholder((3,), name="A")
+    >>> B = te.compute((3,), lambda i: A[i] * 2.0, name="B")
+    >>> "b1[i0] = b0[i0] * 2.0f;" in source_text(Signature([B], [A]))
+    True
+    """
+    from . import views
+    found = views.find(sig.outputs, sig.inputs)
+    note = ""
+    if found:
+        note = views.describe(sig.outputs, sig.inputs, found)
+        rest = [t for k, t in enumerate(sig.outputs) if k not in found]
+        if not rest:
+            return note
+        from .signature import Signature
+        sig = Signature(rest, sig.inputs)
+    return note + generate(sig, name)[1]
+
+
 def compile_program(sig, name: Optional[str] = None
                     ) -> Tuple[Callable[..., List], str]:
     """``(impl, source)``: ``impl(arrays, sizes)`` runs the compiled program.

@@ -355,9 +355,17 @@ class _Differentiator:
             sub = {ax: p.subst[ax.uid] for ax in domain}
             body = _tidy_indices(api.cast(substitute(g, sub), dtype))
             cond = p.cond
+            late = None
             for c in other:
                 c2 = _tidy_indices(substitute(c, sub))
-                cond = c2 if cond is None else (cond & c2)
+                if cond is None or _reads_inside(c2, tuple(j_axes) + tuple(p.free)):
+                    cond = c2 if cond is None else (cond & c2)
+                else:
+                    # Off the fibre (where p.cond fails) c2 may read outside a tensor:
+                    # `&` evaluates both sides, a select only its taken branch.
+                    late = c2 if late is None else (late & c2)
+            if late is not None:
+                body = api.select(late, body, api.const(0.0, dtype))
             if p.free:
                 term = Reduce("sum", body, tuple(p.free), cond, dtype)
             elif cond is not None:
@@ -433,6 +441,28 @@ def _merge_two(a: Expr, b: Expr) -> Optional[Expr]:
             (where is not None and a.where is not None and same(where, a.where))):
         return None
     return Reduce("sum", a.body + substitute(b.body, sub), a.axes, a.where, a.dtype)
+
+
+def _reads_inside(e: Expr, axes) -> bool:
+    """Does every read in ``e`` stay inside its tensor at every point of ``axes``' box?
+
+    (Reads in the untaken branch of a select or outside a where are not evaluated.)
+    """
+    from tensorexpr.bounds import guard_set, read_sites
+    for read, guards, raxes in read_sites(e):
+        space = Space(tuple(axes) + tuple(raxes), params_of(
+            list(read.tensor.dims) + list(read.indices) + list(guards)))
+        dom = space.box()
+        for c in guards:
+            dom = dom & guard_set(space, c)
+        for ix, size in zip(read.indices, read.tensor.dims):
+            try:
+                pa = space.aff(ix)
+            except NotAffine:
+                return False
+            if not (dom & (pa.lt_set(space.vars[0]) | pa.ge_set(space.aff(size)))).is_empty():
+                return False
+    return True
 
 
 def _tidy_indices(e: Expr) -> Expr:

@@ -31,21 +31,27 @@ def is_canonical(t: Tensor) -> bool:
 
 
 def _extract(t: Compute, new: List[Tensor]) -> Expr:
-    """``t.body`` with inner reductions replaced by reads of new tensors (appended to ``new``)."""
+    """``t.body`` with inner reductions replaced by reads of new tensors (appended to ``new``).
+
+    ``guards`` are the conditions under which a sub-expression is evaluated, already
+    extracted themselves: a guard then reads a reduction's tensor instead of holding
+    the reduction, which may bind the same axis as the one it guards (a reduce axis
+    reused by sibling reductions, ``select(sum_k X[k] > 0, sum_k X[k], ...)``).
+    """
 
     def go(e: Expr, guards: Tuple[Expr, ...], top: bool) -> Expr:
         match e:
             case Select(c, a, b, dt):
                 c2 = go(c, guards, False)
-                a2 = go(a, guards + (c,), False)
-                b2 = go(b, guards + (Unary("not", c, "bool"),), False)
+                a2 = go(a, guards + (c2,), False)
+                b2 = go(b, guards + (Unary("not", c2, "bool"),), False)
                 return e if (c2 is c and a2 is a and b2 is b) else Select(c2, a2, b2, dt)
             case Reduce(op, body, axes, where, dt):
-                inner_g = guards if where is None else guards + (where,)
-                body2 = go(body, inner_g, False)
                 where2 = None if where is None else go(where, guards, False)
+                inner_g = guards if where2 is None else guards + (where2,)
+                body2 = go(body, inner_g, False)
                 r = e if (body2 is body and where2 is where) else Reduce(op, body2, axes, where2, dt)
-                if top or _reads_self(r, t):
+                if top or _reads_self(r, t) or not _hoistable(r):
                     return r  # a recurrence's own values cannot leave its body
                 return _hoist(t, r, guards, new)
             case _:
@@ -60,15 +66,25 @@ def _reads_self(e: Expr, t: Compute) -> bool:
                                    for x in walk(e))
 
 
+def _hoistable(r: Reduce) -> bool:
+    """Does ``r`` range over a box of its free axes (their bounds hold no other axis)?"""
+    return all(not free_axes(a.lo) and not free_axes(a.hi) for a in free_axes(r))
+
+
 def _hoist(t: Compute, r: Reduce, guards, new: List[Tensor]) -> Read:
     free = free_axes(r)
     axes = [Axis(a.name, Const(0, INDEX_DTYPE), a.hi - a.lo if not _zero(a.lo) else a.hi,
                  fresh_uid()) for a in free]
     shift = {a: (n if _zero(a.lo) else n + a.lo) for a, n in zip(free, axes)}
+    # The new tensor's axes start at 0: it is read at each free axis minus its start.
+    at = tuple(a if _zero(a.lo) else a - a.lo for a in free)
     own = {a.uid for a in free}
     # Guards that depend only on the hoisted axes keep the reduction from being
-    # evaluated where the original program never evaluated it.
-    usable = [g for g in guards if {x.uid for x in free_axes(g)} <= own]
+    # evaluated where the original program never evaluated it. A guard reading the
+    # recurrence's own values (or a reduction left inline for that reason) cannot
+    # leave its body either.
+    usable = [g for g in guards if {x.uid for x in free_axes(g)} <= own
+              and not _has_reduce(g) and not _reads_self(g, t)]
     where = r.where
     for g in usable:
         where = g if where is None else (where & g)
@@ -79,9 +95,9 @@ def _hoist(t: Compute, r: Reduce, guards, new: List[Tensor]) -> Read:
     key = _shape_key(s)
     for old in new:  # the same reduction written twice in one body is computed once
         if _shape_key(old) == key:
-            return Read(old, tuple(free), r.dtype)
+            return Read(old, at, r.dtype)
     new.append(s)
-    return Read(s, tuple(free), r.dtype)
+    return Read(s, at, r.dtype)
 
 
 def _shape_key(t: Compute) -> Expr:

@@ -23,6 +23,7 @@ Every gradient is an ordinary tensor: buildable, printable, differentiable again
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from tensorexpr import api
@@ -33,7 +34,7 @@ from tensorexpr.ir import (Axis, Compute, Const, Expr, Placeholder, Read, Reduce
 from tensorexpr.polyhedral import NotAffine, Space, params_of, simplify_affine, solve_fiber
 from tensorexpr.transform import map_reads, replace_subexpr, substitute
 
-from .normalize import normalize
+from .normalize import hoist_reductions, normalize
 from .partials import Site, read_partials
 from .simplify import simplify
 
@@ -258,6 +259,14 @@ class _Differentiator:
                 me = Read(t, tuple(t.axes), t.dtype)
                 sites = [s._replace(factor=replace_subexpr(s.factor, body, me))
                          for s in read_partials(body)]
+                if t.self_ref is not None:
+                    # Sums over the previous step left inline (sigmoid(sum_k h[t-1, k]
+                    # W[k, j]) in a GRU) are in the partials too: computed once over
+                    # the finished recurrence, not again in every term of the adjoint.
+                    fwd = dataclasses.replace(t, body=body, self_ref=None, carry=None)
+                    for r, value in hoist_reductions(fwd):
+                        sites = [s._replace(factor=replace_subexpr(s.factor, r, value))
+                                 for s in sites]
                 adj_idx = p_axes + tuple(t.axes)
             case ScatterAdd():
                 guards = () if t.where is None else (t.where,)

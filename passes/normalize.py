@@ -30,7 +30,27 @@ def is_canonical(t: Tensor) -> bool:
     return not _has_reduce(b)
 
 
-def _extract(t: Compute, new: List[Tensor]) -> Expr:
+def hoist_reductions(t: Compute) -> List[Tuple[Reduce, Read]]:
+    """Each reduction inside ``t.body`` paired with a read of a new tensor computing it.
+
+    Outermost first; the body itself (a top-level reduction) and reductions reading
+    ``t``'s own values stay. ``te.differentiate`` uses it on a recurrence's body
+    whose self-reads became reads of the finished tensor: a partial derivative then
+    reads the sum over the previous step instead of recomputing it in every term.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((3, 4), name="X")
+    >>> k = te.reduce_axis(4, name="k")
+    >>> M = te.compute((3,), lambda i: te.exp(te.sum(X[i, k], axis=k)), name="M")
+    >>> [(str(r), str(read)) for r, read in hoist_reductions(M)]
+    [('(sum_{k in [0, 4)} X[i, k])', 'M_sum[i]')]
+    """
+    found: List[Tuple[Reduce, Read]] = []
+    _extract(t, [], found)
+    return found[::-1]
+
+
+def _extract(t: Compute, new: List[Tensor], found=None) -> Expr:
     """``t.body`` with inner reductions replaced by reads of new tensors (appended to ``new``).
 
     ``guards`` are the conditions under which a sub-expression is evaluated, already
@@ -53,7 +73,10 @@ def _extract(t: Compute, new: List[Tensor]) -> Expr:
                 r = e if (body2 is body and where2 is where) else Reduce(op, body2, axes, where2, dt)
                 if top or _reads_self(r, t) or not _hoistable(r):
                     return r  # a recurrence's own values cannot leave its body
-                return _hoist(t, r, guards, new)
+                read = _hoist(t, r, guards, new)
+                if found is not None:
+                    found.append((e, read))
+                return read
             case _:
                 return rebuild(e, lambda x: go(x, guards, False))
 

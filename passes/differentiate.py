@@ -23,6 +23,7 @@ Every gradient is an ordinary tensor: buildable, printable, differentiable again
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from tensorexpr import api
@@ -33,7 +34,7 @@ from tensorexpr.ir import (Axis, Compute, Const, Expr, Placeholder, Read, Reduce
 from tensorexpr.polyhedral import NotAffine, Space, params_of, simplify_affine, solve_fiber
 from tensorexpr.transform import map_reads, replace_subexpr, substitute
 
-from .normalize import normalize
+from .normalize import hoist_reductions, normalize
 from .partials import Site, read_partials
 from .simplify import simplify
 
@@ -258,6 +259,14 @@ class _Differentiator:
                 me = Read(t, tuple(t.axes), t.dtype)
                 sites = [s._replace(factor=replace_subexpr(s.factor, body, me))
                          for s in read_partials(body)]
+                if t.self_ref is not None:
+                    # Sums over the previous step left inline (sigmoid(sum_k h[t-1, k]
+                    # W[k, j]) in a GRU) are in the partials too: computed once over
+                    # the finished recurrence, not again in every term of the adjoint.
+                    fwd = dataclasses.replace(t, body=body, self_ref=None, carry=None)
+                    for r, value in hoist_reductions(fwd):
+                        sites = [s._replace(factor=replace_subexpr(s.factor, r, value))
+                                 for s in sites]
                 adj_idx = p_axes + tuple(t.axes)
             case ScatterAdd():
                 guards = () if t.where is None else (t.where,)
@@ -355,9 +364,17 @@ class _Differentiator:
             sub = {ax: p.subst[ax.uid] for ax in domain}
             body = _tidy_indices(api.cast(substitute(g, sub), dtype))
             cond = p.cond
+            late = None
             for c in other:
                 c2 = _tidy_indices(substitute(c, sub))
-                cond = c2 if cond is None else (cond & c2)
+                if cond is None or _reads_inside(c2, tuple(j_axes) + tuple(p.free)):
+                    cond = c2 if cond is None else (cond & c2)
+                else:
+                    # Off the fibre (where p.cond fails) c2 may read outside a tensor:
+                    # `&` evaluates both sides, a select only its taken branch.
+                    late = c2 if late is None else (late & c2)
+            if late is not None:
+                body = api.select(late, body, api.const(0.0, dtype))
             if p.free:
                 term = Reduce("sum", body, tuple(p.free), cond, dtype)
             elif cond is not None:
@@ -433,6 +450,28 @@ def _merge_two(a: Expr, b: Expr) -> Optional[Expr]:
             (where is not None and a.where is not None and same(where, a.where))):
         return None
     return Reduce("sum", a.body + substitute(b.body, sub), a.axes, a.where, a.dtype)
+
+
+def _reads_inside(e: Expr, axes) -> bool:
+    """Does every read in ``e`` stay inside its tensor at every point of ``axes``' box?
+
+    (Reads in the untaken branch of a select or outside a where are not evaluated.)
+    """
+    from tensorexpr.bounds import guard_set, read_sites
+    for read, guards, raxes in read_sites(e):
+        space = Space(tuple(axes) + tuple(raxes), params_of(
+            list(read.tensor.dims) + list(read.indices) + list(guards)))
+        dom = space.box()
+        for c in guards:
+            dom = dom & guard_set(space, c)
+        for ix, size in zip(read.indices, read.tensor.dims):
+            try:
+                pa = space.aff(ix)
+            except NotAffine:
+                return False
+            if not (dom & (pa.lt_set(space.vars[0]) | pa.ge_set(space.aff(size)))).is_empty():
+                return False
+    return True
 
 
 def _tidy_indices(e: Expr) -> Expr:

@@ -31,8 +31,34 @@ def is_canonical(t: Tensor) -> bool:
     return not _has_reduce(b)
 
 
-def _extract(t: Compute, new: List[Tensor]) -> Expr:
-    """``t.body`` with inner reductions replaced by reads of new tensors (appended to ``new``)."""
+def hoist_reductions(t: Compute) -> List[Tuple[Reduce, Read]]:
+    """Each reduction inside ``t.body`` paired with a read of a new tensor computing it.
+
+    Outermost first; the body itself (a top-level reduction) and reductions reading
+    ``t``'s own values stay. ``te.differentiate`` uses it on a recurrence's body
+    whose self-reads became reads of the finished tensor: a partial derivative then
+    reads the sum over the previous step instead of recomputing it in every term.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((3, 4), name="X")
+    >>> k = te.reduce_axis(4, name="k")
+    >>> M = te.compute((3,), lambda i: te.exp(te.sum(X[i, k], axis=k)), name="M")
+    >>> [(str(r), str(read)) for r, read in hoist_reductions(M)]
+    [('(sum_{k in [0, 4)} X[i, k])', 'M_sum[i]')]
+    """
+    found: List[Tuple[Reduce, Read]] = []
+    _extract(t, [], found)
+    return found[::-1]
+
+
+def _extract(t: Compute, new: List[Tensor], found=None) -> Expr:
+    """``t.body`` with inner reductions replaced by reads of new tensors (appended to ``new``).
+
+    ``guards`` are the conditions under which a sub-expression is evaluated, already
+    extracted themselves: a guard then reads a reduction's tensor instead of holding
+    the reduction, which may bind the same axis as the one it guards (a reduce axis
+    reused by sibling reductions, ``select(sum_k X[k] > 0, sum_k X[k], ...)``).
+    """
 
     def go(e: Expr, guards: Tuple[Expr, ...], top: bool) -> Expr:
         match e:
@@ -53,9 +79,12 @@ def _extract(t: Compute, new: List[Tensor]) -> Expr:
                 inner_g = guards if where2 is None else guards + (where2,)
                 body2 = go(body, inner_g, False)
                 r = e if (body2 is body and where2 is where) else Reduce(op, body2, axes, where2, dt)
-                if top or _reads_self(r, t):
+                if top or _reads_self(r, t) or not _hoistable(r):
                     return r  # a recurrence's own values cannot leave its body
-                return _hoist(t, r, guards, new)
+                read = _hoist(t, r, guards, new)
+                if found is not None:
+                    found.append((e, read))
+                return read
             case _:
                 return rebuild(e, lambda x: go(x, guards, False))
 
@@ -68,19 +97,29 @@ def _reads_self(e: Expr, t: Compute) -> bool:
                                    for x in walk(e))
 
 
+def _hoistable(r: Reduce) -> bool:
+    """Does ``r`` range over a box of its free axes (their bounds hold no other axis)?"""
+    return all(not free_axes(a.lo) and not free_axes(a.hi) for a in free_axes(r))
+
+
 def _hoist(t: Compute, r: Reduce, guards, new: List[Tensor]) -> Read:
     free = free_axes(r)
     axes = [Axis(a.name, Const(0, INDEX_DTYPE), a.hi - a.lo if not _zero(a.lo) else a.hi,
                  fresh_uid()) for a in free]
     shift = {a: (n if _zero(a.lo) else n + a.lo) for a, n in zip(free, axes)}
+    # The new tensor's axes start at 0: it is read at each free axis minus its start.
+    at = tuple(a if _zero(a.lo) else a - a.lo for a in free)
     own = {a.uid for a in free}
     # The reduction must not be evaluated where the original program never evaluated
     # it (its reads may be in range only there): guards that depend only on the
     # hoisted axes are kept, the affine rest is projected onto them (k == i - 1 over
     # an enclosing k in [0, n) keeps i >= 1). They come before the reduction's own
-    # where, as they are evaluated before it, and `&` short-circuits.
-    usable = [g for g in guards if {x.uid for x in free_axes(g)} <= own]
-    rest = [g for g in guards if not {x.uid for x in free_axes(g)} <= own]
+    # where, as they are evaluated before it, and `&` short-circuits. A guard reading
+    # the recurrence's own values (or a reduction left inline for that reason) cannot
+    # leave its body.
+    movable = [g for g in guards if not _has_reduce(g) and not _reads_self(g, t)]
+    usable = [g for g in movable if {x.uid for x in free_axes(g)} <= own]
+    rest = [g for g in movable if not {x.uid for x in free_axes(g)} <= own]
     implied = project(free, rest) if rest else None
     where = None
     for g in ([implied] if implied is not None else []) + usable + (
@@ -93,9 +132,9 @@ def _hoist(t: Compute, r: Reduce, guards, new: List[Tensor]) -> Read:
     key = _shape_key(s)
     for old in new:  # the same reduction written twice in one body is computed once
         if _shape_key(old) == key:
-            return Read(old, tuple(free), r.dtype)
+            return Read(old, at, r.dtype)
     new.append(s)
-    return Read(s, tuple(free), r.dtype)
+    return Read(s, at, r.dtype)
 
 
 def _shape_key(t: Compute) -> Expr:

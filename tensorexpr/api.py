@@ -512,9 +512,9 @@ def _reduce(op: str, expr: ExprLike, axis, where) -> Reduce:
         for x in ir.walk(part):
             if isinstance(x, Reduce) and any(a.uid in uids for a in x.axes):
                 ax = next(a for a in x.axes if a.uid in uids)
-                raise ValueError(f"reduce axis {ax.name!r} is bound twice: by this te.{op} and "
-                                 f"by a reduction inside it; give each reduction its own "
-                                 f"te.reduce_axis")
+                raise ValueError(f"te.{op} at {user_origin()}: reduce axis {ax.name!r} is bound "
+                                 f"twice: by this te.{op} and by a reduction inside it; give "
+                                 f"the inner reduction its own te.reduce_axis")
     dtype = body.dtype
     if dtype == "bool":
         body, dtype = cast(body, "int64"), "int64"

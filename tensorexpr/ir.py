@@ -39,6 +39,18 @@ Domains and what lies outside them
     A sum over an empty set is 0; a max over an empty set is ``-inf`` (the least
     value of an integer type), a min is ``+inf`` (the greatest).
 
+Reduction axes are bound variables
+    A reduction binds its axes in its ``body`` and ``where``; the axes' bounds are
+    evaluated outside it. One axis object may be bound by several *sibling*
+    reductions (``s = te.sum(X[k], axis=k)`` used three times in one body, a sum and
+    a max over the same ``k``): each binds its own variable. A reduction nested in a
+    reduction over the same axis (shadowing) is refused when it is written
+    (``te.sum`` raises) and never built by a pass: rewriting that maps axes
+    (``transform.substitute``) does not replace a bound axis inside its reduction
+    and renames a bound axis rather than capture an axis of a replacement. Along any
+    path of an expression an axis is therefore bound at most once, and every backend
+    and pass may key bound axes by ``uid`` within one nest of reductions.
+
 Reads
     ``X[f(i)]`` must lie inside ``X``'s box at every evaluated point. For affine
     and clamped (min/max of affine) indices this is proven statically with isl;

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Optional
 
-from .ir import (Axis, Binary, Cast, Const, Expr, Read, Reduce, Select, SizeVar, Unary, walk)
+from .ir import (Axis, Binary, Cast, Const, Expr, Read, Reduce, Select, SizeVar, Unary, fresh_uid,
+                 walk)
 
 
 def rebuild(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
@@ -40,28 +41,103 @@ def rebuild(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
 def substitute(e: Expr, mapping: Dict[Expr, Expr]) -> Expr:
     """Replace axes / size variables (keys, matched structurally) by expressions.
 
+    Substitution respects binders: a reduction binds its own axes in its body and
+    ``where``, so a key that is one of them is not replaced there, and a bound axis
+    that occurs in a replacement is renamed first (a fresh axis) instead of
+    capturing it. A bound axis whose bounds change is renamed too, as its new
+    range makes it another axis.
+
     >>> import tensorexpr as te
     >>> from tensorexpr.ir import Axis, Const
     >>> i = Axis("i", Const(0, "int64"), Const(4, "int64"), 1)
     >>> substitute(i + 1, {i: Const(3, "int64")})
     (3 + 1)
+    >>> X = te.placeholder((4,), name="X")
+    >>> k = te.reduce_axis(4, name="k")
+    >>> substitute(X[k] + te.sum(X[k], axis=k), {k: Const(2, "int64")})
+    (X[2] + (sum_{k in [0, 4)} X[k]))
     """
     if not mapping:
         return e
-    memo: Dict[int, Expr] = {}
+    return _Substitution(mapping).go(e)
 
-    def go(x: Expr) -> Expr:
+
+class _Substitution:
+    """One substitution, memoised per node; reductions open a scope of their own."""
+
+    def __init__(self, mapping: Dict[Expr, Expr]):
+        self.mapping = mapping
+        self.memo: Dict[int, Expr] = {}
+        self._value_axes: Optional[set] = None
+
+    def go(self, x: Expr) -> Expr:
         key = id(x)
-        if key in memo:
-            return memo[key]
-        if isinstance(x, (Axis, SizeVar)) and x in mapping:
-            out = mapping[x]
+        if key in self.memo:
+            return self.memo[key]
+        if isinstance(x, (Axis, SizeVar)) and x in self.mapping:
+            out = self.mapping[x]
+        elif isinstance(x, Reduce):
+            out = self.reduce(x)
         else:
-            out = rebuild(x, go)
-        memo[key] = out
+            out = rebuild(x, self.go)
+        self.memo[key] = out
         return out
 
-    return go(e)
+    def value_axes(self) -> set:
+        """uids of every axis in a replacement (only these can be captured)."""
+        if self._value_axes is None:
+            self._value_axes = {a.uid for v in self.mapping.values() for a in _all_axes(v)}
+        return self._value_axes
+
+    def captures(self, r: Reduce, ax: Axis) -> bool:
+        """Would ``ax``, bound by ``r``, capture an axis of a replacement made inside ``r``?"""
+        if ax.uid not in self.value_axes():
+            return False
+        inside = [r.body] if r.where is None else [r.body, r.where]
+        used = {a.uid for part in inside for a in free_axes(part)}
+        sizes = {x for part in inside for x in walk(part) if isinstance(x, SizeVar)}
+        for k, v in self.mapping.items():
+            occurs = k.uid in used if isinstance(k, Axis) else k in sizes
+            if occurs and not (isinstance(k, Axis) and k.uid == ax.uid) and \
+                    ax.uid in {a.uid for a in _all_axes(v)}:
+                return True
+        return False
+
+    def reduce(self, r: Reduce) -> Expr:
+        inner = dict(self.mapping)
+        axes = []
+        for ax in r.axes:
+            lo, hi = self.go(ax.lo), self.go(ax.hi)  # bounds are evaluated outside
+            inner.pop(ax, None)  # shadowed: the reduction's own variable
+            if lo is not ax.lo or hi is not ax.hi or self.captures(r, ax):
+                nax = Axis(ax.name, lo, hi, fresh_uid())
+                inner[ax] = nax
+                ax = nax
+            axes.append(ax)
+        axes = tuple(axes)
+        if len(inner) == len(self.mapping) and all(a is b for a, b in zip(axes, r.axes)):
+            go = self.go  # the same substitution inside: share its memo
+        else:
+            go = _Substitution(inner).go if inner else (lambda x: x)
+        body = go(r.body)
+        where = None if r.where is None else go(r.where)
+        if body is r.body and where is r.where and all(a is b for a, b in zip(axes, r.axes)):
+            return r
+        return Reduce(r.op, body, axes, where, r.dtype)
+
+
+def _all_axes(e: Expr) -> list:
+    """Every axis in ``e``, free or bound, and the axes in bounds of bound axes."""
+    out = []
+    for x in walk(e):
+        if isinstance(x, Axis):
+            out.append(x)
+            out += _all_axes(x.lo) + _all_axes(x.hi)
+        elif isinstance(x, Reduce):
+            for ax in x.axes:
+                out.append(ax)
+                out += _all_axes(ax.lo) + _all_axes(ax.hi)
+    return out
 
 
 def map_reads(e: Expr, fn: Callable[[Read], Expr]) -> Expr:
@@ -88,6 +164,9 @@ def map_reads(e: Expr, fn: Callable[[Read], Expr]) -> Expr:
 def replace_subexpr(e: Expr, target: Expr, repl: Expr) -> Expr:
     """``e`` with every sub-expression structurally equal to ``target`` replaced by ``repl``.
 
+    Inside a reduction that binds an axis free in ``target`` or ``repl`` nothing is
+    replaced: there the axis is the reduction's own variable, another value.
+
     >>> import tensorexpr as te
     >>> x = te.const(1.0) + 2.0
     >>> replace_subexpr(x * 3.0, x, te.const(9.0))
@@ -95,11 +174,17 @@ def replace_subexpr(e: Expr, target: Expr, repl: Expr) -> Expr:
     """
     from .ir import same
     h = hash(target)
+    scoped = {a.uid for a in free_axes(target) + free_axes(repl)}
     memo: Dict[int, Expr] = {}
 
     def go(x: Expr) -> Expr:
         if id(x) not in memo:
-            memo[id(x)] = repl if (hash(x) == h and same(x, target)) else rebuild(x, go)
+            if hash(x) == h and same(x, target):
+                memo[id(x)] = repl
+            elif isinstance(x, Reduce) and any(a.uid in scoped for a in x.axes):
+                memo[id(x)] = x
+            else:
+                memo[id(x)] = rebuild(x, go)
         return memo[id(x)]
 
     return go(e)

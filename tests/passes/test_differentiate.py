@@ -575,3 +575,134 @@ def test_pooling_with_ragged_windows(h, w, k, stride, op, seed):
         check_grads(sum_of_squares(Y), [X], [x], backend=backend)
 
 # }}}
+
+# {{{ nested reductions over ranges that do not start at 0
+
+# Normalisation computes an inner reduction into a tensor over its free axes, which
+# start at 0: it is read at each axis minus the axis's start.
+
+
+def _nested(outer, inner, lo1, lo2, n1=2, n2=3):
+    """``L = outer_{k1 in [lo1, lo1 + n1)} inner_{k2 in [lo2, lo2 + n2)} f(X[., .])``."""
+    X = te.placeholder((5, 5), F, "X")
+    k1 = te.reduce_axis((lo1, lo1 + n1), name="k1")
+    k2 = te.reduce_axis((lo2, lo2 + n2), name="k2")
+    red = {"sum": te.sum, "max": te.max, "min": te.min}
+    L = te.compute((), lambda: red[outer](
+        X[k1 - lo1 + 1, 4 - n1 + k1 - lo1] * red[inner](
+            X[k2 - lo2, k1 - lo1 + 2] * X[k2 - lo2 + 1, 0], axis=k2), axis=k1), name="L")
+    return X, L
+
+
+def test_issue_nested_sum_whose_outer_axis_starts_at_1():
+    X = te.placeholder((2, 2), F, "X")
+    k1 = te.reduce_axis((1, 2), name="k1")
+    k2 = te.reduce_axis((0, 2), name="k2")
+    L = te.compute((), lambda: te.sum(te.sum(X[k2, k1 - 1], axis=k2), axis=k1), name="L")
+    (dX,) = te.differentiate(L, [X])
+    for backend in ("numpy", "c"):
+        got = te.build(dX, inputs=[X], backend=backend)(rand(2, 2))
+        np.testing.assert_array_equal(got, [[1.0, 0.0], [1.0, 0.0]])  # L = X00 + X10
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+@pytest.mark.parametrize("outer,inner,lo1,lo2", [
+    ("sum", "sum", 1, 0), ("sum", "sum", 3, 2), ("sum", "max", 2, 1),
+    ("max", "sum", 0, 4), ("sum", "min", 5, 5), ("min", "max", 1, 2)])
+def test_nested_reductions_with_shifted_axes(outer, inner, lo1, lo2, backend):
+    X, L = _nested(outer, inner, lo1, lo2)
+    check_grads(L, [X], [rand(5, 5, seed=lo1 * 3 + lo2)], backend=backend)
+
+
+@settings(max_examples=15, deadline=None)
+@given(outer=st.sampled_from(["sum", "max", "min"]), inner=st.sampled_from(["sum", "max", "min"]),
+       lo1=st.integers(0, 6), lo2=st.integers(0, 6), n1=st.integers(1, 3), n2=st.integers(1, 4))
+def test_nested_reductions_with_shifted_axes_hypothesis(outer, inner, lo1, lo2, n1, n2):
+    X, L = _nested(outer, inner, lo1, lo2, n1, n2)
+    check_grads(L, [X], [rand(5, 5, seed=abs(lo1 * 7 + lo2))])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_nested_reductions_with_symbolic_starts(backend):
+    n = te.var("n")
+    X = te.placeholder((n, 4), F, "X")
+    k1 = te.reduce_axis((n - 3, n), name="k1")      # the last three rows
+    k2 = te.reduce_axis((1, 4), name="k2")
+    Y = te.compute((2,), lambda i: te.sum(X[k1, i] * te.max(X[k1 - 1, k2] * X[k1, k2 - 1],
+                                                             axis=k2), axis=k1, where=k1 >= 1),
+                   name="Y")
+    check_grads(sum_of_squares(Y), [X], [rand(6, 4)], backend=backend)
+
+
+def test_nested_reductions_with_shifted_axes_second_order():
+    X, L = _nested("sum", "sum", 2, 1)
+    second_order(L, [X], [rand(5, 5)])
+
+
+# }}}
+
+# {{{ one reduce axis used by sibling reductions
+
+# ``s = te.sum(X[k], axis=k)`` used three times, or a sum and a max over the same
+# axis: each reduction binds its own k. A gradient substituting the gather's
+# solution for k must leave the other reductions' k alone.
+
+
+def _leaky(X):
+    k = te.reduce_axis(X.shape[0], name="k")
+    s = te.sum(X[k], axis=k)
+    return te.compute((), lambda: te.select(s > 0, s, 0.1 * s), name="L")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_issue_leaky_relu_of_a_sum_used_three_times(sign, backend):
+    X = te.placeholder((4,), F, "X")
+    x = sign * np.array([1.0, -0.5, 2.0, -1.0])
+    (dX,) = te.differentiate(_leaky(X), [X])
+    got = te.build(dX, inputs=[X], backend=backend)(x)
+    np.testing.assert_allclose(got, np.full(4, 1.0 if sign > 0 else 0.1))
+    assert "sum_{k in [0, 4)} X[i0]" not in str(dX)
+
+
+def _siblings(kind):
+    X = te.placeholder((3, 5), F, "X")
+    k = te.reduce_axis(5, name="k")
+    m = te.reduce_axis(5, name="m")
+    if kind == "sum_over_max":
+        fn = lambda i: te.sum(X[i, k] * X[i, k], axis=k) / (2.0 + te.max(X[i, k], axis=k))
+    elif kind == "select":
+        fn = lambda i: te.select(te.max(X[i, k], axis=k) > 0.3, te.sum(X[i, k] ** 2, axis=k),
+                                 te.min(X[i, k], axis=k) * te.sum(X[i, k], axis=k))
+    elif kind == "where":  # k both in the where's mean and in a sibling sum
+        fn = lambda i: te.sum(X[i, m], axis=m, where=X[i, m] > te.sum(X[i, k], axis=k) / 5.0) \
+            * te.sum(X[i, k] * X[i, k], axis=k)
+    elif kind == "condition":  # the sum is a select's condition and both branches
+        fn = lambda i: te.select(te.sum(X[i, k], axis=k) < 0.0, -te.sum(X[i, k], axis=k),
+                                 te.tanh(te.sum(X[i, k] * X[i, 0], axis=k)))
+    else:
+        raise ValueError(kind)
+    return X, te.compute((3,), fn, name="Y")
+
+
+SIBLINGS = ["sum_over_max", "select", "where", "condition"]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+@pytest.mark.parametrize("kind", SIBLINGS)
+def test_sibling_reductions_sharing_an_axis(kind, backend):
+    X, Y = _siblings(kind)
+    x = rand(3, 5, seed=len(kind))
+    x[1] -= 0.4  # rows on both sides of the conditions
+    check_grads(sum_of_squares(Y), [X], [x], backend=backend)
+
+
+@pytest.mark.parametrize("kind", ["select", "condition"])
+def test_sibling_reductions_sharing_an_axis_second_order(kind):
+    X, Y = _siblings(kind)
+    x = rand(3, 5, seed=len(kind))
+    x[1] -= 0.4
+    second_order(sum_of_squares(Y), [X], [x])
+
+
+# }}}

@@ -6,7 +6,7 @@ import pytest
 
 import tensorexpr as te
 
-from .gradcheck import check_grads, second_order
+from .gradcheck import check_grads, numeric_grad, second_order
 
 
 def ewma(T, R, dtype="float64"):
@@ -106,3 +106,134 @@ def test_recurrence_reading_same_or_later_point_is_refused(offset):
         te.recurrence((5,), lambda c, t: te.select(
             t < 4, c[te.minimum(t + offset, 4)] + x[t], x[t]) if offset else c[t] + x[t],
             name="c")
+
+
+# {{{ cells whose nonlinearity holds a sum over the previous step
+
+# The partial of such a cell holds the sum itself (sigmoid' = s (1 - s) of it),
+# inside a gather over the same reduce axis: substituting the gather's solution
+# into it must not touch the sum's own (bound) axis.
+
+
+def _cell(kind, T, B=2, H=3):
+    """``(inputs, h, arrays)``: a recurrent cell over ``T`` steps, ``h[t] = f(h[t-1])``."""
+    rng = np.random.default_rng(T * 10 + len(kind))
+    k = te.reduce_axis(H, "k")
+    W = te.placeholder((H, H), "float64", "W")
+    u = te.placeholder((T, B, H), "float64", "u")
+
+    def prev(h, t, b):  # sum_k h[t-1, b, k] W[k, j] (0 at t = 0), sharing the axis k
+        return lambda j, U=W: te.select(t == 0, 0.0, te.sum(h[t - 1, b, k] * U[k, j], axis=k))
+
+    if kind == "sigmoid_skip":  # the issue's reproducer
+        fn = lambda h, t, b, j: u[t, b, j] + te.sigmoid(prev(h, t, b)(j))
+    elif kind == "tanh_skip":
+        fn = lambda h, t, b, j: u[t, b, j] + 0.5 * te.tanh(prev(h, t, b)(j))
+    elif kind == "exp":
+        fn = lambda h, t, b, j: u[t, b, j] * te.exp(0.3 * prev(h, t, b)(j))
+    elif kind == "product":  # two sums over the same axis, multiplied
+        V = te.placeholder((H, H), "float64", "V")
+        fn = lambda h, t, b, j: u[t, b, j] + prev(h, t, b)(j) * te.tanh(prev(h, t, b)(j, V))
+    elif kind == "gru":
+        Uz, Ur = (te.placeholder((H, H), "float64", n) for n in ("Uz", "Ur"))
+        xz, xr = (te.placeholder((T, B, H), "float64", n) for n in ("xz", "xr"))
+
+        def fn(h, t, b, j):
+            z = te.sigmoid(xz[t, b, j] + prev(h, t, b)(j, Uz))
+            r = te.sigmoid(xr[t, b, j] + prev(h, t, b)(j, Ur))
+            n = te.tanh(u[t, b, j] + r * prev(h, t, b)(j))
+            return (1.0 - z) * n + z * te.select(t == 0, 0.0, h[t - 1, b, j])
+    elif kind == "lstm":  # state [.., 0, j] is the cell c, [.., 1, j] the output h
+        Ui, Uf, Uo = (te.placeholder((H, H), "float64", n) for n in ("Ui", "Uf", "Uo"))
+        k2 = te.reduce_axis(H, "k2")
+
+        def fn(s, t, b, w, j):
+            def pre(U):
+                return te.select(t == 0, 0.0, te.sum(s[t - 1, b, 1, k2] * U[k2, j], axis=k2))
+            i, f, o = te.sigmoid(pre(Ui)), te.sigmoid(pre(Uf)), te.sigmoid(pre(Uo))
+            g = te.tanh(u[t, b, j] + pre(W))
+            c = f * te.select(t == 0, 0.0, s[t - 1, b, 0, j]) + i * g
+            return te.select(w == 0, c, o * te.tanh(c))
+        h = te.recurrence((T, B, 2, H), fn, name="s", dtype="float64")
+    else:
+        raise ValueError(kind)
+    if kind != "lstm":
+        h = te.recurrence((T, B, H), fn, name="h", dtype="float64")
+    inputs = sorted({t.uid: t for t in te.ir.topo_order([h])
+                     if isinstance(t, te.ir.Placeholder)}.values(), key=lambda t: t.uid)
+    arrays = [rng.standard_normal(tuple(x.shape)) * (0.6 if x.shape[0] == H else 1.0)
+              for x in inputs]
+    return inputs, h, arrays
+
+
+def _weighted_loss(h, seed=5):
+    """``sum(h * C)`` for a constant ``C``: every step's adjoint differs."""
+    C = te.compute(tuple(h.shape), lambda *ix: te.cast(
+        ((ix[0] * 7 + ix[-1] * 3) % 5), "float64") * 0.25 - 0.5, name="C")
+    axes = [te.reduce_axis(s) for s in h.shape]
+    return te.compute((), lambda: te.sum(h[tuple(axes)] * C[tuple(axes)], axis=axes), name="L")
+
+
+CELLS = ["sigmoid_skip", "tanh_skip", "exp", "product", "gru", "lstm"]
+
+
+@pytest.mark.parametrize("T", [1, 2, 3, 5])
+@pytest.mark.parametrize("kind", CELLS)
+def test_cell_with_a_sum_inside_its_nonlinearity(kind, T):
+    inputs, h, arrays = _cell(kind, T)
+    check_grads(_weighted_loss(h), inputs, arrays)
+
+
+@pytest.mark.parametrize("T", [2, 5])
+@pytest.mark.parametrize("kind", CELLS)
+def test_cell_with_a_sum_inside_its_nonlinearity_c(kind, T):
+    inputs, h, arrays = _cell(kind, T)
+    check_grads(_weighted_loss(h), inputs, arrays, backend="c")
+
+
+@pytest.mark.parametrize("kind", ["sigmoid_skip", "gru"])
+def test_cell_with_a_sum_inside_its_nonlinearity_second_order(kind):
+    inputs, h, arrays = _cell(kind, 3, B=1, H=2)
+    second_order(_weighted_loss(h), inputs, arrays)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_issue_sigmoid_of_previous_step_with_head(backend):
+    """The issue's program verbatim: a head instead of a loss, dW was off by 0.42."""
+    T, B, H = 3, 1, 2
+    u = te.placeholder((T, B, H), "float64", "u")
+    W = te.placeholder((H, H), "float64", "W")
+    k = te.reduce_axis(H, name="k")
+    h = te.recurrence((T, B, H), lambda h, t, b, j: u[t, b, j] + te.sigmoid(te.select(
+        t == 0, 0.0, te.sum(h[t - 1, b, k] * W[k, j], axis=k))), name="h", dtype="float64")
+    Hd = te.placeholder((T, B, H), "float64", "Hd")
+    du, dW = te.differentiate(h, [u, W], head=Hd)
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((T, B, H)), rng.standard_normal((H, H)),
+              rng.standard_normal((T, B, H))]
+    got = te.build([du, dW], inputs=[u, W, Hd], backend=backend)(*arrays)
+    a, b_, c = te.reduce_axis(T), te.reduce_axis(B), te.reduce_axis(H)
+    L = te.compute((), lambda: te.sum(h[a, b_, c] * Hd[a, b_, c], axis=[a, b_, c]), name="L")
+    fl = te.build(L, inputs=[u, W, Hd], backend="numpy")
+    for g, n in zip(got, (0, 1)):
+        np.testing.assert_allclose(g, numeric_grad(fl, arrays, n), rtol=1e-7, atol=1e-8)
+    assert "sum_{k in [0, 2)} (h[t - 1, 0, i0] * W[i0, i1])" not in str(dW)
+
+
+# }}}
+
+
+@pytest.mark.parametrize("kind", ["sigmoid_skip", "product", "gru", "lstm"])
+def test_adjoint_reads_the_forward_sums_instead_of_recomputing_them(kind):
+    """A sum over the previous step inside a nonlinearity is in the partials: the
+    adjoint reads it, computed once over the finished recurrence (a GRU's VJP at
+    T=16, B=4, D=16: 65 -> 0.6 ms), instead of summing again in every term."""
+    inputs, h, arrays = _cell(kind, 3)
+    grads = te.differentiate(_weighted_loss(h), inputs)
+    dh = grads.adjoints[h]
+    # (the adjoint's own sums gather dh[t + 1]; a recomputed one reads only h)
+    inline = [x for x in te.ir.walk(dh.body) if isinstance(x, te.ir.Reduce)
+              and any(r.tensor.uid == h.uid for r in te.ir.reads(x))
+              and not any(r.tensor.uid == dh.self_ref.uid for r in te.ir.reads(x))]
+    assert not inline, [str(x) for x in inline]
+    check_grads(_weighted_loss(h), inputs, arrays)

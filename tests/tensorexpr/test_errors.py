@@ -156,7 +156,8 @@ def test_bad_sizes_and_reductions():
     k = te.reduce_axis(4, name="k")
     with pytest.raises(ValueError, match="appears twice"):
         te.sum(X[0, k], axis=[k, k])
-    with pytest.raises(ValueError, match="reduce axis 'k' is bound twice"):
+    with pytest.raises(ValueError, match=r"te.sum at .*test_errors.py:\d+: .*"
+                                         r"reduce axis 'k' is bound twice"):
         te.sum(te.sum(V[k], axis=k) + V[k], axis=k)
     with pytest.raises(te.TensorExprError, match="'Own'.*reduces over its own axis 'i'"):
         te.compute((4,), lambda i: te.sum(V[i], axis=i), name="Own")

@@ -218,11 +218,12 @@ _PLAIN_PROBE = """int te_probe(int n) { int s = 0;
 
 
 def _probe_openmp(argv: Tuple[str, ...], identity: str) -> Optional[bool]:
-    """Can this compiler build and load an OpenMP library? ``None`` if the compiler failed
-    for another reason (it cannot even build the same probe without OpenMP, it could not
-    be run, it timed out or was killed): that answer is not kept, so a transient failure
-    does not turn OpenMP off for good. A definite answer is kept on disk next to the
-    kernels, so it is asked once per compiler."""
+    """Can this compiler build and load an OpenMP library? ``None`` when the failure
+    says nothing about OpenMP: the compiler could not be run, timed out or was killed,
+    its message does not name OpenMP, or it cannot even build the same probe without
+    OpenMP (a transient failure: that answer is not kept, so OpenMP is not turned off
+    for good). A definite answer is kept on disk next to the kernels, so it is asked
+    once per compiler."""
     d = cache_dir()
     marker = os.path.join(d, f"openmp-{_digest(identity, _machine(), CACHE_FORMAT)[:24]}.txt")
     try:
@@ -230,13 +231,14 @@ def _probe_openmp(argv: Tuple[str, ...], identity: str) -> Optional[bool]:
             return f.read().strip() == "yes"
     except OSError:
         pass
+    import re
     import tempfile
     with tempfile.TemporaryDirectory(prefix="te-probe-") as tmp:
-        got = _try_probe(argv, tmp, _OPENMP_PROBE, (OPENMP_FLAG,))
-        if got == "rejected" and _try_probe(argv, tmp, _PLAIN_PROBE, ()) == "ok":
-            answer: Optional[bool] = False
-        else:
-            answer = True if got == "ok" else None
+        got, why = _try_probe(argv, tmp, _OPENMP_PROBE, (OPENMP_FLAG,))
+        answer: Optional[bool] = True if got == "ok" else None
+        if got == "rejected" and re.search(r"openmp|omp", why, re.I) and \
+                _try_probe(argv, tmp, _PLAIN_PROBE, ())[0] == "ok":
+            answer = False
     if answer is not None:
         try:
             _write_atomic(marker, "yes\n" if answer else "no\n")
@@ -245,9 +247,11 @@ def _probe_openmp(argv: Tuple[str, ...], identity: str) -> Optional[bool]:
     return answer
 
 
-def _try_probe(argv: Tuple[str, ...], tmp: str, source: str, extra: Tuple[str, ...]) -> str:
-    """``"ok"``; ``"rejected"``: the compiler ran and refused, or the library does not load
-    or compute; ``"failed"``: the compiler could not be run, timed out or was killed."""
+def _try_probe(argv: Tuple[str, ...], tmp: str, source: str,
+               extra: Tuple[str, ...]) -> Tuple[str, str]:
+    """``("ok", "")``; ``("rejected", message)``: the compiler ran and refused, or the
+    library does not load or compute; ``("failed", message)``: the compiler could not be
+    run, timed out or was killed."""
     import subprocess
     src, so = os.path.join(tmp, "probe.c"), os.path.join(tmp, f"probe{len(extra)}.so")
     with open(src, "w") as f:
@@ -255,16 +259,16 @@ def _try_probe(argv: Tuple[str, ...], tmp: str, source: str, extra: Tuple[str, .
     try:
         r = subprocess.run(list(argv) + list(FLAGS) + list(extra) + ["-o", so, src] + list(LIBS),
                            capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.SubprocessError):
-        return "failed"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return "failed", str(exc)
     if r.returncode < 0:  # killed by a signal (e.g. the OOM killer): says nothing of OpenMP
-        return "failed"
+        return "failed", f"signal {-r.returncode}"
     if r.returncode != 0:
-        return "rejected"
+        return "rejected", r.stderr + r.stdout
     try:
-        return "ok" if Library(so).te_probe(10) == 45 else "rejected"
-    except (OSError, AttributeError):
-        return "rejected"
+        return ("ok", "") if Library(so)["te_probe"](10) == 45 else ("rejected", "wrong sum")
+    except (OSError, AttributeError) as exc:
+        return "rejected", str(exc)  # e.g. libgomp.so.1: cannot open shared object file
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -393,7 +397,7 @@ def _sum_text(path: str) -> str:
     return f"{size} {h.hexdigest()}\n"
 
 
-#: libraries checked in this process, by path: (size, mtime, inode) when checked
+#: libraries checked in this process, by path: their and their checksums' file stamps
 _verified: Dict[str, tuple] = {}
 
 
@@ -404,8 +408,8 @@ def verify(so: str) -> bool:
     False
     """
     try:
-        st = os.stat(so)
-        stamp = (st.st_size, st.st_mtime_ns, st.st_ino)
+        st, sst = os.stat(so), os.stat(_sum_path(so))
+        stamp = (st.st_size, st.st_mtime_ns, st.st_ino, sst.st_mtime_ns, sst.st_ino)
         if _verified.get(so) == stamp:
             return True
         with open(_sum_path(so), encoding="ascii") as f:

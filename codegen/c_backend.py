@@ -16,7 +16,7 @@ and the runtime :class:`~codegen.runtime.Layout`. A hit, in this process or
 another, loads the library without lowering, emitting or compiling anything
 (the lowering modules, and isl, are not even imported). Entries are written
 atomically; an entry that cannot be read, parsed or loaded is ignored and
-rebuilt.
+rebuilt; so is a library that fails its checksum or does not load.
 """
 from __future__ import annotations
 
@@ -112,8 +112,9 @@ def _load_entry(path: str, sig) -> Optional[Tuple[runtime.KernelFunction, str]]:
     try:
         return runtime.KernelFunction(lib, layout, sig), source
     except (OSError, AttributeError):
-        # The library cannot be loaded (damaged): drop it, so the rebuild compiles it again.
-        compiler._unlink(lib)
+        # The library fails its checksum or cannot be loaded: drop it, so the rebuild
+        # compiles it again.
+        compiler.discard(lib)
         return None
     except ValueError:
         return None
@@ -176,7 +177,13 @@ def compile_program(sig, name: Optional[str] = None
     program, source = generate(sig, name)
     path = compiler.compile_shared(source, comp)
     layout = runtime.Layout.of(program, sig)
-    impl = runtime.KernelFunction(path, layout, sig)
+    try:
+        impl = runtime.KernelFunction(path, layout, sig)
+    except OSError:
+        # Damaged between its check and loading, or it does not load: compiled once more
+        # (a second failure is not the cache's fault and is raised).
+        compiler.discard(path)
+        impl = runtime.KernelFunction(compiler.compile_shared(source, comp), layout, sig)
     if entry is not None:
         text = json.dumps({"format": BUILD_FORMAT, "library": os.path.basename(path),
                            "source": source, "layout": layout.to_plain()})

@@ -6,7 +6,15 @@ cached in ``$TENSOREXPR_CACHE_DIR`` (default ``~/.cache/tensorexpr``) under a
 hash of the source, the compiler's identity and version, the flags and the
 machine, so another process reuses them without compiling. Files are written
 under a temporary name and renamed into place, so concurrent processes never
-see half-written files.
+see half-written files; each library's size and SHA-256 are recorded beside
+it (``.sum``) and checked before it is loaded, so a truncated or corrupted
+library is compiled again instead of being mapped into the process. A compile
+runs in a temporary directory of its own (also the compiler's ``$TMPDIR``),
+removed whatever happens, Ctrl-C included.
+
+Loaded libraries are :class:`Library` objects: when the last one of a file is
+freed, the file is unloaded (``dlclose``). The OpenMP runtime a library brings
+in is never unloaded (its worker threads live on in it).
 """
 from __future__ import annotations
 
@@ -15,10 +23,13 @@ import hashlib
 import os
 import shlex
 import shutil
+import signal
 import sys
+import threading
 import time
+import weakref
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from tensorexpr.errors import CompilerError, CompilerNotFoundError, TensorExprError
 
@@ -109,8 +120,10 @@ def find_compiler() -> Compiler:
             raise _not_found("none of cc, gcc, clang is on PATH and $CC is not set")
     argv = [path] + argv[1:]
     identity = _identity(argv)
-    comp = Compiler(tuple(argv), identity, _probe_openmp(tuple(argv), identity))
-    _compilers[key] = comp
+    openmp = _probe_openmp(tuple(argv), identity)
+    comp = Compiler(tuple(argv), identity, bool(openmp))
+    if openmp is not None:  # unknown (the compiler failed this time): ask again next build
+        _compilers[key] = comp
     return comp
 
 
@@ -197,11 +210,20 @@ int te_probe(int n) { int s = 0;
   for (int i = 0; i < n; i++) s += i;
   return s + omp_get_max_threads() * 0; }
 """
+#: the same without OpenMP: tells "no OpenMP" apart from a compiler failing for another reason
+_PLAIN_PROBE = """int te_probe(int n) { int s = 0;
+  for (int i = 0; i < n; i++) s += i;
+  return s; }
+"""
 
 
-def _probe_openmp(argv: Tuple[str, ...], identity: str) -> bool:
-    """Can this compiler build and load an OpenMP library? Answered once per compiler
-    (the answer is cached on disk next to the kernels)."""
+def _probe_openmp(argv: Tuple[str, ...], identity: str) -> Optional[bool]:
+    """Can this compiler build and load an OpenMP library? ``None`` when the failure
+    says nothing about OpenMP: the compiler could not be run, timed out or was killed,
+    its message does not name OpenMP, or it cannot even build the same probe without
+    OpenMP (a transient failure: that answer is not kept, so OpenMP is not turned off
+    for good). A definite answer is kept on disk next to the kernels, so it is asked
+    once per compiler."""
     d = cache_dir()
     marker = os.path.join(d, f"openmp-{_digest(identity, _machine(), CACHE_FORMAT)[:24]}.txt")
     try:
@@ -209,25 +231,44 @@ def _probe_openmp(argv: Tuple[str, ...], identity: str) -> bool:
             return f.read().strip() == "yes"
     except OSError:
         pass
-    ok = False
-    import subprocess
+    import re
     import tempfile
     with tempfile.TemporaryDirectory(prefix="te-probe-") as tmp:
-        src, so = os.path.join(tmp, "probe.c"), os.path.join(tmp, "probe.so")
-        with open(src, "w") as f:
-            f.write(_OPENMP_PROBE)
+        got, why = _try_probe(argv, tmp, _OPENMP_PROBE, (OPENMP_FLAG,))
+        answer: Optional[bool] = True if got == "ok" else None
+        if got == "rejected" and re.search(r"openmp|omp", why, re.I) and \
+                _try_probe(argv, tmp, _PLAIN_PROBE, ())[0] == "ok":
+            answer = False
+    if answer is not None:
         try:
-            r = subprocess.run(list(argv) + list(FLAGS) + [OPENMP_FLAG, "-o", so, src] + list(LIBS),
-                               capture_output=True, text=True, timeout=120)
-            if r.returncode == 0:
-                ok = ctypes.CDLL(so).te_probe(10) == 45
-        except (OSError, subprocess.SubprocessError, AttributeError):
-            ok = False
+            _write_atomic(marker, "yes\n" if answer else "no\n")
+        except OSError:
+            pass  # an unwritable cache only costs probing again; compile_shared says why
+    return answer
+
+
+def _try_probe(argv: Tuple[str, ...], tmp: str, source: str,
+               extra: Tuple[str, ...]) -> Tuple[str, str]:
+    """``("ok", "")``; ``("rejected", message)``: the compiler ran and refused, or the
+    library does not load or compute; ``("failed", message)``: the compiler could not be
+    run, timed out or was killed."""
+    import subprocess
+    src, so = os.path.join(tmp, "probe.c"), os.path.join(tmp, f"probe{len(extra)}.so")
+    with open(src, "w") as f:
+        f.write(source)
     try:
-        _write_atomic(marker, "yes\n" if ok else "no\n")
-    except OSError:
-        pass  # an unwritable cache only costs probing again; compile_shared says why
-    return ok
+        r = subprocess.run(list(argv) + list(FLAGS) + list(extra) + ["-o", so, src] + list(LIBS),
+                           capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return "failed", str(exc)
+    if r.returncode < 0:  # killed by a signal (e.g. the OOM killer): says nothing of OpenMP
+        return "failed", f"signal {-r.returncode}"
+    if r.returncode != 0:
+        return "rejected", r.stderr + r.stdout
+    try:
+        return ("ok", "") if Library(so)["te_probe"](10) == 45 else ("rejected", "wrong sum")
+    except (OSError, AttributeError) as exc:
+        return "rejected", str(exc)  # e.g. libgomp.so.1: cannot open shared object file
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -254,7 +295,8 @@ def compile_shared(source: str, compiler: Optional[Compiler] = None, count: bool
     """Path of a shared library built from ``source`` (from the cache when possible).
 
     ``count=False`` leaves ``stats`` alone (the runtime's own helper libraries are not
-    the user's kernels).
+    the user's kernels). A cached library is used only if it matches the size and
+    hash recorded beside it (:func:`verify`); otherwise it is compiled again.
 
     Raises :class:`CompilerError` (with the compiler's message and the path of
     the kept source) if the compiler rejects the source.
@@ -266,7 +308,7 @@ def compile_shared(source: str, compiler: Optional[Compiler] = None, count: bool
     key = _digest(CACHE_FORMAT, source, compiler.identity, shlex.join(flags + LIBS), _machine())
     d = cache_dir()
     so = os.path.join(d, f"te_{key[:40]}.so")
-    if os.path.exists(so):
+    if verify(so):
         stats["cache_hits"] += count
         return so
     src = os.path.join(d, f"te_{key[:40]}.c")
@@ -274,42 +316,247 @@ def compile_shared(source: str, compiler: Optional[Compiler] = None, count: bool
     import tempfile
     try:
         _write_atomic(src, source)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".so")
-        os.close(fd)
+        work = tempfile.mkdtemp(dir=d, prefix=".tmp-")
     except OSError as exc:
         raise CacheDirError(
             f"cannot write compiled kernels to {d} ({exc}); set $TENSOREXPR_CACHE_DIR to a "
             f"writable directory") from None
-    cmd = list(compiler.argv) + list(flags) + ["-o", tmp, src] + list(LIBS)
-    t0 = time.perf_counter()
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.SubprocessError) as exc:
-        _unlink(tmp)
-        raise CompilerError(f"running the C compiler failed: {exc}\ncommand: {shlex.join(cmd)}\n"
-                            f"source kept at {src}") from None
+        tmp = os.path.join(work, "out.so")
+        cmd = list(compiler.argv) + list(flags) + ["-o", tmp, src] + list(LIBS)
+        t0 = time.perf_counter()
+        try:
+            r = _run(cmd, work)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise CompilerError(f"running the C compiler failed: {exc}\n"
+                                f"command: {shlex.join(cmd)}\nsource kept at {src}") from None
+        finally:
+            stats["compile_s"] += time.perf_counter() - t0
+        if r.returncode != 0:
+            msg = (r.stderr or r.stdout).strip()
+            if len(msg) > 8000:
+                msg = msg[:8000] + "\n... (truncated)"
+            raise CompilerError(
+                f"the C compiler rejected the generated code (a bug in tensorexpr; please report "
+                f"it with the source file below)\ncommand: {shlex.join(cmd)}\n{msg}\n"
+                f"source kept at {src}")
+        # The checksum first: a reader never finds a new library without one (it would
+        # compile it again); one of another writer's library fails the check, never loads.
+        _write_atomic(_sum_path(so), _sum_text(tmp))
+        os.replace(tmp, so)
     finally:
-        stats["compile_s"] += time.perf_counter() - t0
-    if r.returncode != 0:
-        _unlink(tmp)
-        msg = (r.stderr or r.stdout).strip()
-        if len(msg) > 8000:
-            msg = msg[:8000] + "\n... (truncated)"
-        raise CompilerError(
-            f"the C compiler rejected the generated code (a bug in tensorexpr; please report "
-            f"it with the source file below)\ncommand: {shlex.join(cmd)}\n{msg}\n"
-            f"source kept at {src}")
-    os.replace(tmp, so)
+        shutil.rmtree(work, ignore_errors=True)
     stats["compiled"] += count
     return so
 
 
-_libs: Dict[str, ctypes.CDLL] = {}
+def _run(cmd: List[str], work: str):
+    """Run the compiler in a process group of its own, its temporary files in ``work``.
+    On any exception (a timeout, Ctrl-C) the whole group is killed before the caller
+    removes ``work``, so no compiler pass writes there afterwards."""
+    import subprocess
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, TMPDIR=work), start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=600)
+    except BaseException:
+        _kill_group(p)
+        raise
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
-def load(path: str) -> ctypes.CDLL:
-    """The loaded library at ``path`` (loaded once per process)."""
-    lib = _libs.get(path)
-    if lib is None:
-        lib = _libs[path] = ctypes.CDLL(path)
-    return lib
+def _kill_group(p) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    p.kill()
+    p.communicate()
+    # the driver is reaped; its passes (cc1, as, ld) are gone once the group is empty
+    for _ in range(200):
+        try:
+            os.killpg(p.pid, 0)
+        except OSError:
+            return
+        time.sleep(0.01)
+
+
+# {{{ checksums of cached libraries
+
+def _sum_path(so: str) -> str:
+    return so + ".sum"
+
+
+def _sum_text(path: str) -> str:
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+            size += len(block)
+    return f"{size} {h.hexdigest()}\n"
+
+
+#: libraries checked in this process, by path: their and their checksums' file stamps
+_verified: Dict[str, tuple] = {}
+
+
+def verify(so: str) -> bool:
+    """Does the library at ``so`` exist and match the size and SHA-256 recorded beside it?
+
+    >>> verify("/nonexistent/te_0.so")
+    False
+    """
+    try:
+        st, sst = os.stat(so), os.stat(_sum_path(so))
+        stamp = (st.st_size, st.st_mtime_ns, st.st_ino, sst.st_mtime_ns, sst.st_ino)
+        if _verified.get(so) == stamp:
+            return True
+        with open(_sum_path(so), encoding="ascii") as f:
+            recorded = f.read()
+        size = int(recorded.split()[0])
+        if size != st.st_size or recorded != _sum_text(so):
+            return False
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return False
+    _verified[so] = stamp
+    return True
+
+
+def discard(so: str) -> None:
+    """Remove a cached library (and its checksum): it is compiled again when next asked for.
+
+    >>> discard("/nonexistent/te_0.so")
+    """
+    _verified.pop(so, None)
+    _unlink(so)
+    _unlink(_sum_path(so))
+
+
+class DamagedLibraryError(OSError):
+    """A cached library does not match its recorded checksum (it is not loaded)."""
+
+
+# }}}
+
+# {{{ loading and unloading
+
+class Library(ctypes.CDLL):
+    """A loaded shared library, unloaded (``dlclose``) when the object is freed.
+
+    Whatever calls into it must hold it (a function pointer taken with ``lib[name]``
+    does). An OpenMP runtime it brings in is made permanent first: its worker threads
+    sleep in its code, which must stay mapped.
+
+    >>> lib = Library(compile_shared("int te_kernel(void) { return 7; }"))  # doctest: +SKIP
+    >>> lib["te_kernel"]()  # doctest: +SKIP
+    7
+    """
+
+    def __init__(self, path: str):
+        super().__init__(path)
+        pinned = _pin_openmp(self)
+        weakref.finalize(self, _dlclose, self._handle, pinned)
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+try:
+    _process = ctypes.CDLL(None)
+    _dladdr = _process.dladdr
+    _dladdr.argtypes = (ctypes.c_void_p, ctypes.POINTER(_DlInfo))
+    _dladdr.restype = ctypes.c_int
+    _dlclose_fn = _process.dlclose
+    _dlclose_fn.argtypes = (ctypes.c_void_p,)
+    _dlclose_fn.restype = ctypes.c_int
+except (OSError, AttributeError):  # not a dlopen platform we know: libraries stay loaded
+    _dladdr = _dlclose_fn = None
+
+#: files of the OpenMP runtimes made permanent in this process
+_openmp_runtimes: Dict[str, ctypes.CDLL] = {}
+
+
+def _pin_openmp(lib: ctypes.CDLL) -> bool:
+    """Make the OpenMP runtime ``lib`` depends on (if any) permanent; False if there is
+    one that could not be (then ``lib`` must never be unloaded either)."""
+    try:
+        fn = lib["omp_get_max_threads"]  # looked up in lib and its dependencies
+    except AttributeError:
+        return True  # no OpenMP runtime
+    if _dladdr is None:
+        return False
+    info = _DlInfo()
+    if not _dladdr(ctypes.cast(fn, ctypes.c_void_p), ctypes.byref(info)) or not info.dli_fname:
+        return False
+    path = info.dli_fname.decode()
+    if path not in _openmp_runtimes:
+        mode = getattr(os, "RTLD_NOLOAD", 4) | getattr(os, "RTLD_NODELETE", 0x1000) | \
+            getattr(os, "RTLD_LAZY", 1)
+        try:
+            _openmp_runtimes[path] = ctypes.CDLL(path, mode=mode)
+        except OSError:
+            return False
+    return True
+
+
+def _dlclose(handle: int, may_unload: bool) -> None:
+    if may_unload and _dlclose_fn is not None:
+        _dlclose_fn(handle)
+
+
+def openmp_runtime_loaded() -> bool:
+    """Has this process loaded an OpenMP runtime (through some library)?
+
+    >>> isinstance(openmp_runtime_loaded(), bool)
+    True
+    """
+    return bool(_openmp_runtimes)
+
+
+#: live libraries by path (a freed one is unloaded; its dead reference is replaced)
+_libs: Dict[str, "weakref.ref[Library]"] = {}
+_libs_lock = threading.Lock()
+
+
+def load(path: str) -> Library:
+    """The loaded library at ``path``, shared by its users while any is alive.
+
+    Raises :class:`DamagedLibraryError` (an ``OSError``) if the file does not match its
+    recorded checksum, ``OSError`` if it cannot be loaded.
+
+    >>> lib = load(compile_shared("int te_kernel(void) { return 7; }"))  # doctest: +SKIP
+    """
+    with _libs_lock:
+        ref = _libs.get(path)
+        lib = ref() if ref is not None else None
+        if lib is None:
+            if not verify(path):
+                raise DamagedLibraryError(
+                    f"the cached library {path} is missing, damaged or has no checksum; "
+                    f"it is compiled again (remove it if this repeats)")
+            lib = Library(path)
+            _libs[path] = weakref.ref(lib)
+        return lib
+
+
+def loaded() -> List[Library]:
+    """The libraries loaded in this process now.
+
+    >>> all(isinstance(lib, Library) for lib in loaded())
+    True
+    """
+    return [lib for lib in (r() for r in list(_libs.values())) if lib is not None]
+
+
+def _reset_after_fork() -> None:
+    global _libs_lock
+    _libs_lock = threading.Lock()  # another thread of the parent may have held it
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+# }}}

@@ -18,7 +18,10 @@ JSON next to the library by the build cache, so a cached build never lowers.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -160,6 +163,27 @@ def _address(a: np.ndarray, _view=ctypes.c_char.from_buffer, _addr=ctypes.addres
         return a.ctypes.data
 
 
+#: distinct size values whose shapes and size array a kernel function keeps (oldest dropped)
+SIZES_KEPT = 1024
+#: bytes of reused intermediate buffers a kernel function keeps: the sets of the most
+#: recently used sizes while they fit (the latest one always, whatever its size)
+POOL_BYTES = 64 << 20
+#: size values whose call plans (pointer arrays, buffers) a kernel function keeps
+PLANS_KEPT = 16
+
+
+@dataclass
+class _Sizes:
+    """What a kernel's calls at one set of size values share: the computed buffers'
+    shapes and dtypes, and the size array whose address the kernel gets. Whoever passes
+    ``ptr`` to the kernel holds this object for the call, so the array outlives it
+    whatever the caches drop meanwhile."""
+
+    buffers: List[Tuple[Tuple[int, ...], np.dtype]]
+    values: np.ndarray
+    ptr: int
+
+
 @dataclass
 class _Plan:
     """A kernel's calls at one set of size values (used under its lock)."""
@@ -167,29 +191,40 @@ class _Plan:
     ptrs: ctypes.Array  # the buffers' addresses: inputs and fresh outputs set per call
     fresh: List[Tuple[int, Tuple[int, ...], np.dtype]]  # (slot, shape, dtype) per call
     outputs: List[Tuple[int, bool]]  # (input to copy, True) or (fresh array, False)
-    size_ptr: int
+    sizes: _Sizes  # owns the size array the kernel reads
     err: ctypes.Array  # zero between calls
     scratch: List[np.ndarray]  # the reused buffers, kept alive here
+    nbytes: int  # of scratch
+
+
+#: guards the shared caches of every kernel function (held for dict updates only)
+_cache_lock = threading.Lock()
+#: the kernel functions alive in this process (a forked child resets their call state)
+_live: "weakref.WeakSet[KernelFunction]" = weakref.WeakSet()
 
 
 class KernelFunction:
     """``impl(arrays, sizes) -> outputs`` for a compiled program and its :class:`Layout`.
 
     ``arrays`` are the validated inputs (C-contiguous, right dtype) and
-    ``sizes`` maps size names to values (see ``codegen.signature``).
+    ``sizes`` maps size names to values (see ``codegen.signature``). It holds its
+    library: the library is unloaded once no kernel function needs it.
     """
 
     def __init__(self, library_path: str, layout: Layout, sig):
         self.layout = layout
         self.sig = sig
         lib = compiler.load(library_path)
-        fn = getattr(lib, ENTRY)
+        # lib[...] rather than getattr: no function cached on the library, no cycle, so
+        # the library goes as soon as the last kernel function of it does
+        fn = lib[ENTRY]
         try:  # the work above which its loops run on the thread team (codegen.threads)
             ctypes.c_int64.in_dll(lib, threads.SYMBOL).value = threads.min_work()
         except ValueError:
             pass  # no loop of this program asks
         fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
         fn.restype = ctypes.c_int
+        self._lib = lib
         self._fn = fn
         n = layout.n_inputs
         if n != len(sig.inputs) or tuple(sig.size_names) != layout.size_names:
@@ -199,8 +234,8 @@ class KernelFunction:
         self._ptr_type = ctypes.c_void_p * max(self._n_bufs, 1)
         self._dtypes = [np.dtype(d) for d, _ in layout.buffers]
         self._dims = [[size_from_plain(d) for d in dims] for _, dims in layout.buffers]
-        # Per size values: the computed buffers' shapes and the sizes array the kernel reads.
-        self._per_sizes: Dict[tuple, Tuple[List[Tuple[int, ...]], np.ndarray]] = {}
+        # Per size values, shared by all threads (updated under _cache_lock).
+        self._sizes: Dict[tuple, _Sizes] = {}
         # An output that is an input buffer is copied: callers own what they get.
         self._outputs = [(k, k < n) for k in layout.outputs]
         self._sites: Optional[list] = None
@@ -208,13 +243,37 @@ class KernelFunction:
         self._scratch_ids = [j for j in range(len(layout.buffers)) if n + j not in out]
         self._scratch_set = frozenset(self._scratch_ids)
         self._size_names = tuple(layout.size_names)
-        # Per size values, for the caller holding the lock: the pointer array with the
-        # reused buffers' addresses filled in, what to allocate fresh, the error record.
-        self._plans: Dict[tuple, _Plan] = {}
+        self._reset_calls()
+        _live.add(self)
+
+    def _reset_calls(self) -> None:
+        # Per size values, for the caller holding the lock, least recently used first:
+        # the pointer array with the reused buffers' addresses filled in, what to
+        # allocate fresh, the error record.
+        self._plans: "OrderedDict[tuple, _Plan]" = OrderedDict()
+        self._pool = 0  # bytes of the plans' reused buffers
         self._lock = threading.Lock()
 
-    def _for_sizes(self, key: tuple):
-        got = self._per_sizes.get(key)
+    def pool_bytes(self) -> int:
+        """Bytes of intermediate buffers kept for later calls (at most :data:`POOL_BYTES`,
+        or the latest call's set if that alone is more).
+
+        >>> import numpy as np, tensorexpr as te
+        >>> n = te.var("n")
+        >>> X = te.placeholder((n,), name="X")
+        >>> T = te.compute((n,), lambda i: X[i] * 2.0, name="T")
+        >>> Y = te.compute((n,), lambda i: T[i] + T[n - 1 - i], name="Y")
+        >>> from codegen.c_backend import compile_program
+        >>> from codegen.signature import Signature
+        >>> impl, _ = compile_program(Signature([Y], [X]))
+        >>> _ = impl([np.ones(1000, np.float32)], {"n": 1000})
+        >>> impl.pool_bytes()
+        4000
+        """
+        return self._pool
+
+    def _for_sizes(self, key: tuple) -> _Sizes:
+        got = self._sizes.get(key)
         if got is None:
             from tensorexpr.transform import eval_int, substitute
             binding = {SizeVar(name): Const(v, "int64")
@@ -222,15 +281,17 @@ class KernelFunction:
             shapes = [tuple(int(eval_int(substitute(d, binding))) if not isinstance(d, Const)
                             else d.value for d in dims) for dims in self._dims]
             vals = np.array(key or (0,), dtype=np.int64)
-            if len(self._per_sizes) > 1024:
-                self._per_sizes.clear()
-            # the array stays alive in this cache while its address is passed to calls
-            got = self._per_sizes[key] = (list(zip(shapes, self._dtypes)), vals,
-                                          vals.ctypes.data)
+            new = _Sizes(list(zip(shapes, self._dtypes)), vals, vals.ctypes.data)
+            with _cache_lock:
+                # another thread may have got here first: all use the one it stored
+                got = self._sizes.setdefault(key, new)
+                while len(self._sizes) > SIZES_KEPT:
+                    del self._sizes[next(iter(self._sizes))]
         return got
 
     def _plan(self, key: tuple) -> "_Plan":
-        buffers, _, size_ptr = self._for_sizes(key)
+        sizes = self._for_sizes(key)
+        buffers = sizes.buffers
         n = self._n_inputs
         scratch = [np.empty(*buffers[j]) for j in self._scratch_ids]
         ptrs = self._ptr_type()
@@ -239,10 +300,15 @@ class KernelFunction:
         fresh = [(n + j, s, d) for j, (s, d) in enumerate(buffers) if j not in self._scratch_set]
         slot = {k: m for m, (k, _, _) in enumerate(fresh)}
         outputs = [(k, True) if k < n else (slot[k], False) for k in self.layout.outputs]
-        if len(self._plans) > 8:  # the reused buffers of other sizes are dropped
-            self._plans.clear()
-        plan = self._plans[key] = _Plan(ptrs, fresh, outputs, size_ptr,
-                                        (ctypes.c_int64 * _ERR_WORDS)(), scratch)
+        nbytes = sum(a.nbytes for a in scratch)
+        plans = self._plans
+        # the least recently used go while the pool is over its bounds; the new one stays
+        while plans and (len(plans) >= PLANS_KEPT or self._pool + nbytes > POOL_BYTES):
+            _, old = plans.popitem(last=False)
+            self._pool -= old.nbytes
+        plan = plans[key] = _Plan(ptrs, fresh, outputs, sizes,
+                                  (ctypes.c_int64 * _ERR_WORDS)(), scratch, nbytes)
+        self._pool += nbytes
         return plan
 
     def __call__(self, arrays: Sequence[np.ndarray], sizes: Dict[str, int]) -> List[np.ndarray]:
@@ -250,7 +316,11 @@ class KernelFunction:
         if not self._lock.acquire(blocking=False):
             return self._call_private(arrays, key)  # another thread is running this kernel
         try:
-            plan = self._plans.get(key) or self._plan(key)
+            plan = self._plans.get(key)
+            if plan is None:
+                plan = self._plan(key)
+            elif len(self._plans) > 1:
+                self._plans.move_to_end(key)
             ptrs = plan.ptrs
             for k, a in enumerate(arrays):
                 ptrs[k] = _address(a)
@@ -260,7 +330,7 @@ class KernelFunction:
                 ptrs[k] = _address(a)
                 outs.append(a)
             err, failed = plan.err, None
-            rc = self._fn(ptrs, plan.size_ptr, err)
+            rc = self._fn(ptrs, plan.sizes.ptr, err)
             if rc != 0 or err[0] != 0:
                 failed = tuple(err)
                 ctypes.memset(err, 0, ctypes.sizeof(err))  # the next call starts clean
@@ -272,12 +342,12 @@ class KernelFunction:
 
     def _call_private(self, arrays: Sequence[np.ndarray], key: tuple) -> List[np.ndarray]:
         """A call with buffers and an error record of its own (thread-safe, slower)."""
-        buffers, _, size_ptr = self._for_sizes(key)
+        sizes = self._for_sizes(key)  # held until the kernel returns
         bufs: List[np.ndarray] = list(arrays)
-        bufs.extend([np.empty(s, dtype=d) for s, d in buffers])
+        bufs.extend([np.empty(s, dtype=d) for s, d in sizes.buffers])
         ptrs = self._ptr_type(*[_address(b) for b in bufs])
         err = (ctypes.c_int64 * _ERR_WORDS)()
-        rc = self._fn(ptrs, size_ptr, err)
+        rc = self._fn(ptrs, sizes.ptr, err)
         if rc != 0 or err[0] != 0:
             raise self._error(tuple(err))
         return [bufs[k].copy() if copy else bufs[k] for k, copy in self._outputs]
@@ -324,3 +394,36 @@ class KernelFunction:
             return IndexError(f"{who} scatters to index {index} in dimension {dim}, "
                               f"outside its size {size}")
         return RuntimeError(f"the compiled kernel reported unknown error code {code}")
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a data-loader worker) has only the thread that forked. GNU
+    libgomp's thread team of that thread is gone but still recorded: its next parallel
+    region would wait for the team forever. So if an OpenMP runtime was loaded, the child
+    runs its kernels serially: every loop's work threshold is set out of reach (now and
+    for libraries loaded later) and the forking thread's team size is 1, which also
+    covers regions without a threshold. The kernel functions' call state is reset: a
+    thread that vanished may have held a lock or been in a call."""
+    global _cache_lock
+    _cache_lock = threading.Lock()
+    for f in list(_live):
+        f._reset_calls()
+    if not compiler.openmp_runtime_loaded():
+        return  # no team was ever started: the child may start its own
+    threads.run_serially()
+    one_thread = True
+    for lib in compiler.loaded():
+        try:
+            ctypes.c_int64.in_dll(lib, threads.SYMBOL).value = threads.NEVER
+        except ValueError:
+            pass
+        if one_thread:
+            try:
+                lib["omp_set_num_threads"](ctypes.c_int(1))
+                one_thread = False
+            except AttributeError:
+                pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -29,6 +29,8 @@ DEFAULT = 1 << 15
 LOWEST, HIGHEST = 1 << 12, 1 << 24
 #: the name of the threshold variable in every generated library
 SYMBOL = "te_min_work"
+#: a threshold no loop reaches: every loop runs serially
+NEVER = (1 << 63) - 1
 
 _SOURCE = r"""
 #define _POSIX_C_SOURCE 199309L
@@ -95,6 +97,19 @@ def min_work() -> int:
             if _value is None:
                 _value = _decide()
     return _value
+
+
+def run_serially() -> None:
+    """From now on :func:`min_work` is :data:`NEVER` (a forked child does this: the
+    OpenMP team it inherited the record of is gone).
+
+    >>> import os
+    >>> pid = os.fork()  # doctest: +SKIP
+    >>> if pid == 0: run_serially()  # doctest: +SKIP
+    """
+    global _value, _lock
+    _lock = threading.Lock()  # a vanished thread of the parent may have held it
+    _value = NEVER
 
 
 def _decide() -> int:

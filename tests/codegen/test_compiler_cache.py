@@ -157,3 +157,169 @@ def test_gcc_only_flags_go_to_gcc_alone():
     assert set(compiler.GCC_FLAGS) <= set(gcc.flags())
     assert not set(compiler.GCC_FLAGS) & set(clang.flags())
     assert compiler.OPENMP_FLAG not in gcc.flags()
+
+
+# {{{ damaged libraries, transient compiler failures, interrupted compiles
+
+
+def _damage(path, how):
+    data = open(path, "rb").read()
+    if how == "truncated":
+        data = data[: len(data) // 2]
+    elif how == "zeroed-tail":
+        data = data[: len(data) // 3] + b"\0" * (len(data) - len(data) // 3)
+    elif how == "one-byte":
+        data = data[:200] + bytes([data[200] ^ 0xFF]) + data[201:]
+    if how == "no-checksum":
+        os.unlink(path + ".sum")
+    elif how == "bad-checksum":
+        open(path + ".sum", "w").write("12 not-a-hash\n")
+    else:
+        open(path, "wb").write(data)
+
+
+_DAMAGES = ["truncated", "zeroed-tail", "one-byte", "no-checksum", "bad-checksum"]
+
+
+@needs_cc
+@pytest.mark.parametrize("how", _DAMAGES)
+def test_a_damaged_cached_library_is_compiled_again(monkeypatch, tmp_path, how):
+    monkeypatch.setenv("TENSOREXPR_CACHE_DIR", str(tmp_path / "kernels"))
+    src = "int te_kernel(void) { return 42; }\n"
+    path = compiler.compile_shared(src)
+    assert compiler.verify(path)
+    _damage(path, how)
+    assert not compiler.verify(path)
+    with pytest.raises(compiler.DamagedLibraryError, match="compiled again"):
+        compiler.load(path)  # never mapped
+    compiled = compiler.stats["compiled"]
+    assert compiler.compile_shared(src) == path
+    assert compiler.stats["compiled"] == compiled + 1
+    assert compiler.verify(path) and compiler.load(path)["te_kernel"]() == 42
+
+
+@needs_cc
+@pytest.mark.parametrize("how", _DAMAGES)
+@pytest.mark.parametrize("entry", ["with-entry", "without-entry"])
+def test_a_build_over_a_damaged_library_rebuilds_it(tmp_path, how, entry):
+    # in a new process each time: this one would keep the library it loaded
+    script = tmp_path / "program.py"
+    script.write_text(_PROGRAM)
+    # a fixed threshold: no measuring library, the kernel's is the only one
+    env = dict(os.environ, TENSOREXPR_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=REPO,
+               TENSOREXPR_PARALLEL_WORK="100000")
+    first = _run_program(tmp_path, env)
+    (lib,) = (tmp_path / "cache").glob("te_*.so")
+    _damage(str(lib), how)
+    if entry == "without-entry":
+        for p in (tmp_path / "cache").glob("build_*.json"):
+            p.unlink()
+    again = _run_program(tmp_path, env)
+    assert again["out"] == first["out"] == [4.0, 34.0]
+    assert again["stats"]["compiled"] == 1
+    assert compiler.verify(str(lib))
+
+
+def _wrapper(tmp_path, body: str):
+    """A $CC that answers --version as the system compiler and runs ``body`` otherwise."""
+    w = tmp_path / "wrapped-cc"
+    w.write_text(f'#!/bin/sh\ncase "$*" in *--version*) exec "{SYSTEM_CC}" "$@";; esac\n'
+                 f'echo "$@" >> "{tmp_path}/cc.log"\n{body}\nexec "{SYSTEM_CC}" "$@"\n')
+    w.chmod(0o755)
+    return w
+
+
+def _compiles(tmp_path):
+    log = tmp_path / "cc.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@needs_cc
+@pytest.mark.parametrize("fails", [1, 2, 3])
+def test_a_compiler_failing_for_a_while_does_not_turn_openmp_off_for_good(
+        monkeypatch, tmp_path, fails):
+    # the first `fails` compiles die as a loaded machine's would (out of memory)
+    count = tmp_path / "count"
+    cc = _wrapper(tmp_path, f'n=$(cat "{count}" 2>/dev/null || echo 0); '
+                            f'echo $((n+1)) > "{count}"\n'
+                            f'if [ "$n" -lt {fails} ]; then echo "cc1: out of memory" >&2; '
+                            f'exit 1; fi')
+    monkeypatch.setenv("CC", str(cc))
+    monkeypatch.setenv("TENSOREXPR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(compiler, "_compilers", {})
+    answers = [compiler.find_compiler().openmp for _ in range(fails + 1)]
+    # unknown answers are not kept: asked again until the compiler works, then kept
+    assert answers == [False] * fails + [True]
+    n = len(_compiles(tmp_path))
+    monkeypatch.setattr(compiler, "_compilers", {})
+    assert compiler.find_compiler().openmp is True and len(_compiles(tmp_path)) == n
+
+
+@needs_cc
+def test_a_compiler_without_openmp_is_remembered_as_such(monkeypatch, tmp_path):
+    cc = _wrapper(tmp_path, 'case "$*" in *-fopenmp*) '
+                            'echo "error: unsupported option \'-fopenmp\'" >&2; exit 1;; esac')
+    monkeypatch.setenv("CC", str(cc))
+    monkeypatch.setenv("TENSOREXPR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(compiler, "_compilers", {})
+    assert compiler.find_compiler().openmp is False
+    n = len(_compiles(tmp_path))
+    assert n == 2  # the OpenMP probe, and the same without OpenMP, which works
+    monkeypatch.setattr(compiler, "_compilers", {})  # a new process: the answer is on disk
+    assert compiler.find_compiler().openmp is False and len(_compiles(tmp_path)) == n
+    A = te.placeholder((3,), name="A")
+    np.testing.assert_array_equal(
+        te.build(te.compute((3,), lambda i: A[i] - 1.0, name="B"))(np.ones(3, np.float32)), 0)
+
+
+_SLOW_BUILD = textwrap.dedent("""
+    import numpy as np
+    import tensorexpr as te
+    A = te.placeholder((3,), name="A")
+    te.build(te.compute((3,), lambda i: A[i] * 11.0, name="B"))
+""")
+
+
+@needs_cc
+def test_ctrl_c_during_a_compile_leaves_no_temporary_files(tmp_path):
+    import signal
+    import time
+    pidfile = tmp_path / "cc.pid"
+    # a kernel compile writes part of its output, then takes long (the OpenMP probe's do not)
+    cc = _wrapper(tmp_path, 'case "$*" in *te_*.c*)\n'
+                            '  while [ "$1" != "-o" ]; do shift; done; echo partial > "$2"\n'
+                            f'  echo $$ > "{pidfile}"; exec sleep 60;;\nesac')
+    script = tmp_path / "slow.py"
+    script.write_text(_SLOW_BUILD)
+    cache = tmp_path / "cache"
+    env = dict(os.environ, CC=str(cc), TENSOREXPR_CACHE_DIR=str(cache), PYTHONPATH=REPO,
+               TENSOREXPR_PARALLEL_WORK="100000")
+    p = subprocess.Popen([sys.executable, str(script)], env=env, cwd=REPO,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):
+            if pidfile.exists() and pidfile.read_text().strip():
+                break
+            assert p.poll() is None, p.stderr.read()
+            time.sleep(0.05)
+        cc_pid = int(pidfile.read_text())
+        p.send_signal(signal.SIGINT)  # what Ctrl-C sends the program
+        err = p.communicate(timeout=60)[1]
+    finally:
+        p.kill()
+    assert p.returncode != 0 and "KeyboardInterrupt" in err
+    assert [f for f in os.listdir(cache) if f.startswith(".tmp")] == []
+    assert [f for f in os.listdir(cache) if f.endswith(".so")] == []
+    for _ in range(100):  # the compiler was stopped too (it was in the middle of a pass)
+        try:
+            with open(f"/proc/{cc_pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the compiler (pid {cc_pid}) still runs")
+
+
+# }}}

@@ -74,3 +74,56 @@ def test_a_call_like_a_valid_one_is_still_checked():
         f(x, np.ones((1, 4), np.float32))
     np.testing.assert_array_equal(f(np.ones((6, 4), np.float32), bb), np.full((6, 4), 2))
     np.testing.assert_array_equal(f(X=x, b=bb), 2 * x)
+
+
+def _sum_of_squares():
+    n = te.var("n")
+    X = te.placeholder((n,), "float64", "X")
+    T = te.compute((n,), lambda i: X[i] * 3.0, name="T")  # an intermediate: a reused buffer
+    k = te.reduce_axis(n, "k")
+    return te.build(te.compute((), lambda: te.sum(T[k] * T[k], axis=k), name="S"))
+
+
+def test_more_than_1024_distinct_sizes_with_recent_ones_called_again():
+    # The size arrays of old sizes are dropped from the cache; a call must never pass the
+    # address of a dropped one. Small int64 arrays made between the calls take the freed
+    # memory (numpy reuses small buffers) and would show up as wrong sizes or a crash.
+    f = _sum_of_squares()
+    keep = []
+    for size in range(1, 1101):
+        x = np.linspace(-1, 1, size)
+        assert f(x) == pytest.approx(9 * np.sum(x * x))
+        keep = [np.array([1 << 40], dtype=np.int64) for _ in range(20)]
+        for back in (1, 3, 8):
+            if size > back:
+                x = np.linspace(-1, 1, size - back)
+                assert f(x) == pytest.approx(9 * np.sum(x * x)), (size, back)
+    del keep
+
+
+def test_a_freed_function_unloads_its_library_and_a_shared_one_stays():
+    import gc
+
+    from codegen import compiler
+    n = te.var("n")
+    X = te.placeholder((n,), name="X")
+    Y = te.compute((n,), lambda i: X[i] * 5.0 + 0.25, name="Y")  # a program of this test only
+    before = {lib._name for lib in compiler.loaded()}
+    f, g = te.build(Y), te.build(Y)  # two functions of one library
+    (path,) = {lib._name for lib in compiler.loaded()} - before
+
+    def mapped():
+        with open("/proc/self/maps") as m:
+            return path in m.read()
+
+    x = np.arange(4, dtype=np.float32)
+    assert mapped()
+    del f
+    gc.collect()
+    assert mapped()  # g still needs it
+    np.testing.assert_array_equal(g(x), x * 5 + 0.25)
+    del g
+    gc.collect()
+    assert not mapped() and path not in [lib._name for lib in compiler.loaded()]
+    # built again, it is loaded again
+    np.testing.assert_array_equal(te.build(Y)(x), x * 5 + 0.25)

@@ -46,7 +46,7 @@ def test_loaded_kernels_get_the_threshold_and_agree_either_way(fresh_threshold, 
     x = np.random.default_rng(0).random((3000, 64), dtype=np.float32)
     np.testing.assert_allclose(f(x), (x * threshold).sum(axis=1), rtol=1e-5)
     loaded = [ctypes.c_int64.in_dll(lib, threads.SYMBOL).value
-              for lib in compiler._libs.values() if _has(lib)]
+              for lib in compiler.loaded() if _has(lib)]
     assert threshold in loaded
 
 

@@ -285,6 +285,22 @@ class Lowerer:
             out = _add(_mul(out, self.size_expr(d)), x)
         return out
 
+    def stored_at(self, uid: int, indices: Sequence[Expr]) -> Tuple[Tuple[Expr, ...],
+                                                                   Tuple[Expr, ...]]:
+        """``(indices, dims)``: where the element ``indices`` of tensor ``uid`` lies in
+        its buffer, as IR, row-major in ``dims``. :meth:`offset` is the same address
+        as C; a lowering that stores a tensor differently (a ring of rows) overrides
+        both, so that :meth:`affine_offset` flattens the address actually used.
+
+        >>> import tensorexpr as te
+        >>> from codegen.signature import Signature
+        >>> A = te.placeholder((4, 3), name="A")
+        >>> B = te.compute((4, 3), lambda i, j: A[i, j] * 2.0, name="B")
+        >>> Lowerer(Signature([B], [A])).stored_at(A.uid, B.body.a.indices)[1]
+        (4, 3)
+        """
+        return tuple(indices), tuple(self.dims[uid])
+
     def size_expr(self, d: Expr) -> CExpr:
         """A size (constant or expression of size variables) as a C expression."""
         return self.expr(d, _Scope({}, (), (), {}), [])
@@ -1104,10 +1120,11 @@ class Lowerer:
         if not any(isinstance(y, Binary) and y.op in ("floordiv", "mod")
                    for x in e.indices for y in walk(x)):
             return None
-        dims = [const_value(d) for d in self.dims[e.tensor.uid]]
+        indices, dims = self.stored_at(e.tensor.uid, e.indices)
+        dims = [const_value(d) for d in dims]
         if any(n is None for n in dims):
             return None
-        offset = flat_index(e.indices, dims)
+        offset = flat_index(indices, dims)
         axes = free_axes(offset)
         if not all(ax.uid in scope.env for ax in axes):
             return None

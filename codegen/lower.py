@@ -330,20 +330,24 @@ class Lowerer:
         order = ([carry] if carry is not None else []) + [k for k in range(len(axes)) if k != carry]
         vars_ = {k: self.fresh("i", I64) for k in range(len(axes))}
         scope = _Scope({axes[k].uid: vars_[k] for k in order}, tuple(axes), (), {})
-        stmts: List[Stmt] = []
-        value = self.expr(t.body, scope, stmts)
-        offset = self.offset(t.uid, [vars_[k] for k in range(len(axes))])
-        stmts.append(Store(self.buf[t.uid].name, offset, _cast(value, t.dtype)))
-        body = Block(tuple(stmts))
+        a = _transposed_axis(t) if carry is None else None
+        c = _split_factor(t) if carry is None and a is None else None
+        body = Block(())
+        if c is None:
+            # Lowered once, in the form that is kept: a lowering thrown away would
+            # leave its temporaries in the scope's memo, used where none is declared.
+            stmts: List[Stmt] = []
+            value = self.expr(t.body, scope, stmts)
+            offset = self.offset(t.uid, [vars_[k] for k in range(len(axes))])
+            stmts.append(Store(self.buf[t.uid].name, offset, _cast(value, t.dtype)))
+            body = Block(tuple(stmts))
         # The innermost loop runs in vector lanes when it is not the carried axis: its
         # points are independent (each stores its own element).
         simd = bool(order) and order[-1] != carry and _simd_safe(body)
         par = [k for k in order if k != carry]
         work = self.work(t, [axes[k] for k in par])
-        a = _transposed_axis(t) if carry is None else None
         if a is not None:
             return self.compute_blocks(t, a, vars_, body, work)
-        c = _split_factor(t) if carry is None else None
         if c is not None:
             # j = c*q + r with r unrolled: reads at j // c are contiguous in q (no gathers)
             k = len(axes) - 1

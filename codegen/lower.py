@@ -167,10 +167,25 @@ class _Scope:
         self._points: Optional[polyhedral.PointSet] = None
 
     def child(self, axes=(), guards=(), env=None) -> "_Scope":
-        new_env = dict(self.env)
+        base = self.unbind(axes)
+        new_env = dict(base.env)
         new_env.update(env or {})
-        return _Scope(new_env, self.axes + tuple(axes), self.guards + tuple(guards),
-                      dict(self.memo))
+        return _Scope(new_env, base.axes + tuple(axes), base.guards + tuple(guards),
+                      dict(base.memo))
+
+    def unbind(self, axes) -> "_Scope":
+        """This scope where ``axes`` are about to be bound again (a reduction nested
+        in one over the same axis, as the IR allows): the outer binding is shadowed,
+        so it leaves the axes (isl names each axis once, by uid), and the guards and
+        temporaries that speak of it are forgotten (fewer guards only enlarge the
+        set of points isl reasons about: still sound)."""
+        uids = {a.uid for a in axes} & {a.uid for a in self.axes}
+        if not uids:
+            return self
+        return _Scope({u: v for u, v in self.env.items() if u not in uids},
+                      tuple(a for a in self.axes if a.uid not in uids),
+                      tuple(g for g in self.guards if not _uses(g, uids)),
+                      {k: v for k, v in self.memo.items() if not _key_uses(k, uids)})
 
     def proves_nonneg(self, e: Expr, params: Sequence[str]) -> bool:
         """Does ``e >= 0`` hold wherever this code runs?"""
@@ -941,7 +956,8 @@ class Lowerer:
         emits the statements for one point."""
         conds = polyhedral.conjuncts(where)
         if conds:
-            tree, rest = polyhedral.loop_nest(axes, conds, scope.axes, scope.guards)
+            outer = scope.unbind(axes)
+            tree, rest = polyhedral.loop_nest(axes, conds, outer.axes, outer.guards)
         else:
             tree, rest = LoopPoint(tuple(axes)), []
             for ax in reversed(axes):
@@ -1508,6 +1524,14 @@ def _read_once_in_place(sig) -> set:
                         and all(same(d, e) for d, e in zip(x.tensor.dims, r.dims))):
                     in_place.add(u)
     return {u for u in in_place if count[u] == 1}
+
+
+def _key_uses(key, uids: set) -> bool:
+    """Does a memo key (an expression, or a tuple holding expressions) use an axis
+    of ``uids``?"""
+    if isinstance(key, tuple):
+        return any(_key_uses(k, uids) for k in key)
+    return isinstance(key, Expr) and _uses(key, uids)
 
 
 def _uses(e: Expr, uids: set) -> bool:

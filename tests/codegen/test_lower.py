@@ -78,6 +78,48 @@ def test_split_row_lowered_once(c, first):
     check_grads(sum_of_squares(Y), [X, I], [x, iv], wrt=[0], backend="c")
 
 
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+def test_gather_times_select_on_its_reduction(op):
+    # issue 7: the VJP's scatter for E[I[i], k] runs over k, guarded by the select's
+    # condition, which is itself a reduction over k: lowering bound k twice and isl
+    # refused the space ("non-unique var name"). The inner binding shadows the outer.
+    E = te.placeholder((4, 3), dtype="float64", name="E")
+    I = te.placeholder((5,), dtype="int32", name="I")
+    k = te.reduce_axis(3, name="k")
+    red = getattr(te, op)
+    Y = te.compute((5, 3), lambda i, j: E[I[i], j] * te.select(
+        red(E[I[i], k], axis=k) > 0, red(E[I[i], k], axis=k), 0.5), name="Y")
+    e, iv = rand((4, 3), "float64", seed=3), rand((5,), "int32", seed=4, low=0, high=3)
+    agree([Y], [E, I], e, iv)
+    L = sum_of_squares(Y)
+    (g,) = te.differentiate(L, [E])
+    agree([g], [E, I], e, iv)
+    check_grads(L, [E, I], [e, iv], wrt=[0], backend="c")
+
+
+def test_rebound_axis_shadows_outer_guards_and_temporaries():
+    # The inner reduction binds the scatter's axis k again: the outer k's guard
+    # (k >= 1) and its loaded E[I[i], k] must not be taken for the inner k's.
+    from tensorexpr.ir import Binary, Reduce, ScatterAdd, fresh_uid
+    E = te.placeholder((4, 3), dtype="float64", name="E")
+    I = te.placeholder((2,), dtype="int32", name="I")
+    i, k = te.reduce_axis(2, name="i"), te.reduce_axis(3, name="k")
+    inner = Reduce("sum", E[I[i], k], (k,), None, "float64")
+    where = Binary("and", k >= 1, inner > E[I[i], k], "bool")
+    S = ScatterAdd("S", (te.const(4, "int64"), te.const(3, "int64")), "float64", fresh_uid(),
+                   "test", axes=(i, k), where=where, indices=(I[i], k),
+                   value=E[I[i], k] * inner)
+    e, iv = rand((4, 3), "float64", seed=5), np.array([1, 3], np.int32)
+    _, (got,) = agree([S], [E, I], e, iv)
+    want = np.zeros((4, 3))
+    for a in range(2):
+        row = e[iv[a]]
+        for kk in range(1, 3):
+            if row.sum() > row[kk]:
+                want[iv[a], kk] += row[kk] * row.sum()
+    np.testing.assert_allclose(got, want)
+
+
 # {{{ random programs: data-dependent indices, flattens, selects, min/max reductions
 
 NI = 5

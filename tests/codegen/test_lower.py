@@ -78,6 +78,21 @@ def test_split_row_lowered_once(c, first):
     check_grads(sum_of_squares(Y), [X, I], [x, iv], wrt=[0], backend="c")
 
 
+
+@pytest.mark.parametrize("n", [5, 7, 8])
+@pytest.mark.parametrize("fn", ["minimum", "maximum"])
+def test_vjp_of_minimum_over_partial_flatten(fn, n):
+    # issue 7: Y[i] = minimum(X[i // 4, i % 4], 0.5) for i < 7: its VJP reads
+    # dY at i = 4 * a + b, split by b = i % 4 with the first lowering's temporary
+    # ('t2' undeclared)
+    X = te.placeholder((2, 4), dtype="float64", name="X")
+    Y = te.compute((n,), lambda i: getattr(te, fn)(X[i // 4, i % 4], 0.5), name="Y")
+    x = rand((2, 4), "float64", seed=n)
+    L = sum_of_squares(Y)
+    (g,) = te.differentiate(L, [X])
+    agree([Y, g], [X], x)
+    check_grads(L, [X], [x], backend="c")
+
 @pytest.mark.parametrize("op", ["sum", "max", "min"])
 def test_gather_times_select_on_its_reduction(op):
     # issue 7: the VJP's scatter for E[I[i], k] runs over k, guarded by the select's

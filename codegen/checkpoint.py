@@ -431,6 +431,18 @@ class _RingLowerer(Lowerer):
             out = _add(_mul(out, self.size_expr(d)), x)
         return out
 
+    def stored_at(self, uid: int, indices):
+        """A ring tensor's element ``indices`` lies at carry row ``index % rows``
+        (the address :meth:`offset` computes), anything else where ``Lowerer`` puts it."""
+        ring = self.ring_of.get(uid)
+        if ring is None or not indices:
+            return super().stored_at(uid, indices)
+        c = ring.tensor.carry.axis
+        dims, indices = list(self.dims[uid]), list(indices)
+        dims[c] = ring.rows
+        indices[c] = Binary("mod", indices[c], ring.rows, I64)
+        return tuple(indices), tuple(dims)
+
     def program(self) -> Program:
         s = self.plan.segments
         skip = set()

@@ -168,13 +168,28 @@ class _Scope:
         self._points: Optional[polyhedral.PointSet] = None
 
     def child(self, axes=(), guards=(), env=None) -> "_Scope":
-        new_env = dict(self.env)
+        base = self.unbind(axes)
+        new_env = dict(base.env)
         new_env.update(env or {})
         # A temporary holds its value at the axes' old values and is declared in the
         # statements lowered there: rebinding an axis starts without them.
         rebinds = any(u in self.env and self.env[u] is not x for u, x in (env or {}).items())
-        return _Scope(new_env, self.axes + tuple(axes), self.guards + tuple(guards),
-                      {} if rebinds else dict(self.memo))
+        return _Scope(new_env, base.axes + tuple(axes), base.guards + tuple(guards),
+                      {} if rebinds else dict(base.memo))
+
+    def unbind(self, axes) -> "_Scope":
+        """This scope where ``axes`` are about to be bound again (a reduction nested
+        in one over the same axis, as the IR allows): the outer binding is shadowed,
+        so it leaves the axes (isl names each axis once, by uid), and the guards and
+        temporaries that speak of it are forgotten (fewer guards only enlarge the
+        set of points isl reasons about: still sound)."""
+        uids = {a.uid for a in axes} & {a.uid for a in self.axes}
+        if not uids:
+            return self
+        return _Scope({u: v for u, v in self.env.items() if u not in uids},
+                      tuple(a for a in self.axes if a.uid not in uids),
+                      tuple(g for g in self.guards if not _uses(g, uids)),
+                      {k: v for k, v in self.memo.items() if not _key_uses(k, uids)})
 
     def proves_nonneg(self, e: Expr, params: Sequence[str]) -> bool:
         """Does ``e >= 0`` hold wherever this code runs?"""
@@ -289,6 +304,22 @@ class Lowerer:
             out = _add(_mul(out, self.size_expr(d)), x)
         return out
 
+    def stored_at(self, uid: int, indices: Sequence[Expr]) -> Tuple[Tuple[Expr, ...],
+                                                                   Tuple[Expr, ...]]:
+        """``(indices, dims)``: where the element ``indices`` of tensor ``uid`` lies in
+        its buffer, as IR, row-major in ``dims``. :meth:`offset` is the same address
+        as C; a lowering that stores a tensor differently (a ring of rows) overrides
+        both, so that :meth:`affine_offset` flattens the address actually used.
+
+        >>> import tensorexpr as te
+        >>> from codegen.signature import Signature
+        >>> A = te.placeholder((4, 3), name="A")
+        >>> B = te.compute((4, 3), lambda i, j: A[i, j] * 2.0, name="B")
+        >>> Lowerer(Signature([B], [A])).stored_at(A.uid, B.body.a.indices)[1]
+        (4, 3)
+        """
+        return tuple(indices), tuple(self.dims[uid])
+
     def size_expr(self, d: Expr) -> CExpr:
         """A size (constant or expression of size variables) as a C expression."""
         return self.expr(d, _Scope({}, (), (), {}), [])
@@ -318,20 +349,24 @@ class Lowerer:
         order = ([carry] if carry is not None else []) + [k for k in range(len(axes)) if k != carry]
         vars_ = {k: self.fresh("i", I64) for k in range(len(axes))}
         scope = _Scope({axes[k].uid: vars_[k] for k in order}, tuple(axes), (), {})
-        stmts: List[Stmt] = []
-        value = self.expr(t.body, scope, stmts)
-        offset = self.offset(t.uid, [vars_[k] for k in range(len(axes))])
-        stmts.append(Store(self.buf[t.uid].name, offset, _cast(value, t.dtype)))
-        body = Block(tuple(stmts))
+        a = _transposed_axis(t) if carry is None else None
+        c = _split_factor(t) if carry is None and a is None else None
+        body = Block(())
+        if c is None:
+            # Lowered once, in the form that is kept: a lowering thrown away would
+            # leave its temporaries in the scope's memo, used where none is declared.
+            stmts: List[Stmt] = []
+            value = self.expr(t.body, scope, stmts)
+            offset = self.offset(t.uid, [vars_[k] for k in range(len(axes))])
+            stmts.append(Store(self.buf[t.uid].name, offset, _cast(value, t.dtype)))
+            body = Block(tuple(stmts))
         # The innermost loop runs in vector lanes when it is not the carried axis: its
         # points are independent (each stores its own element).
         simd = bool(order) and order[-1] != carry and _simd_safe(body)
         par = [k for k in order if k != carry]
         work = self.work(t, [axes[k] for k in par])
-        a = _transposed_axis(t) if carry is None else None
         if a is not None:
             return self.compute_blocks(t, a, vars_, body, work)
-        c = _split_factor(t) if carry is None else None
         if c is not None:
             # j = c*q + r with r unrolled: reads at j // c are contiguous in q (no gathers)
             k = len(axes) - 1
@@ -925,7 +960,8 @@ class Lowerer:
         emits the statements for one point."""
         conds = polyhedral.conjuncts(where)
         if conds:
-            tree, rest = polyhedral.loop_nest(axes, conds, scope.axes, scope.guards)
+            outer = scope.unbind(axes)
+            tree, rest = polyhedral.loop_nest(axes, conds, outer.axes, outer.guards)
         else:
             tree, rest = LoopPoint(tuple(axes)), []
             for ax in reversed(axes):
@@ -1124,10 +1160,11 @@ class Lowerer:
         if not any(isinstance(y, Binary) and y.op in ("floordiv", "mod")
                    for x in e.indices for y in walk(x)):
             return None
-        dims = [const_value(d) for d in self.dims[e.tensor.uid]]
+        indices, dims = self.stored_at(e.tensor.uid, e.indices)
+        dims = [const_value(d) for d in dims]
         if any(n is None for n in dims):
             return None
-        offset = flat_index(e.indices, dims)
+        offset = flat_index(indices, dims)
         axes = free_axes(offset)
         if not all(ax.uid in scope.env for ax in axes):
             return None
@@ -1510,6 +1547,14 @@ def _read_once_in_place(sig) -> set:
                         and all(same(d, e) for d, e in zip(x.tensor.dims, r.dims))):
                     in_place.add(u)
     return {u for u in in_place if count[u] == 1}
+
+
+def _key_uses(key, uids: set) -> bool:
+    """Does a memo key (an expression, or a tuple holding expressions) use an axis
+    of ``uids``?"""
+    if isinstance(key, tuple):
+        return any(_key_uses(k, uids) for k in key)
+    return isinstance(key, Expr) and _uses(key, uids)
 
 
 def _uses(e: Expr, uids: set) -> bool:

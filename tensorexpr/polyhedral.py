@@ -797,6 +797,29 @@ def offset_range(axes: Sequence[Axis], guards: Sequence[Expr], index: Expr, base
 # {{{ affine forms (used by codegen/views.py: outputs that are strided views of inputs)
 
 
+def is_index_arithmetic(e: Expr) -> bool:
+    """Is ``e`` integer arithmetic of constants, axes and sizes alone (what isl and
+    ``eval_int`` can evaluate), with no read of data, no reduction and no float?
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import Axis, Const
+    >>> k = Axis("k", Const(0, "int64"), Const(12, "int64"), 7)
+    >>> I = te.placeholder((12,), dtype="int32", name="I")
+    >>> is_index_arithmetic(te.minimum(k // 4, 2)), is_index_arithmetic(I[k] % 3)
+    (True, False)
+    """
+    for x in walk(e):
+        match x:
+            case Const(_, dt) | SizeVar(dtype=dt) | Axis(dtype=dt) if is_int(dt) or dt == "bool":
+                pass
+            case Binary(_, _, _, dt) | Unary(_, _, dt) | Cast(_, dt) | Select(_, _, _, dt) \
+                    if is_int(dt) or dt == "bool":
+                pass
+            case _:
+                return False
+    return True
+
+
 def affine_form(e: Expr, axes: Sequence[Axis]) -> Optional[Tuple[int, Tuple[int, ...]]]:
     """``(c, (a_1, ..., a_n))`` such that ``e == c + a_1 * axes[0] + ... + a_n * axes[-1]``
     at every point of the axes' box (constant bounds, no size variables), or None.
@@ -811,6 +834,8 @@ def affine_form(e: Expr, axes: Sequence[Axis]) -> Optional[Tuple[int, Tuple[int,
     (3, (1,))
     """
     from .transform import eval_int, substitute
+    if not is_index_arithmetic(e):
+        return None  # a data-dependent index has no value to sample at a point
     los = [_const_int(ax.lo) for ax in axes]
     his = [_const_int(ax.hi) for ax in axes]
     if any(v is None for v in los + his) or any(h <= lo for lo, h in zip(los, his)):

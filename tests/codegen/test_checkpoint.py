@@ -281,3 +281,44 @@ def test_checkpoint_switch_is_part_of_the_build_cache_key(monkeypatch):
     assert on.source != off.source
     x, h = np.random.rand(2, 6).astype(np.float32), np.ones(2, np.float32)
     assert np.array_equal(on(x, h), off(x, h))
+
+
+# {{{ rings read through // and %, clamps, data and several readers (issue 5)
+
+
+def _ring_readers(T):
+    """Readers of a recurrence's last rows (index into Y, and whether a ring may hold it)."""
+    return {
+        "mod_pair": (lambda b, I: 3 + b % 2, 2, True),  # the issue: T = 5, Y[3], Y[4]
+        "mod3": (lambda b, I: T - 3 + b % 3, 4, True),
+        "div": (lambda b, I: T - 1 - b // 2, 4, True),
+        "clamp": (lambda b, I: te.minimum(te.maximum(T - 3 + b, T - 2), T - 1), 4, True),
+        "flat_div_mod": (lambda b, I: T - 2 + (b // 2) % 2, 4, True),
+        "data": (lambda b, I: I[b] % T, 4, False),
+        "data_last": (lambda b, I: T - 1 - I[b] % 2, 4, False),
+    }
+
+
+@pytest.mark.parametrize("T", [5, 6, 9])
+@pytest.mark.parametrize("name", sorted(_ring_readers(5)))
+def test_ring_read_through_div_mod(T, name):
+    # Y[3 + b % 2] over b < 2 flattened to Y.flat[3 + b] (affine on the box) but
+    # Y lives in a ring of 2 rows: it read past the ring's end
+    index, n, ring = _ring_readers(T)[name]
+    d = te.placeholder((T, 2), name="d")
+    I = te.placeholder((n,), dtype="int32", name="I")
+    Y = te.recurrence((T, 2), lambda y, t, r: te.select(
+        t == 0, d[0, r], 0.5 * y[t - 1, r] + d[t, r]), name="Y")
+    Z = te.compute((n, 2), lambda b, r: Y[index(b, I), r], name="Z")
+    W = te.compute((2,), lambda r: Y[T - 1, r] * 2.0, name="W")  # a second reader
+    Z1 = te.compute((n,), lambda b: Y[index(b, I), b % 2] + 1.0, name="Z1")  # a third
+    rng = np.random.default_rng(T)
+    args = (rng.uniform(-1, 1, (T, 2)).astype(np.float32),
+            rng.integers(0, 2 * T, n).astype(np.int32))
+    f = te.build([Z, W, Z1], inputs=[d, I])
+    want = te.build([Z, W, Z1], inputs=[d, I], backend="numpy")(*args)
+    for got, w in zip(f(*args), want):
+        assert_same(got, w)
+    # every affine reader reads rows >= T - 3 only: Y is kept in a ring; a row
+    # chosen by data could be any, so Y is kept whole
+    assert ("(ring of" in f.source) == ring

@@ -65,6 +65,8 @@ def _helper_src(name: str) -> str:
         return _vector_helper(kind, suf)
     dt = {v: k for k, v in _SUF.items()}.get(suf, "")
     T = CTYPE.get(dt, "")
+    if kind in ("floordiv", "mod") and dt.startswith("float"):
+        return _float_divmod(name, kind, dt)
     if kind == "floordiv":
         return (f"static inline {T} {name}({T} a, {T} b)\n{{\n"
                 f"  if (b == 0) return 0;\n"
@@ -72,9 +74,6 @@ def _helper_src(name: str) -> str:
                 f"  {T} q = a / b;\n"
                 f"  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n}}\n")
     if kind == "mod":
-        if dt.startswith("float"):
-            fl = "floorf" if dt == "float32" else "floor"
-            return f"static inline {T} {name}({T} a, {T} b) {{ return a - b * {fl}(a / b); }}\n"
         return (f"static inline {T} {name}({T} a, {T} b)\n{{\n"
                 f"  if (b == 0 || b == -1) return 0;\n"
                 f"  {T} r = a % b;\n"
@@ -114,6 +113,29 @@ def _helper_src(name: str) -> str:
         return (f"static inline {it} {name}({T} x)\n{{\n"
                 f"  return ((double)x > {lo} && (double)x < {hi}) ? ({it})x : {least};\n}}\n")
     raise KeyError(name)
+
+
+def _float_divmod(name: str, kind: str, dt: str) -> str:
+    """Float ``a // b`` or ``a % b`` as Python computes them (and numpy, whose
+    ``npy_divmod`` the numpy backend calls): from the exact ``fmod``, so that
+    ``1.0 // 0.1 == 9`` (``floor(1.0 / 0.1)`` is 10: the quotient rounds up), ``3 % inf == 3``,
+    ``-3 % inf == inf``, zeros signed like ``b`` (remainder) or ``a / b`` (quotient). A zero
+    ``b`` gives ``a / b`` and NaN, as numpy (Python raises)."""
+    T, f = CTYPE[dt], ("f" if dt == "float32" else "")
+    lines = [f"static inline {T} {name}({T} a, {T} b)", "{",
+             f"  {T} mod = fmod{f}(a, b);",
+             f"  {T} div = (a - mod) / b;  /* nearly an integer */",
+             "  int fix = mod != 0 && ((b < 0) != (mod < 0));  /* Python's sign: b's */",
+             "  mod = fix ? mod + b : mod;"]
+    if kind == "mod":
+        lines += [f"  return mod != 0 ? mod : copysign{f}(0, b);", "}", ""]
+        return "\n".join(lines)
+    lines += ["  div = fix ? div - 1 : div;",
+              f"  {T} q = floor{f}(div);",
+              "  q = div - q > 0.5 ? q + 1 : q;  /* snapped to the nearest integer */",
+              f"  q = div != 0 ? q : copysign{f}(0, a / b);",
+              "  return b != 0 ? q : a / b;", "}", ""]
+    return "\n".join(lines)
 
 
 #: fused multiply-add of whole vectors: (vector bytes, element type) -> (the macros that
@@ -296,10 +318,6 @@ class _Emitter:
         if op in ("max", "min") and adt == "bool":
             sym, prec = ("||", _OR) if op == "max" else ("&&", _AND)
             return f"{self.text(args[0], prec)} {sym} {self.text(args[1], prec + 1)}", prec, False
-        if op == "floordiv" and isf:
-            fn = "floorf" if adt == "float32" else "floor"
-            q = f"{self.text(args[0], _MUL)} / {self.text(args[1], _MUL + 1)}"
-            return f"{fn}({q})", _ATOM, False
         if op in ("floordiv", "mod", "max", "min", "pow"):
             return self.call(self.use(f"te_{op}_{_SUF[adt]}"), args, wide)
         if op in _INFIX:

@@ -436,3 +436,21 @@ def test_extremum_of_a_math_function_central_differences(fn, red, where, backend
 
 
 # }}}
+
+
+@pytest.mark.parametrize("backend", ["c", "numpy"])
+def test_modulo_gradient_uses_the_floor_quotient(backend):
+    # d(a % b)/db = -(a // b); floor(a / b) is 10 at 1.0 % 0.1 where a // b is 9
+    A = te.placeholder((4,), F, "A")
+    B = te.placeholder((4,), F, "B")
+    Y = te.compute((4,), lambda i: A[i] % B[i], name="Y")
+    a = np.array([1.0, -1.0, 7.25, 0.3])
+    b = np.array([0.1, 0.1, -2.0, 0.1])
+    dA, dB = te.differentiate(sum_of_squares(Y), [A, B])
+    ga, gb = te.build([dA, dB], inputs=[A, B], backend=backend)(a, b)
+    y = a % b
+    np.testing.assert_allclose(ga, 2 * y)
+    np.testing.assert_allclose(gb, -2 * y * (a // b))
+    # central differences away from the jumps (1.0 % 0.1 is a hair below the next one)
+    check_grads(sum_of_squares(Y), [A, B], [np.array([1.05, -1.05, 7.25, 0.33]), b],
+                backend=backend)

@@ -165,6 +165,11 @@ def _unary(op: str, x):
         return -x
     if op == "not":
         return ~x
+    if not getattr(x, "flags", None) or not x.flags.c_contiguous:
+        # numpy picks a SIMD or a libm loop by the operand's layout on some CPUs (e.g.
+        # float64 exp on AVX-512), and a max's gradient compares this value with the
+        # one the forward computed in another layout: always the contiguous loop
+        x = np.array(x, order="C")
     if op == "sigmoid":
         return 1 / (1 + np.exp(-x))
     return getattr(np, {"abs": "abs"}.get(op, op))(x)

@@ -6,6 +6,8 @@ the bit (libmvec's vector expf and glibc's scalar expf did not for half of all i
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -17,26 +19,28 @@ FUNCTIONS = ("exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos", "abs", "floo
 N = 37  # 4 vectors of 8 floats and a remainder of 5
 
 
-def _contexts(fn: str, dtype: str):
-    """Programs computing ``fn`` of the same N values in different loop shapes: each maps
-    the input vector to the N results in input order."""
+def _contexts(fn: str, dtype: str, backend: str):
+    """Programs computing ``fn`` of the same N values in different loop shapes (array
+    layouts on the numpy backend): each maps the input vector to the N results in input
+    order."""
     op = getattr(te, fn)
+    build = functools.partial(te.build, backend=backend)
     X = te.placeholder((N,), dtype=dtype, name="X")
-    flat = te.build(te.compute((N,), lambda i: op(X[i]), name="Y"))  # whole vectors + tail
+    flat = build(te.compute((N,), lambda i: op(X[i]), name="Y"))  # whole vectors + tail
     # a max over a short reduction axis: per point, scalar code (the reported bug's shape)
     X2 = te.placeholder((1, N), dtype=dtype, name="X2")
     k = te.reduce_axis(1, name="k")
-    pointwise = te.build(te.compute((N,), lambda i: te.max(op(X2[k, i]), axis=k), name="M"))
+    pointwise = build(te.compute((N,), lambda i: te.max(op(X2[k, i]), axis=k), name="M"))
     # a strided read: every value at an odd position
     X3 = te.placeholder((2 * N,), dtype=dtype, name="X3")
-    strided = te.build(te.compute((N,), lambda i: op(X3[2 * i + 1]), name="S"))
+    strided = build(te.compute((N,), lambda i: op(X3[2 * i + 1]), name="S"))
     # a symbolic size: the vector loop's remainder is decided at run time
     n = te.var("n")
     X4 = te.placeholder((n,), dtype=dtype, name="X4")
-    sized = te.build(te.compute((n,), lambda i: op(X4[i]), name="Z"))
+    sized = build(te.compute((n,), lambda i: op(X4[i]), name="Z"))
     # one value at a time: a 0-d program
     X5 = te.placeholder((1,), dtype=dtype, name="X5")
-    single = te.build(te.compute((), lambda: op(X5[0]), name="V"))
+    single = build(te.compute((), lambda: op(X5[0]), name="V"))
 
     def spread(x):
         y = np.zeros(2 * N, dtype)
@@ -59,14 +63,15 @@ SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.625, -0.625, 88.7, 8
            -103.9, 709.0, -745.0, 1e-30, -1e-30, 1e-40, 5e-324, 1e30, 3.4e38]
 
 
+@pytest.mark.parametrize("backend", ["c", "numpy"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("fn", FUNCTIONS)
 @settings(max_examples=15, deadline=None)
 @given(data=st.data())
-def test_every_context_gives_the_same_bits(fn, dtype, data):
-    key = (fn, dtype)
+def test_every_context_gives_the_same_bits(fn, dtype, backend, data):
+    key = (fn, dtype, backend)
     if key not in _built:
-        _built[key] = _contexts(fn, dtype)
+        _built[key] = _contexts(fn, dtype, backend)
     width = 32 if dtype == "float32" else 64
     values = data.draw(st.lists(st.one_of(st.floats(width=width), st.sampled_from(SPECIAL),
                                           st.floats(-30, 30, width=width)),

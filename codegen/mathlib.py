@@ -45,10 +45,14 @@ FUNCTIONS = frozenset(NAMES.values())
 DEPENDS: Dict[str, Tuple[str, ...]] = {"te_tanhf": ("te_expf",), "te_tanh": ("te_exp",)}
 
 _BITS = """\
-static inline uint32_t te_bits_f32(float x) { uint32_t u; __builtin_memcpy(&u, &x, 4); return u; }
-static inline float te_from_bits_f32(uint32_t u) { float x; __builtin_memcpy(&x, &u, 4); return x; }
-static inline uint64_t te_bits_f64(double x) { uint64_t u; __builtin_memcpy(&u, &x, 8); return u; }
-static inline double te_from_bits_f64(uint64_t u) { double x; __builtin_memcpy(&x, &u, 8); return x; }
+static inline uint32_t te_bits_f32(float x)
+{ uint32_t u; __builtin_memcpy(&u, &x, 4); return u; }
+static inline float te_from_bits_f32(uint32_t u)
+{ float x; __builtin_memcpy(&x, &u, 4); return x; }
+static inline uint64_t te_bits_f64(double x)
+{ uint64_t u; __builtin_memcpy(&u, &x, 8); return u; }
+static inline double te_from_bits_f64(uint64_t u)
+{ double x; __builtin_memcpy(&x, &u, 8); return x; }
 """
 
 _SOURCE = {

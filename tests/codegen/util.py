@@ -81,4 +81,5 @@ def python_floor_div_mod(a: np.ndarray, b: np.ndarray):
 
 def same_bits(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     """Where ``got`` and ``want`` are the same value: equal with the same sign, or both NaN."""
-    return (np.isnan(got) & np.isnan(want)) | ((got == want) & (np.signbit(got) == np.signbit(want)))
+    same_sign = np.signbit(got) == np.signbit(want)
+    return (np.isnan(got) & np.isnan(want)) | ((got == want) & same_sign)

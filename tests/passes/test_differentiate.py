@@ -427,7 +427,7 @@ def test_extremum_of_a_math_function_float32_on_c(fn, red, where, K, N):
 def test_extremum_of_a_math_function_central_differences(fn, red, where, backend):
     K, N = 5, 3
     X, H, M, dX = _extremum(fn, red, where, K, N, F)
-    k, i = te.reduce_axis(N, "i2"), None
+    k = te.reduce_axis(N, "i2")
     L = te.compute((), lambda: te.sum(M[k] * H[k], axis=k), name="L")
     h = rand(N, seed=5) + 2.0
     for seed in range(3):

@@ -137,3 +137,9 @@ def test_the_c_names_keep_the_math_names():
                for (op, dt), name in mathlib.NAMES.items())
     for deps in mathlib.DEPENDS.values():
         assert set(deps) <= mathlib.FUNCTIONS
+
+
+def test_docstring_examples():
+    import doctest
+    result = doctest.testmod(mathlib)
+    assert result.failed == 0 and result.attempted > 0

@@ -13,7 +13,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from . import threads
+from . import mathlib, threads
 from .loopast import (Accumulate, Assign, Block, Comment, Decl, Fail, Fence, For, If, Kernel, Lit,
                       Load, Local, Op, Region, Stmt, Store, Var, vector_parts)
 
@@ -49,6 +49,8 @@ def sanitize(text: str, limit: int = 400) -> str:
 # {{{ helpers (printed only when used)
 
 def _helper_src(name: str) -> str:
+    if name in mathlib.FUNCTIONS:
+        return mathlib.source(name)
     if name == "te_fail":
         return ("static void te_fail(int64_t *err, int64_t code, int64_t site, int64_t dim,\n"
                 "                    int64_t index, int64_t size)\n{\n"
@@ -63,6 +65,8 @@ def _helper_src(name: str) -> str:
         return _vector_helper(kind, suf)
     dt = {v: k for k, v in _SUF.items()}.get(suf, "")
     T = CTYPE.get(dt, "")
+    if kind in ("floordiv", "mod") and dt.startswith("float"):
+        return _float_divmod(name, kind, dt)
     if kind == "floordiv":
         return (f"static inline {T} {name}({T} a, {T} b)\n{{\n"
                 f"  if (b == 0) return 0;\n"
@@ -70,9 +74,6 @@ def _helper_src(name: str) -> str:
                 f"  {T} q = a / b;\n"
                 f"  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n}}\n")
     if kind == "mod":
-        if dt.startswith("float"):
-            fl = "floorf" if dt == "float32" else "floor"
-            return f"static inline {T} {name}({T} a, {T} b) {{ return a - b * {fl}(a / b); }}\n"
         return (f"static inline {T} {name}({T} a, {T} b)\n{{\n"
                 f"  if (b == 0 || b == -1) return 0;\n"
                 f"  {T} r = a % b;\n"
@@ -101,7 +102,7 @@ def _helper_src(name: str) -> str:
     if kind == "abs":
         return f"static inline {T} {name}({T} a) {{ return a < 0 ? ({T})(0 - (uint64_t)a) : a; }}\n"
     if kind == "sigmoid":
-        one, ex = ("1.0f", "expf") if dt == "float32" else ("1.0", "exp")
+        one, ex = ("1.0f", "te_expf") if dt == "float32" else ("1.0", "te_exp")
         return f"static inline {T} {name}({T} x) {{ return {one} / ({one} + {ex}(-x)); }}\n"
     if kind.startswith("to"):  # te_to<int type>_<float suffix>: float -> int like numpy on x86
         target = kind[2:]
@@ -112,6 +113,29 @@ def _helper_src(name: str) -> str:
         return (f"static inline {it} {name}({T} x)\n{{\n"
                 f"  return ((double)x > {lo} && (double)x < {hi}) ? ({it})x : {least};\n}}\n")
     raise KeyError(name)
+
+
+def _float_divmod(name: str, kind: str, dt: str) -> str:
+    """Float ``a // b`` or ``a % b`` as Python computes them (and numpy, whose
+    ``npy_divmod`` the numpy backend calls): from the exact ``fmod``, so that
+    ``1.0 // 0.1 == 9`` (``floor(1.0 / 0.1)`` is 10: the quotient rounds up), ``3 % inf == 3``,
+    ``-3 % inf == inf``, zeros signed like ``b`` (remainder) or ``a / b`` (quotient). A zero
+    ``b`` gives ``a / b`` and NaN, as numpy (Python raises)."""
+    T, f = CTYPE[dt], ("f" if dt == "float32" else "")
+    lines = [f"static inline {T} {name}({T} a, {T} b)", "{",
+             f"  {T} mod = fmod{f}(a, b);",
+             f"  {T} div = (a - mod) / b;  /* nearly an integer */",
+             "  int fix = mod != 0 && ((b < 0) != (mod < 0));  /* Python's sign: b's */",
+             "  mod = fix ? mod + b : mod;"]
+    if kind == "mod":
+        lines += [f"  return mod != 0 ? mod : copysign{f}(0, b);", "}", ""]
+        return "\n".join(lines)
+    lines += ["  div = fix ? div - 1 : div;",
+              f"  {T} q = floor{f}(div);",
+              "  q = div - q > 0.5 ? q + 1 : q;  /* snapped to the nearest integer */",
+              f"  q = div != 0 ? q : copysign{f}(0, a / b);",
+              "  return b != 0 ? q : a / b;", "}", ""]
+    return "\n".join(lines)
 
 
 #: fused multiply-add of whole vectors: (vector bytes, element type) -> (the macros that
@@ -174,7 +198,6 @@ class _Emitter:
     def __init__(self):
         self.helpers: Dict[str, None] = {}
         self.lines: List[str] = []
-        self.math: set = set()
         #: local accumulator arrays (their ``+=`` of a product is a sum reduction's step)
         self.locals: set = set()
         #: some loop compares its work with the run-time threshold
@@ -183,6 +206,8 @@ class _Emitter:
         self.vectors: Dict[str, None] = {}
 
     def use(self, name: str) -> str:
+        for dep in mathlib.DEPENDS.get(name, ()):
+            self.use(dep)
         self.helpers.setdefault(name)
         return name
 
@@ -281,21 +306,18 @@ class _Emitter:
             return f"-{inner}", _UNARY, wide
         if op == "not":
             return f"!{self.text(args[0], _UNARY)}", _UNARY, False
+        if (op, adt) in mathlib.NAMES:  # the same bits in every loop (see codegen.mathlib)
+            return self.call(self.use(mathlib.NAMES[(op, adt)]), args, False)
         if op in _MATH and isf:
             fn = _MATH[op] + ("f" if adt == "float32" else "")
-            self.math.add(fn)
             return f"{fn}({', '.join(self.text(a) for a in args)})", _ATOM, False
         if op == "sigmoid":
-            self.math.add("expf" if adt == "float32" else "exp")
+            self.use(mathlib.NAMES[("exp", adt)])
         if op in ("abs", "sigmoid"):
             return self.call(self.use(f"te_{op}_{_SUF[adt]}"), args, wide)
         if op in ("max", "min") and adt == "bool":
             sym, prec = ("||", _OR) if op == "max" else ("&&", _AND)
             return f"{self.text(args[0], prec)} {sym} {self.text(args[1], prec + 1)}", prec, False
-        if op == "floordiv" and isf:
-            fn = "floorf" if adt == "float32" else "floor"
-            q = f"{self.text(args[0], _MUL)} / {self.text(args[1], _MUL + 1)}"
-            return f"{fn}({q})", _ATOM, False
         if op in ("floordiv", "mod", "max", "min", "pow"):
             return self.call(self.use(f"te_{op}_{_SUF[adt]}"), args, wide)
         if op in _INFIX:
@@ -434,11 +456,6 @@ class _Emitter:
     # }}}
 
 
-#: math functions with vector variants in glibc's libmvec: (name, glibc minor version)
-_LIBMVEC = {"expf": 22, "exp": 22, "logf": 22, "log": 22, "sinf": 22, "sin": 22, "cosf": 22,
-            "cos": 22, "tanhf": 35, "tanh": 35}
-
-
 #: a float sum adds a product term with one rounding (ir.py: "Float arithmetic")
 _FMA = {"float32": "fmaf", "float64": "fma"}
 
@@ -450,26 +467,6 @@ def _product(value):
             and all(getattr(x, "dtype", None) == value.dtype for x in value.args):
         return value.args
     return None
-
-
-def _vector_math(used) -> List[str]:
-    """Declarations that let ``omp simd`` loops call libmvec's vector variants of the math
-    functions used (glibc declares them only under -ffast-math; they are accurate to a few
-    ulp). Only where they exist: gcc with OpenMP on x86-64 glibc."""
-    fns = sorted(f for f in used if f in _LIBMVEC)
-    if not fns:
-        return []
-    out = []
-    for minor in sorted({_LIBMVEC[f] for f in fns}):
-        out.append("#if defined(_OPENMP) && defined(__GNUC__) && !defined(__clang__) && "
-                   "defined(__x86_64__) && defined(__GLIBC__) && "
-                   f"(__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= {minor}))")
-        for f in fns:
-            if _LIBMVEC[f] == minor:
-                t = "float" if f.endswith("f") else "double"
-                out += ["#pragma omp declare simd notinbranch", f"{t} {f}({t});"]
-        out.append("#endif")
-    return out + [""]
 
 
 def _wrap(x: Tuple[str, int, bool], prec: int) -> str:
@@ -497,7 +494,8 @@ def emit(kernel: Kernel) -> str:
         em.stmt(s, 1)
     head = [f"/* Generated by tensorexpr (C backend): {sanitize(kernel.title)} */",
             "#include <math.h>", "#include <stdbool.h>", "#include <stdint.h>", ""]
-    head += _vector_math(em.math)
+    if any(h in mathlib.FUNCTIONS for h in em.helpers):
+        head.append(mathlib.prelude())
     if any(h.startswith("te_vfma_") for h in em.helpers):
         head.append("#if defined(__x86_64__) || defined(__i386__)\n#include <immintrin.h>\n#endif")
     for dt in em.vectors:

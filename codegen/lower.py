@@ -51,9 +51,9 @@ its preconditions do not hold):
 * float sums over several axes keep partial sums per value of their last axis
   and other sums run their innermost loop in vector lanes (``omp simd``
   reductions): the reassociation ir.py allows for reductions;
-* independent innermost loops are ``omp simd`` (so math calls use libmvec's
-  vector variants, see ``cemit``); transposing nests run in square blocks; an
-  innermost axis read through ``j // c`` loops over ``j // c`` with the ``c``
+* independent innermost loops are ``omp simd`` (math functions vectorize too, with
+  the same bits as in scalar code, see ``mathlib``); transposing nests run in square
+  blocks; an innermost axis read through ``j // c`` loops over ``j // c`` with the ``c``
   remainders unrolled; floor division of indices isl proves non-negative is C's;
   a select whose branches are valid without its condition computes both and
   blends (conditional loads would keep the loop scalar);

@@ -145,9 +145,9 @@ def _binary(op: str, x, y):
             safe = np.where(y == 0, 1, y)
             r = (x // safe) if op == "floordiv" else (x % safe)
             return np.where(y == 0, 0, r)
-        if op == "floordiv":
-            return np.floor(x / y)
-        return x - y * np.floor(x / y)
+        # numpy's float floor_divide and remainder are Python's (from the exact fmod:
+        # 1.0 // 0.1 == 9, 3 % inf == 3), and x // 0 is x / 0, x % 0 NaN
+        return np.floor_divide(x, y) if op == "floordiv" else np.remainder(x, y)
     if op == "pow":
         if np.issubdtype(np.result_type(x, y), np.integer):
             # x ** -k is the integer part of 1 / x**k: only x == 1 and x == -1 survive
@@ -171,6 +171,11 @@ def _unary(op: str, x):
         return -x
     if op == "not":
         return ~x
+    if not getattr(x, "flags", None) or not x.flags.c_contiguous:
+        # numpy picks a SIMD or a libm loop by the operand's layout on some CPUs (e.g.
+        # float64 exp on AVX-512), and a max's gradient compares this value with the
+        # one the forward computed in another layout: always the contiguous loop
+        x = np.array(x, order="C")
     if op == "sigmoid":
         return 1 / (1 + np.exp(-x))
     return getattr(np, {"abs": "abs"}.get(op, op))(x)

@@ -79,6 +79,8 @@ class Signature:
         # The fast path of bind: per-input dtype, and the size values of every tuple of
         # input shapes already validated (the shapes decide the sizes and every check).
         self._dtypes = [np.dtype(t.dtype) for t in self.inputs]
+        #: boolean inputs: their bytes are checked on every call (see ``_array``)
+        self._bools = [k for k, t in enumerate(self.inputs) if t.dtype == "bool"]
         self._bound: Dict[Tuple[Tuple[int, ...], ...], Dict[str, int]] = {}
 
     def shape(self, t: Tensor, sizes: Dict[str, int]) -> Tuple[int, ...]:
@@ -103,9 +105,11 @@ class Signature:
         if not kwargs and len(args) == len(self._dtypes):
             for v, dt in zip(args, self._dtypes):
                 if type(v) is not np.ndarray or (v.dtype is not dt and v.dtype != dt) \
-                        or not v.flags.c_contiguous:
+                        or not (v.flags.c_contiguous and v.flags.aligned):
                     break
             else:
+                if any(not _clean_bools(args[k]) for k in self._bools):
+                    return self._bind_checked(args, kwargs)
                 got = self._bound.get(tuple([v.shape for v in args]))
                 if got is not None:
                     return list(args), dict(got)
@@ -177,6 +181,22 @@ class Signature:
         if v.ndim != t.ndim:
             raise ValueError(f"input {t.name!r} must have {t.ndim} dimension(s); "
                              f"got an array of shape {v.shape}")
-        # Views with strides are copied: kernels index dense row-major buffers.
+        # Views with strides are copied: kernels index dense row-major buffers. So are
+        # arrays not aligned for their type (a view at an odd byte offset of a buffer):
+        # C may load them with aligned vector instructions.
         # (Not np.ascontiguousarray: it turns a 0-d array into shape (1,).)
-        return v if v.flags.c_contiguous else v.copy(order="C")
+        if not (v.flags.c_contiguous and v.flags.aligned):
+            v = v.copy(order="C")
+        if v.dtype == np.bool_ and not _clean_bools(v):
+            # numpy calls any nonzero byte True, C's bool only 1 (2 & 2 == 2, ~2 == 253)
+            v = np.not_equal(v.view(np.uint8), 0, out=np.empty(v.shape, np.bool_))  # 0-d too
+        return v
+
+
+def _clean_bools(a: np.ndarray) -> bool:
+    """Does boolean array ``a`` hold only the bytes 0 and 1 (what C's ``bool`` can hold)?
+
+    >>> _clean_bools(np.array([True, False])), _clean_bools(np.array([2], np.uint8).view(bool))
+    (True, False)
+    """
+    return a.size == 0 or int(a.view(np.uint8).max()) <= 1

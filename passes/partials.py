@@ -89,8 +89,10 @@ def _back(e: Expr, adj: Expr, guards: tuple, out: list, axes: tuple = ()) -> Non
             _back(a, share_a, guards, out, axes)
             _back(b, share_b, guards, out, axes)
         case Binary("mod", a, b, _):
-            _back(a, adj, guards, out, axes)  # a - b*floor(a/b): floor is locally constant
-            _back(b, -m("mul", adj, api.floor(m("div", a, b))), guards, out, axes)
+            # a - b * (a // b), a // b locally constant; not floor(a / b), which rounds
+            # up at 1.0 % 0.1 (10, where a // b is 9)
+            _back(a, adj, guards, out, axes)
+            _back(b, -m("mul", adj, m("floordiv", a, b)), guards, out, axes)
         case Binary():
             return  # floordiv is piecewise constant; comparisons/logic are not floats
         case Unary("neg", a, _):

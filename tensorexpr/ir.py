@@ -15,6 +15,12 @@ Values and types
     fast-math reassociation is promised; reductions may be summed in any order,
     and a sum may add a product term ``a * b`` with one rounding, as a fused
     multiply-add, the way BLAS does; elementwise expressions are never fused).
+    A math function gives the same bits for the same operand wherever a backend
+    computes it (any loop, any program): a max's gradient compares a recomputed
+    body with the stored maximum. Float ``a // b`` and ``a % b`` are Python's,
+    from the exact ``fmod``: ``1.0 // 0.1 == 9.0``, ``3.0 % inf == 3.0``,
+    ``-3.0 % inf == inf``, a zero remainder has the sign of ``b``; float
+    ``x // 0`` is ``x / 0`` and ``x % 0`` is NaN (numpy's answer; Python raises).
 
 Index arithmetic
     Indices and axes are ``int64``. ``a // b`` is floor division and ``a % b`` is

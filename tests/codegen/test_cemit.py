@@ -4,10 +4,15 @@ from __future__ import annotations
 import ctypes
 
 import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
 
+import tensorexpr as te
 from codegen import compiler
 from codegen.cemit import ENTRY, emit, sanitize
 from codegen.loopast import Buffer, Kernel, Lit, Op, Store, Var
+
+from .util import FLOOR_OPERANDS, python_floor_div_mod, same_bits
 
 
 def _kernel(*values, dtype="int64"):
@@ -113,3 +118,28 @@ def test_a_choice_between_constants_is_made_by_bits_not_a_branch():
         got = _run(k, len(values), dt)
         want = np.array([a if c else b for a, b in consts for c in (True, False)], dt)
         assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_float_floor_division_and_modulo_are_pythons(dtype, data):
+    # floor(a / b) rounded 1.0 / 0.1 up to 10 (Python: 1.0 // 0.1 == 9) and
+    # a - b * floor(a / b) gave 3 % inf == nan (Python: 3)
+    width = 32 if dtype == "float32" else 64
+    pairs = data.draw(st.lists(st.tuples(*[st.one_of(st.sampled_from(FLOOR_OPERANDS),
+                                                     st.floats(width=width))] * 2),
+                               min_size=1, max_size=40))
+    pairs += [(x, y) for x in FLOOR_OPERANDS for y in FLOOR_OPERANDS]
+    with np.errstate(over="ignore"):
+        a = np.array([p[0] for p in pairs]).astype(dtype)
+        b = np.array([p[1] for p in pairs]).astype(dtype)
+    A = te.placeholder(a.shape, dtype, "A")
+    B = te.placeholder(a.shape, dtype, "B")
+    Q = te.compute(a.shape, lambda i: A[i] // B[i], name="Q")
+    R = te.compute(a.shape, lambda i: A[i] % B[i], name="R")
+    q, r = te.build([Q, R])(a, b)
+    want_q, want_r = python_floor_div_mod(a, b)
+    for got, want in ((q, want_q), (r, want_r)):
+        bad = ~same_bits(got, want)
+        assert not bad.any(), (a[bad], b[bad], got[bad], want[bad])

@@ -8,6 +8,8 @@ import tensorexpr as te
 from codegen import reference
 from tensorexpr.ir import Axis, Const, ScatterAdd, fresh_uid
 
+from .util import FLOOR_OPERANDS, python_floor_div_mod, same_bits
+
 BACKENDS = ["numpy", "c"]
 
 
@@ -132,3 +134,20 @@ def test_and_or_evaluate_their_right_operand_only_where_it_decides(backend):
     np.testing.assert_array_equal(c, [0] * 5)
     _, _, c = f(x, np.array([1, 9, 9, 9, 9]))
     np.testing.assert_array_equal(c, [2] * 5)
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_floor_division_and_modulo_are_pythons(dtype):
+    # np.floor(a / b) rounded 1.0 / 0.1 up to 10 (Python: 1.0 // 0.1 == 9)
+    pairs = [(x, y) for x in FLOOR_OPERANDS for y in FLOOR_OPERANDS]
+    with np.errstate(over="ignore"):
+        a = np.array([p[0] for p in pairs]).astype(dtype)
+        b = np.array([p[1] for p in pairs]).astype(dtype)
+    A = te.placeholder(a.shape, dtype, "A")
+    B = te.placeholder(a.shape, dtype, "B")
+    Q = te.compute(a.shape, lambda i: A[i] // B[i], name="Q")
+    R = te.compute(a.shape, lambda i: A[i] % B[i], name="R")
+    q, r = te.build([Q, R], backend="numpy")(a, b)
+    want_q, want_r = python_floor_div_mod(a, b)
+    assert same_bits(q, want_q).all() and same_bits(r, want_r).all()
+    if dtype == "float64":
+        assert q[pairs.index((1.0, 0.1))] == 9.0 and r[pairs.index((3.0, np.inf))] == 3.0

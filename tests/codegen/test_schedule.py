@@ -124,12 +124,13 @@ def test_simd_math_within_float32_tolerance():
         te.abs(X[i, j]) + 1.0) + te.sigmoid(X[i, j]), name="Y")
     f, _ = agree([Y], [X], rand((3, 37)), rtol=1e-5, atol=1e-5)
     assert "#pragma omp simd" in f.source
-    assert "#pragma omp declare simd notinbranch\nfloat expf(float);" in f.source
+    # codegen.mathlib's functions, which vectorize and give the same bits in scalar code
+    assert "te_expf(" in f.source and "declare simd" not in f.source
 
 
 @pytest.mark.parametrize("fn", ["exp", "log", "tanh", "sin", "cos", "sigmoid"])
 def test_vector_math_over_a_wide_range(fn):
-    # libmvec's variants (a few ulp) against numpy, in float32 and float64
+    # codegen.mathlib's functions (about 1 ulp) against numpy, in float32 and float64
     for dtype, tol in (("float32", 2e-6), ("float64", 1e-13)):
         X = te.placeholder((1000,), dtype=dtype, name="X")
         op = getattr(te, fn)

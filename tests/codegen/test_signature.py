@@ -208,3 +208,62 @@ def test_calls_after_a_valid_one_are_still_fully_validated(program):
     c2, _ = f(*arrays(3, 4, seed=1))
     assert c2.shape == (3, 4)
     assert f(a, b)[0] is not f(a, b)[0]  # fresh outputs every call
+
+
+def _unaligned(values: np.ndarray, offset: int) -> np.ndarray:
+    """``values`` copied into a buffer at byte ``offset``: C-contiguous, not aligned."""
+    buf = np.zeros(values.nbytes + 16, np.uint8)
+    a = buf[offset:offset + values.nbytes].view(values.dtype).reshape(values.shape)
+    a[...] = values
+    return a
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+@pytest.mark.parametrize("offset", [1, 2, 4])
+def test_unaligned_inputs_are_copied(dtype, offset):
+    # C may load an element of a C-contiguous array with aligned (vector) instructions
+    vals = (np.arange(2 * 37) % 11).astype(dtype).reshape(2, 37)
+    a = _unaligned(vals, offset)
+    if a.flags.aligned:
+        pytest.skip("this offset is aligned for the type")
+    X = te.placeholder((2, 37), dtype, "X")
+    k = te.reduce_axis(37, name="k")
+    Y = te.compute((2,), lambda i: te.sum(X[i, k] * X[i, 36 - k], axis=k), name="Y")
+    Z = te.compute((2, 37), lambda i, j: X[i, j] + X[1 - i, j], name="Z")
+    sig = Signature([Y, Z], [X])
+    for call in ((a,), ()):  # positional (the fast path once seen) and by name
+        got, _ = sig.bind(call, {} if call else {"X": a})
+        assert got[0].flags.aligned and got[0].flags.c_contiguous
+        np.testing.assert_array_equal(got[0], vals)
+    for backend in BACKENDS:
+        f = te.build([Y, Z], backend=backend)
+        for _ in range(2):
+            y, z = f(a)
+            np.testing.assert_array_equal(y, (vals * vals[:, ::-1]).sum(1).astype(dtype))
+            np.testing.assert_array_equal(z, vals + vals[::-1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bool_bytes_other_than_0_and_1_are_normalised(backend):
+    # numpy calls any nonzero byte True; C's bool holds only 0 or 1 (2 & 2 gave 2 and
+    # B.astype(int32) gave 255)
+    B = te.placeholder((6,), "bool", "B")
+    C = te.placeholder((6,), "bool", "C")
+    W = te.compute((6,), lambda i: (B[i] & C[i]).astype("int32") * 10 + B[i].astype("int32"),
+                   name="W")
+    Z = te.compute((6,), lambda i: te.select(~B[i] | C[i], 1.0, 0.0), name="Z")
+    f = te.build([W, Z], backend=backend)
+    raw = np.array([0, 1, 2, 255, 128, 3], np.uint8).view(np.bool_)
+    c = np.array([1, 1, 0, 4, 0, 1], np.uint8).view(np.bool_)
+    clean_b, clean_c = raw.view(np.uint8) != 0, c.view(np.uint8) != 0
+    want = f(clean_b, clean_c)
+    for _ in range(2):  # the second call takes the fast path of a known shape
+        got = f(raw, c)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(want[0], [0, 11, 1, 11, 1, 11])
+    assert raw.view(np.uint8)[2] == 2  # the caller's array is left alone
+    zero_d = te.placeholder((), "bool", "b0")
+    V = te.compute((), lambda: zero_d[()].astype("int32"), name="V")
+    assert int(te.build(V, backend=backend)(np.array([7], np.uint8).view(np.bool_)[0:1]
+                                            .reshape(()))) == 1

@@ -55,3 +55,31 @@ def rand(shape, dtype="float32", seed=0, low=-3, high=3):
     if dtype in ("int32", "int64"):
         return rng.integers(low, high + 1, shape).astype(NP[dtype])
     return rng.uniform(low, high, shape).astype(NP[dtype])
+
+
+#: operands where float // and % are easy to get wrong (rounding, signs, zeros, inf, nan)
+FLOOR_OPERANDS = [1.0, 0.1, -1.0, -0.1, 3.0, -3.0, 0.0, -0.0, np.inf, -np.inf, np.nan, 7.5,
+                  -7.5, 2.0, 1e-30, 5e-324, 1e308, 0.3, -0.7, 1e-45, 3.4e38]
+
+
+def python_floor_div_mod(a: np.ndarray, b: np.ndarray):
+    """Python's float ``a // b`` and ``a % b`` elementwise (float64: Python itself;
+    float32: numpy's, the same algorithm in float32); ``x // 0`` is ``x / 0`` and
+    ``x % 0`` NaN (Python raises)."""
+    if a.dtype != np.float64:
+        with np.errstate(all="ignore"):
+            return np.floor_divide(a, b), np.remainder(a, b)
+    q, r = np.empty_like(a), np.empty_like(a)
+    for j, (x, y) in enumerate(zip(a.tolist(), b.tolist())):
+        if y == 0:
+            with np.errstate(all="ignore"):
+                q[j], r[j] = np.float64(x) / np.float64(y), np.nan
+        else:
+            q[j], r[j] = x // y, x % y
+    return q, r
+
+
+def same_bits(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Where ``got`` and ``want`` are the same value: equal with the same sign, or both NaN."""
+    same_sign = np.signbit(got) == np.signbit(want)
+    return (np.isnan(got) & np.isnan(want)) | ((got == want) & same_sign)

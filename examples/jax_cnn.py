@@ -24,7 +24,8 @@ def conv_pool_op(dtype="float64"):
     X = te.placeholder((n, C, H, H), dtype, "X")
     W = te.placeholder((FILTERS, C, 3, 3), dtype, "W")
     b = te.placeholder((FILTERS,), dtype, "b")
-    c, ky, kx = te.reduce_axis(C, name="c"), te.reduce_axis(3, name="ky"), te.reduce_axis(3, name="kx")
+    c = te.reduce_axis(C, name="c")
+    ky, kx = te.reduce_axis(3, name="ky"), te.reduce_axis(3, name="kx")
     conv = te.compute((n, FILTERS, H - 2, H - 2), lambda i, f, y, x: te.maximum(te.sum(
         X[i, c, y + ky, x + kx] * W[f, c, ky, kx], axis=[c, ky, kx]) + b[f], 0.0), name="conv")
     ry, rx = te.reduce_axis(2, name="ry"), te.reduce_axis(2, name="rx")

@@ -76,7 +76,8 @@ def main(steps=40):
     ref, ref_rates = train(None, steps)
     for k in range(0, steps, max(steps // 8, 1)):
         print(f"step {k:3d}  tensorexpr {ours[k]:.10f}  torch loop {ref[k]:.10f}")
-    print(f"largest difference of the loss curves: {max(abs(a - b) for a, b in zip(ours, ref)):.2e}")
+    gap = max(abs(a - b) for a, b in zip(ours, ref))
+    print(f"largest difference of the loss curves: {gap:.2e}")
     print(f"learned rates {[round(r, 3) for r in rates.tolist()]}, true {TRUE_RATES.tolist()}")
     return ours, ref, rates
 

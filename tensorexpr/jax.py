@@ -1,0 +1,197 @@
+"""Tensor programs as JAX functions: under ``jax.jit``, ``jax.grad``, ``jax.vjp``, ``jax.vmap``.
+
+``tej.op(outputs, inputs=None, name=None)`` is a ``jax.custom_vjp`` function.
+Its primal calls the compiled program through ``jax.pure_callback``; its
+forward rule returns the values ``te.saved_values`` picks as residuals, and
+its backward rule is ``te.differentiate`` of the program, built as another
+such function given them, so the forward runs once. Both rules being made of
+such functions, they are differentiable in turn: ``jax.grad(jax.grad(f))``
+works, the gradient through the saved values reaching the inputs through the
+forward's own rule.
+
+``jax.vmap`` uses the callback's ``vmap_method="sequential"``: the kernel is
+called once per batch element (a loop on the host), for the forward and the
+backward alike. Forward-mode AD (``jax.jvp``, ``jax.jacfwd``) is refused by JAX
+itself, as for every ``custom_vjp`` function. float64 programs need
+``jax.config.update("jax_enable_x64", True)``.
+
+jax is imported when this module is, never by ``import tensorexpr``.
+
+>>> import jax, jax.numpy as jnp, tensorexpr as te, tensorexpr.jax as tej
+>>> X = te.placeholder((3,), name="X")
+>>> Y = te.compute((3,), lambda i: X[i] * X[i], name="Y")
+>>> square = tej.op(Y)
+>>> jax.grad(lambda x: square(x).sum())(jnp.array([1.0, 2.0, 3.0])).tolist()
+[2.0, 4.0, 6.0]
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import jax
+import numpy as np
+from jax.custom_derivatives import SymbolicZero
+
+from .errors import describe
+from .interop import Program
+
+__all__ = ["op", "Op", "VMAP_METHOD"]
+
+#: how ``jax.vmap`` batches the callback: one kernel call per batch element
+VMAP_METHOD = "sequential"
+
+
+def op(outputs, inputs=None, name: Optional[str] = None) -> "Op":
+    """A function of JAX arrays computing ``outputs`` (an array or a tuple, like
+    ``te.build``), differentiable with ``jax.grad``/``jax.vjp`` for every float input.
+
+    ``inputs=None`` takes every placeholder the outputs read, in creation order.
+    Symbolic sizes are bound from the input shapes (at trace time).
+
+    >>> import jax, jax.numpy as jnp, tensorexpr as te, tensorexpr.jax as tej
+    >>> A = te.placeholder((2, 3), name="A")
+    >>> k = te.reduce_axis(3, name="k")
+    >>> S = te.compute((2,), lambda i: te.sum(A[i, k], axis=k), name="S")
+    >>> jax.jit(tej.op(S))(jnp.ones((2, 3))).tolist()
+    [3.0, 3.0]
+    """
+    return Op(Program(outputs, inputs, name))
+
+
+class Op:
+    """A tensor program as a ``jax.custom_vjp`` function; call it with arrays.
+
+    >>> import tensorexpr as te, tensorexpr.jax as tej
+    >>> X = te.placeholder((2,), name="X")
+    >>> f = tej.op(te.compute((2,), lambda i: te.exp(X[i]), name="E"))
+    >>> f.program.name
+    'E'
+    """
+
+    def __init__(self, program: Program):
+        self.program = program
+        self._dtypes = [np.dtype(t.dtype) for t in program.inputs]
+        self._result_dtypes = [np.dtype(t.dtype) for t in program.results]
+        self._n_in = len(program.inputs)
+        self._n_out = program.n_outputs
+        self._grad_op: Optional[Op] = None
+        self._extras_grad_op: Optional[Op] = None
+        self._all = jax.custom_vjp(self._primal)
+        self._all.defvjp(self._fwd, self._bwd, symbolic_zeros=True)
+
+    def __repr__(self):
+        ins = ", ".join(t.name for t in self.program.inputs)
+        outs = ", ".join(t.name for t in self.program.outputs)
+        return f"<tensorexpr.jax.Op {self.program.name} ({ins}) -> ({outs})>"
+
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            args = self._by_name(args, kwargs)
+        if len(args) != self._n_in:
+            raise TypeError(f"op {self.program.name!r} takes {self._n_in} array(s) "
+                            f"({', '.join(t.name for t in self.program.inputs)}); "
+                            f"got {len(args)}")
+        args = tuple(self._checked(k, x) for k, x in enumerate(args))
+        res = self._all(*args)
+        return res[0] if self.program.single else tuple(res[:self._n_out])
+
+    def _checked(self, k: int, x):
+        t, want = self.program.inputs[k], self._dtypes[k]
+        who = f"op {self.program.name!r}: input {t.name!r}"
+        if isinstance(x, (np.ndarray, np.generic)):
+            x = jax.numpy.asarray(x)
+        if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+            raise TypeError(f"{who} must be a JAX array; got {type(x).__name__} "
+                            f"({describe(t)})")
+        if x.dtype != want:
+            hint = f"convert it with .astype(jnp.{want})"
+            if want.itemsize == 8 and not jax.config.jax_enable_x64:
+                hint = ('64-bit types need jax.config.update("jax_enable_x64", True) '
+                        'before arrays are made')
+            raise TypeError(f"{who} must be {want}; got {x.dtype} ({hint}) ({describe(t)})")
+        if len(x.shape) != t.ndim:
+            raise ValueError(f"{who} must have {t.ndim} dimension(s); got shape "
+                             f"{tuple(x.shape)} ({describe(t)})")
+        return x
+
+    def _by_name(self, args: tuple, kwargs: dict) -> tuple:
+        names = [t.name for t in self.program.inputs]
+        values = list(args) + [None] * (len(names) - len(args))
+        for key, v in kwargs.items():
+            if key not in names:
+                raise TypeError(f"op {self.program.name!r} has no input {key!r}; its inputs "
+                                f"are {', '.join(names)}")
+            k = names.index(key)
+            if k < len(args):
+                raise TypeError(f"input {key!r} given twice (positionally and by name)")
+            values[k] = v
+        missing = [n for n, v in zip(names, values) if v is None]
+        if missing:
+            raise TypeError(f"op {self.program.name!r}: missing input(s) {', '.join(missing)}")
+        return tuple(values)
+
+    # {{{ the custom_vjp function: outputs, then the saved values that are not outputs
+
+    def _result_specs(self, xs) -> List[jax.ShapeDtypeStruct]:
+        sizes = self.program.check_shapes([tuple(x.shape) for x in xs])
+        return [jax.ShapeDtypeStruct(s, d)
+                for s, d in zip(self.program.result_shapes(sizes), self._result_dtypes)]
+
+    def _host(self, *arrays):
+        return tuple(self.program.run([np.asarray(a) for a in arrays]))
+
+    def _primal(self, *xs):
+        return tuple(jax.pure_callback(self._host, self._result_specs(xs), *xs,
+                                       vmap_method=VMAP_METHOD))
+
+    def _fwd(self, *xs):
+        values = [x.value for x in xs]  # symbolic_zeros: CustomVJPPrimal wrappers
+        res = self._all(*values)
+        kept = tuple(res[k] for k in self.program.saved_index)
+        return res, (tuple(values), kept)
+
+    def _bwd(self, residuals, cts):
+        xs, kept = residuals
+        p = self.program
+        out = [np.zeros(x.shape, dtype=jax.dtypes.float0) for x in xs]  # integer inputs
+        if not p.differentiable:
+            return tuple(out)
+        total = None
+        heads = [cts[k] for k in p.float_outputs]
+        if any(not isinstance(h, SymbolicZero) for h in heads):
+            heads = [_dense(h) for h in heads]
+            total = list(self.grad_op()(*xs, *heads, *kept))
+        floats = [k for k, t in enumerate(p.results)
+                  if k >= self._n_out and t.dtype in ("float32", "float64")]
+        extra = [cts[k] for k in floats]
+        if any(not isinstance(h, SymbolicZero) for h in extra):
+            more = self.extras_grad_op()(*xs, *[_dense(h) for h in extra])
+            total = list(more) if total is None else [a + b for a, b in zip(total, more)]
+        if total is None:
+            total = [jax.numpy.zeros_like(xs[k]) for k in p.float_inputs]
+        for k, g in zip(p.float_inputs, total):
+            out[k] = g
+        return tuple(out)
+
+    def grad_op(self) -> "Op":
+        """The backward as an :class:`Op` of the inputs, one head per float output and
+        the saved values (built on first use)."""
+        if self._grad_op is None:
+            self._grad_op = Op(self.program.grad())
+        return self._grad_op
+
+    def extras_grad_op(self) -> "Op":
+        """The gradient through the saved values that are not outputs, as an :class:`Op`
+        (needed by higher derivatives only)."""
+        if self._extras_grad_op is None:
+            self._extras_grad_op = Op(self.program.extras_grad())
+        return self._extras_grad_op
+
+    # }}}
+
+
+def _dense(ct):
+    """A cotangent as an array (a symbolic zero becomes zeros of its shape and dtype)."""
+    if isinstance(ct, SymbolicZero):
+        return jax.numpy.zeros(ct.aval.shape, ct.aval.dtype)
+    return ct

@@ -59,7 +59,8 @@ class Def:
     """A ``te.compute`` (``carry is None``) or a ``te.recurrence`` along dimension ``carry``.
 
     ``raxes`` are the reduce axes this definition creates: ``(name, lo, hi)``, ``hi``
-    an int or ``"n"``.
+    an int or ``"n"``. ``chain > 0`` makes it a chain of that many computes, each
+    reading the previous one as ``P`` (starting from the definition before it).
     """
     name: str
     shape: tuple
@@ -67,6 +68,7 @@ class Def:
     raxes: tuple
     body: tuple
     carry: Optional[int]
+    chain: int = 0
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ def expr_src(e, p: str = "", dtype: str = "float64") -> str:
     """
     match e:
         case ("read", t, idx, guards) | ("self", t, idx, guards):
-            name = "S" if e[0] == "self" else f"{p}{t}"
+            name = "S" if e[0] == "self" else t[1:] if t.startswith("@") else f"{p}{t}"
             s = f"{name}[{', '.join(idx_src(i, p) for i in idx)}]" if idx else f"{name}[()]"
             if guards:
                 cond = guards[0]
@@ -220,7 +222,7 @@ def to_source(prog: Program, prefix: str = "") -> str:
         dt = prog.dtype if inp.kind == "float" else "int32"
         lines.append(f'{p}{inp.name} = te.placeholder({shp(inp.shape)}, dtype="{dt}", '
                      f'name="{p}{inp.name}")')
-    for d in prog.defs:
+    for pos, d in enumerate(prog.defs):
         for name, lo, hi in d.raxes:
             hs = f"{p}{SYM}" if hi == SYM else hi
             lines.append(f'{p}{name} = te.reduce_axis(({lo}, {hs}), name="{p}{name}")')
@@ -228,7 +230,13 @@ def to_source(prog: Program, prefix: str = "") -> str:
         if p:  # reduce axes and the size are prefixed; own axes are lambda parameters
             body = _prefix_free_names(body, d, p)
         params = ", ".join(d.axes)
-        if d.carry is None:
+        if d.chain:
+            prev = f"{p}{prog.defs[pos - 1].name}"
+            lines.append(f"{p}{d.name} = {prev}")
+            lines.append(f"for _ in range({d.chain}):")
+            lines.append(f"    {p}{d.name} = (lambda P: te.compute({shp(d.shape)}, lambda {params}: "
+                         f'{body}, name="{p}{d.name}", dtype="{prog.dtype}"))({p}{d.name})')
+        elif d.carry is None:
             lines.append(f'{p}{d.name} = te.compute({shp(d.shape)}, lambda {params}: {body}, '
                          f'name="{p}{d.name}", dtype="{prog.dtype}")')
         else:
@@ -583,7 +591,20 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
         ctx.own, ctx.raxes, ctx.bound = axes, [], []
         ctx.ranges = {a: (0, 0, -1, 1) if d == SYM else (0, 0, d - 1, 0) for a, d in zip(axes, shape)}
         carry = None
-        if rank and draw(st.integers(0, 3)) == 0:
+        chain = 0
+        if defs and draw(st.integers(0, 99)) == 37:
+            # a long chain of computes (deep graphs: recursion in passes), about 1 in 100
+            # (hypothesis draws the ends of a range far more often than 1 in 100)
+            shape = defs[-1].shape
+            axes = tuple(f"i{j}" for j in range(len(shape)))
+            ctx.own = axes
+            ctx.ranges = {a: (0, 0, -1, 1) if d == SYM else (0, 0, d - 1, 0)
+                          for a, d in zip(axes, shape)}
+            chain = draw(st.integers(1, 400))
+            prev = ("read", "@P", tuple(("ax", a) for a in axes), ())
+            body = ("bin", "add", ("bin", "mul", ("const", 0.9), ("un", "tanh", prev)),
+                    ("bin", "mul", ("const", 0.1), gen_expr(draw, ctx, 1)))
+        elif rank and draw(st.integers(0, 3)) == 0:
             static = [j for j, d in enumerate(shape) if d != SYM] or list(range(rank))
             carry = _pick(draw, static)
             ctx.self_def = (shape, carry)
@@ -613,7 +634,7 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
             body = gen_expr(draw, ctx, max_depth)
         ctx.self_def = None
         name = f"T{k}"
-        defs.append(Def(name, shape, axes, tuple(ctx.raxes), body, carry))
+        defs.append(Def(name, shape, axes, tuple(ctx.raxes), body, carry, chain))
         tensors[name] = Input(name, shape, "float", 0)
     second = dtype == "float64" and draw(st.integers(0, 4)) == 0
     return Program(dtype, n_val, tuple(inputs), tuple(defs), second, draw(st.integers(0, 2**16)))

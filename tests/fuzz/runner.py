@@ -110,8 +110,10 @@ def run(minutes: float = 1.0, max_programs: int = 0, seed: int = 0, batch: int =
             try:
                 check_programs(progs)
             except Exception as exc:
-                first.update(at=time.time(), sig=signature(exc),
-                             stage=getattr(exc, "fuzz_stage", "second"))
+                sig = signature(exc)
+                # a class already reported is not shrunk again: its time goes to exploring
+                at = time.time() - (shrink_seconds + 1 if sig in stats.failures else 0)
+                first.update(at=at, sig=sig, stage=getattr(exc, "fuzz_stage", "second"))
                 raise
 
         phases = [Phase.generate] + ([Phase.shrink] if shrink_seconds > 0 else [])

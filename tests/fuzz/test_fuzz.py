@@ -43,7 +43,7 @@ def test_generated_programs_are_valid(prog):
     assert f"def test_fuzz_{prog.seed}():" in reproducer(prog)
 
 
-@settings(max_examples=60, **_CI)
+@settings(max_examples=25, **_CI)
 @given(runner.batches(4, dtype="float64", max_defs=2, max_depth=2))
 def test_batched_names_do_not_collide(progs):
     """Programs of one batch get prefixed names: their tensors are all distinct."""
@@ -62,7 +62,7 @@ def test_the_generator_covers_the_language():
                       "S[i0 - (1)", "S[i0 - (2)", "S[i0 - (3)", "reduce_axis((1,",
                       "reduce_axis((0, n)", "~(", ") | (", ") & (", "te.exp(", "te.log(",
                       "te.sqrt(", "te.tanh(", "te.sigmoid(", "te.sin(", "te.cos(", "te.abs(",
-                      "te.floor(", "te.ceil(", "** 2", "float32", "float64", "2 * i", "n - (1) - (i"]:
+                      "te.floor(", "te.ceil(", "** 2", "float32", "float64", "2 * i", "- (i0)"]:
         assert construct in seen, construct
     # the carry of a recurrence is not always its first dimension
     assert any(d.carry not in (None, 0) for p in _sample(200) for d in p.defs)
@@ -132,6 +132,26 @@ def test_reproducer_is_runnable_source():
     ns = {"np": np, "te": te, "check": check}
     exec(src, ns)
     ns["test_fuzz_7"]()
+
+
+def test_a_chain_definition_prints_as_a_loop():
+    """A long chain of computes (deep graphs) is one definition, printed as a loop."""
+    P = progmod
+    prev = ("read", "@P", (("ax", "i0"),), ())
+    prog = P.Program("float64", None, (P.Input("X0", (3,), "float", 0),), (
+        P.Def("T0", (3,), ("i0",), (), ("read", "X0", (("ax", "i0"),), ()), None),
+        P.Def("T1", (3,), ("i0",), (), ("un", "tanh", prev), None, chain=5)), False, 3)
+    src = to_source(prog)
+    assert "for _ in range(5):" in src and "(lambda P: te.compute(" in src
+    ns = build(prog)
+    check(ns["T1"], [ns["X0"]], make_arrays(prog), backend="numpy")
+    ns = build(prog, "p0_")
+    x = make_arrays(prog)[0]
+    got = te.build(ns["p0_T1"], inputs=[ns["p0_X0"]], backend="numpy")(x)
+    want = x
+    for _ in range(5):
+        want = np.tanh(want)
+    np.testing.assert_allclose(got, want)
 
 
 def test_signature_ignores_names_and_numbers():

@@ -240,7 +240,14 @@ def check(Y, inputs, arrays, second_order=False, seed=0, backend="c") -> None:
 
 
 def make_arrays(prog: Program, rng=None):
-    """Random input arrays of a program: floats in [-1.5, 1.5], indices in [0, vmax)."""
+    """Random input arrays of a program: floats in [-1.5, 1.5], indices in [0, vmax).
+
+    >>> from .programs import Input
+    >>> p = Program("float32", 3, (Input("X0", (2, "n"), "float", 0),
+    ...                            Input("I0", (4,), "index", 2)), ())
+    >>> [(a.shape, a.dtype.name) for a in make_arrays(p)]
+    [((2, 3), 'float32'), ((4,), 'int32')]
+    """
     rng = rng or np.random.default_rng(prog.seed)
     arrays = []
     for inp in prog.inputs:

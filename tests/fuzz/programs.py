@@ -209,6 +209,15 @@ def to_source(prog: Program, prefix: str = "") -> str:
 
     The source expects ``te`` imported; with a symbolic size it defines ``n``
     (prefixed, so that several programs can share one namespace).
+
+    >>> p = Program("float32", 2, (Input("X0", ("n",), "float", 0),),
+    ...             (Def("T0", (), (), (("k0", 0, "n"),), ("reduce", "max", ("k0",), None,
+    ...                  ("read", "X0", (("ax", "k0"),), ())), None),))
+    >>> print(to_source(p, "p1_"))
+    p1_n = te.var("p1_n")
+    p1_X0 = te.placeholder((p1_n,), dtype="float32", name="p1_X0")
+    p1_k0 = te.reduce_axis((0, p1_n), name="p1_k0")
+    p1_T0 = te.compute((), lambda : te.max(p1_X0[p1_k0], axis=p1_k0), name="p1_T0", dtype="float32")
     """
     p = prefix
     lines = []
@@ -253,7 +262,13 @@ def _prefix_free_names(body: str, d: Def, p: str) -> str:
 
 
 def build(prog: Program, prefix: str = "") -> dict:
-    """Run :func:`to_source`; the namespace maps (prefixed) names to tensors and sizes."""
+    """Run :func:`to_source`; the namespace maps (prefixed) names to tensors and sizes.
+
+    >>> p = Program("float64", None, (Input("X0", (2,), "float", 0),),
+    ...             (Def("T0", (2,), ("i0",), (), ("const", 1.0), None),))
+    >>> build(p, "q_")["q_T0"].name
+    'q_T0'
+    """
     import tensorexpr as te
     ns = {"te": te}
     exec(compile(to_source(prog, prefix), "<fuzz program>", "exec"), ns)
@@ -320,7 +335,11 @@ def index_range(e, ranges: dict, tensors: dict):
 
 
 def fits(r, d) -> Tuple[bool, bool]:
-    """Whether the interval's low end is >= 0 and its high end < ``d``, for every n >= 1."""
+    """Whether the interval's low end is >= 0 and its high end < ``d``, for every n >= 1.
+
+    >>> fits((0, 0, -1, 1), "n"), fits((1, 0, 0, 1), "n")   # [0, n - 1] and [1, n]
+    ((True, True), (True, False))
+    """
     if r is None:
         return False, False
     d0, d1 = _lin(d)
@@ -568,7 +587,15 @@ def _dims(draw, has_n, rank, size_max=4):
 
 @st.composite
 def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: bool = True):
-    """A random valid program (see the module docstring)."""
+    """A random valid program (see the module docstring).
+
+    >>> from hypothesis import given, settings
+    >>> @settings(max_examples=3, derandomize=True, database=None)
+    ... @given(programs(dtype="float64"))
+    ... def t(p):
+    ...     assert p.dtype == "float64" and build(p)[p.output.name].dtype == "float64"
+    >>> t()
+    """
     dtype = dtype or _pick(draw, ["float64", "float32"])
     has_n = symbolic and draw(st.integers(0, 3)) == 0
     n_val = draw(st.integers(1, 4)) if has_n else None

@@ -1,0 +1,36 @@
+"""``python -m tests.fuzz --minutes N [--programs N] [--seed S]``: the gradient fuzzer.
+
+Runs until the time (or program count) is used up, prints programs/minute and every
+distinct failure with its shrunk reproducer (Python source), and exits 1 if anything
+failed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__)
+    ap.add_argument("--minutes", type=float, default=1.0, help="how long to run (default 1)")
+    ap.add_argument("--programs", type=int, default=0, help="stop after this many programs")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the first round")
+    ap.add_argument("--batch", type=int, default=4, help="programs per C build (default 4)")
+    ap.add_argument("--shrink-seconds", type=float, default=90.0,
+                    help="time to shrink one failure (default 90; 0: report unshrunk)")
+    args = ap.parse_args(argv)
+    # kernels of random programs never go to the user's cache
+    os.environ.setdefault("TENSOREXPR_CACHE_DIR", tempfile.mkdtemp(prefix="te-fuzz-"))
+    from .runner import run
+    stats = run(args.minutes, args.programs, args.seed, args.batch, shrink_seconds=args.shrink_seconds)
+    print(f"\n{stats.programs} programs checked ({stats.shrink_programs} more while shrinking); "
+          f"{len(stats.failures)} distinct failure classes")
+    for sig in stats.failures:
+        print(f"  - {sig}")
+    return 1 if stats.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

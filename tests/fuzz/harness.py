@@ -1,0 +1,288 @@
+"""Checks of random programs: forward C vs numpy, VJPs and second order vs central differences.
+
+:func:`check` takes tensors a user wrote (a reproducer pastes it); :func:`check_programs`
+takes several generated :class:`~tests.fuzz.programs.Program` s and builds all of
+them in *one* C build (the C compiler is the expensive part). A failure raises
+``AssertionError`` whose message names the program and the check.
+
+>>> import numpy as np, tensorexpr as te
+>>> X = te.placeholder((3,), dtype="float64", name="X")
+>>> Y = te.compute((3,), lambda i: te.tanh(X[i]), name="Y")
+>>> check(Y, [X], [np.array([0.1, -0.2, 0.3])], backend="numpy")
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import tensorexpr as te
+
+from .programs import SYM, Program, build, to_source
+
+EPS = (1e-6, 1e-4)  # two central-difference steps: where they disagree there is a kink
+
+
+@dataclass
+class Case:
+    """One program's tensors and data, and what its checks need."""
+    label: str
+    Y: object
+    inputs: list
+    arrays: list
+    second_order: bool
+    seed: int
+    source: str = ""
+    # filled by prepare()
+    float_idx: list = field(default_factory=list)
+    H: object = None
+    h: object = None
+    L: object = None
+    grads: tuple = ()
+    V: list = field(default_factory=list)
+    v: list = field(default_factory=list)
+    L2: object = None
+    grads2: tuple = ()
+
+
+def _sum_all(T, W):
+    """``sum(W * T)`` as a 0-d tensor."""
+    axes = [te.reduce_axis((0, d)) for d in T.shape]
+    if not axes:
+        return te.compute((), lambda: W[()] * T[()], name="L")
+    return te.compute((), lambda: te.sum(W[tuple(axes)] * T[tuple(axes)], axis=axes), name="L")
+
+
+def _concrete(shape, sizes: dict):
+    return tuple(sizes.get(getattr(d, "name", None), d) if not isinstance(d, int) else d
+                 for d in shape)
+
+
+def _sizes(inputs, arrays) -> dict:
+    sizes = {}
+    for t, a in zip(inputs, arrays):
+        for d, s in zip(t.shape, a.shape):
+            if not isinstance(d, int) and hasattr(d, "name"):
+                sizes[d.name] = s
+    return sizes
+
+
+def prepare(case: Case) -> None:
+    """Differentiate: L = sum(H * Y), its VJPs, and (on a sample) sum(dX * V)'s VJPs."""
+    rng = np.random.default_rng(case.seed + 1)
+    sizes = _sizes(case.inputs, case.arrays)
+    case.float_idx = [k for k, t in enumerate(case.inputs) if t.dtype == "float64"]
+    if case.Y.dtype != "float64" or not case.float_idx:
+        return
+    case.H = te.placeholder(case.Y.shape, dtype="float64", name=f"{case.label}H")
+    case.h = rng.standard_normal(_concrete(case.Y.shape, sizes))
+    case.L = _sum_all(case.Y, case.H)
+    wrt = [case.inputs[k] for k in case.float_idx]
+    case.grads = tuple(te.differentiate(case.L, wrt))
+    if case.second_order:
+        case.V = [te.placeholder(g.shape, dtype="float64", name=f"{case.label}V{j}")
+                  for j, g in enumerate(case.grads)]
+        case.v = [rng.standard_normal(_concrete(g.shape, sizes)) for g in case.grads]
+        terms = [_sum_all(g, v) for g, v in zip(case.grads, case.V)]
+        L2 = terms[0]
+        for t in terms[1:]:
+            L2 = te.compute((), lambda a=L2, b=t: a[()] + b[()], name="L2")
+        case.L2 = L2
+        case.grads2 = tuple(te.differentiate(L2, wrt))
+
+
+def _all_inputs(case: Case):
+    extra = ([case.H] if case.H is not None else []) + list(case.V)
+    extra_arrays = ([case.h] if case.H is not None else []) + list(case.v)
+    return list(case.inputs) + extra, list(case.arrays) + extra_arrays
+
+
+def _fail(case: Case, what: str, detail: str):
+    raise AssertionError(f"{what} of program {case.label}: {detail}\n--- program ---\n"
+                         f"{case.source}")
+
+
+def _compare_forward(case: Case, got, want):
+    if got.shape != want.shape or got.dtype != want.dtype:
+        _fail(case, "forward", f"C gives {got.dtype}{got.shape}, numpy {want.dtype}{want.shape}")
+    if not np.array_equal(np.isnan(got), np.isnan(want)):
+        _fail(case, "forward", f"NaN patterns differ\nC:     {got!r}\nnumpy: {want!r}")
+    finite = np.isfinite(want)
+    if not np.array_equal(finite, np.isfinite(got)) or not np.array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)]):
+        _fail(case, "forward", f"infinities differ\nC:     {got!r}\nnumpy: {want!r}")
+    scale = max(1.0, float(np.abs(want[finite]).max())) if finite.any() else 1.0
+    tol = 1e-9 if want.dtype == np.float64 else 2e-4
+    err = np.abs(got[finite] - want[finite])
+    if err.size and err.max() > tol * scale:
+        _fail(case, "forward", f"C differs from numpy by {err.max():.3g} (scale {scale:.3g})"
+                               f"\nC:     {got!r}\nnumpy: {want!r}")
+
+
+def central_differences(fn, arrays, k):
+    """Central differences of scalar ``fn`` w.r.t. ``arrays[k]`` at two steps: (fd, smooth mask).
+
+    Where the two steps disagree the function has a kink (a select on data, a max tie,
+    a floor) near the point, and the mask is False there.
+
+    >>> fd, ok = central_differences(lambda x: (x ** 2).sum(), [np.array([1.0, 2.0])], 0)
+    >>> np.allclose(fd, [2.0, 4.0]), bool(ok.all())
+    (True, True)
+    """
+    a = arrays[k]
+    fds = []
+    for eps in EPS:
+        out = np.zeros(a.shape)
+        for idx in np.ndindex(a.shape):
+            plus = list(arrays)
+            minus = list(arrays)
+            plus[k] = a.copy()
+            minus[k] = a.copy()
+            plus[k][idx] += eps
+            minus[k][idx] -= eps
+            out[idx] = (float(fn(*plus)) - float(fn(*minus))) / (2 * eps)
+        fds.append(out)
+    fd, fd2 = fds
+    scale = max(1.0, float(np.abs(fd).max())) if fd.size and np.isfinite(fd).all() else 1.0
+    ok = np.isfinite(fd) & np.isfinite(fd2) & (np.abs(fd - fd2) <= 1e-5 * scale + 1e-5 * np.abs(fd))
+    return fd, ok
+
+
+def _compare_grads(case: Case, what: str, got_c, got_np, fd_fn, fd_arrays):
+    for j, k in enumerate(case.float_idx):
+        name = case.inputs[k].name
+        gc, gn = np.asarray(got_c[j]), np.asarray(got_np[j])
+        fd, ok = central_differences(fd_fn, fd_arrays, k)
+        scale = max(1.0, float(np.abs(fd[ok]).max())) if ok.any() else 1.0
+        tol = 1e-5 * scale
+        for backend, g in (("C", gc), ("numpy", gn)):
+            if g.shape != fd.shape:
+                _fail(case, what, f"{backend} gradient of {name} has shape {g.shape}, "
+                                  f"not {fd.shape}")
+            bad = ok & ~(np.abs(g - fd) <= tol + 1e-5 * np.abs(fd))
+            if bad.any():
+                _fail(case, what, f"{backend} gradient of {name} differs from central "
+                                  f"differences at {np.argwhere(bad)[0].tolist()}\n"
+                                  f"{backend}: {g!r}\nfd: {fd!r}\nsmooth: {ok!r}")
+        bad = ~(np.abs(gc - gn) <= 1e-7 * max(1.0, float(np.abs(gn[np.isfinite(gn)]).max()
+                                                       if np.isfinite(gn).any() else 1.0)))
+        bad &= ~(np.isnan(gc) & np.isnan(gn))
+        if bad.any():
+            _fail(case, what, f"C and numpy gradients of {name} differ at "
+                              f"{np.argwhere(bad)[0].tolist()}\nC: {gc!r}\nnumpy: {gn!r}")
+
+
+STAGES = ("build", "forward", "vjp", "second")
+
+
+def _staged(stage: str, fn, *args):
+    """Run ``fn``; an exception leaving it records the stage it came from (``fuzz_stage``)."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        if not hasattr(exc, "fuzz_stage"):
+            exc.fuzz_stage = stage
+        raise
+
+
+def run_cases(cases, backend: str = "c", upto: str = "second") -> None:
+    """Build every case's outputs and gradients in one build per backend, and check them.
+
+    ``upto`` stops after a stage of :data:`STAGES` (shrinking a build failure needs no
+    central differences).
+    """
+    last = STAGES.index(upto)
+    outputs, inputs, arrays, where = [], [], [], []
+    for case in cases:
+        _staged("build", prepare, case)
+        ins, arrs = _all_inputs(case)
+        for t, a in zip(ins, arrs):
+            if not any(t is u for u in inputs):
+                inputs.append(t)
+                arrays.append(a)
+        start = len(outputs)
+        outputs += [case.Y, *case.grads, *case.grads2]
+        where.append(start)
+    f_c = _staged("build", te.build, outputs, inputs, backend)
+    f_np = _staged("build", te.build, outputs, inputs, "numpy")
+    if last < 1:
+        return
+    res_c, res_np = _staged("forward", f_c, *arrays), _staged("forward", f_np, *arrays)
+    if len(outputs) == 1:
+        res_c, res_np = (res_c,), (res_np,)
+    for case, start in zip(cases, where):
+        ng = len(case.grads)
+        y_c, y_np = res_c[start], res_np[start]
+        _staged("forward", _compare_forward, case, y_c, y_np)
+        if last < 2 or not ng or not np.isfinite(y_np).all():
+            continue
+        ins, arrs = _all_inputs(case)
+        fl = te.build(case.L, inputs=ins, backend="numpy")
+        _staged("vjp", _compare_grads, case, "VJP", res_c[start + 1:start + 1 + ng],
+                res_np[start + 1:start + 1 + ng], fl, arrs)
+        if last < 3 or case.L2 is None:
+            continue
+        g1 = res_np[start + 1:start + 1 + ng]
+        if not all(np.isfinite(g).all() for g in g1):
+            continue
+        fl2 = te.build(case.L2, inputs=ins, backend="numpy")
+        _staged("second", _compare_grads, case, "second order",
+                res_c[start + 1 + ng:start + 1 + 2 * ng],
+                res_np[start + 1 + ng:start + 1 + 2 * ng], fl2, arrs)
+
+
+def check(Y, inputs, arrays, second_order=False, seed=0, backend="c") -> None:
+    """Check one program a user wrote: forward C vs numpy; VJPs (float64) vs central differences.
+
+    ``second_order=True`` also differentiates ``sum(dX * V)`` again.
+    """
+    arrays = [np.asarray(a) for a in arrays]
+    run_cases([Case("Y", Y, list(inputs), arrays, second_order, seed)], backend=backend)
+
+
+def make_arrays(prog: Program, rng=None):
+    """Random input arrays of a program: floats in [-1.5, 1.5], indices in [0, vmax).
+
+    >>> from .programs import Input
+    >>> p = Program("float32", 3, (Input("X0", (2, "n"), "float", 0),
+    ...                            Input("I0", (4,), "index", 2)), ())
+    >>> [(a.shape, a.dtype.name) for a in make_arrays(p)]
+    [((2, 3), 'float32'), ((4,), 'int32')]
+    """
+    rng = rng or np.random.default_rng(prog.seed)
+    arrays = []
+    for inp in prog.inputs:
+        shape = tuple(prog.n if d == SYM else d for d in inp.shape)
+        if inp.kind == "float":
+            arrays.append(rng.uniform(-1.5, 1.5, shape).astype(prog.dtype))
+        else:
+            arrays.append(rng.integers(0, inp.vmax, shape).astype(np.int32))
+    return arrays
+
+
+def reproducer(prog: Program) -> str:
+    """A pytest function reproducing ``prog``'s checks, to paste into tests/fuzz/test_corpus.py."""
+    arrays = make_arrays(prog)
+    lits = ",\n        ".join(f"np.array({a.tolist()!r}, dtype={str(a.dtype)!r})" for a in arrays)
+    body = "\n    ".join(to_source(prog).splitlines())
+    names = ", ".join(i.name for i in prog.inputs)
+    return (f"def test_fuzz_{prog.seed}():\n    {body}\n"
+            f"    check({prog.output.name}, [{names}], [\n        {lits}],\n"
+            f"          second_order={prog.second_order}, seed={prog.seed})\n")
+
+
+def check_programs(progs, upto: str = "second") -> None:
+    """Check several generated programs with one C build (names prefixed p0_, p1_, ...)."""
+    cases = []
+    for j, prog in enumerate(progs):
+        prefix = f"p{j}_" if len(progs) > 1 else ""
+        ns = build(prog, prefix)
+        inputs = [ns[prefix + i.name] for i in prog.inputs]
+        cases.append(Case(prefix, ns[prefix + prog.output.name], inputs, make_arrays(prog),
+                          prog.second_order, prog.seed, source=reproducer(prog)))
+    try:
+        run_cases(cases, upto=upto)
+    except AssertionError:
+        raise
+    except Exception as exc:  # a te error: keep its type (hypothesis tells bugs apart by it)
+        exc.add_note("--- programs ---\n" + "\n".join(c.source for c in cases))
+        raise

@@ -1,0 +1,670 @@
+"""Random tensorexpr programs as plain data, their Python source, and the tensors they build.
+
+A :class:`Program` is a small description: inputs (float placeholders and int32
+index tensors with a known value range), then a list of tensor definitions whose
+bodies are expression trees of tuples over named axes. :func:`to_source` prints
+it as the Python a user would write; :func:`build` runs exactly that source, so a
+shrunk failure's printed source *is* the reproducer. :func:`programs` is the
+hypothesis strategy; every choice shrinks towards the simplest program (leaves
+before inner nodes, reads before anything else, small numbers).
+
+Every program is valid by construction: each read index gets an interval (affine
+in the symbolic size ``n`` where there is one), and an index that may leave its
+tensor is clamped, wrapped with ``%`` or guarded by a ``select``. A
+``te.BoundsError`` on a generated program is therefore a generator bug or a te
+bug, never expected.
+
+Trees (all tuples):
+
+* float expressions: ``("read", T, idx, guards)``, ``("self", T, idx, guards)``,
+  ``("const", v)``, ``("axis", a)``, ``("un", op, e)``, ``("bin", op, a, b)``,
+  ``("select", cond, a, b)``, ``("reduce", op, axes, where, body)``
+* index expressions: ``("ax", a)``, ``("n",)``, ``("c", v)``, ``("add", a, b)``,
+  ``("sub", a, b)``, ``("mul", k, a)``, ``("fdiv", a, k)``, ``("mod", a, k)``,
+  ``("max", a, b)``, ``("min", a, b)``, ``("data", I, idx)``
+* conditions: ``("cmp", op, a, b)`` of index expressions, ``("dcmp", op, e, v)``
+  of a float expression and a constant, ``("and", a, b)``, ``("or", a, b)``,
+  ``("not", a)``
+
+>>> p = Program("float64", None, (Input("X0", (3,), "float", 0),),
+...             (Def("T0", (3,), ("i0",), (), ("un", "tanh", ("read", "X0", (("ax", "i0"),), ())),
+...                  None),))
+>>> print(to_source(p))
+X0 = te.placeholder((3,), dtype="float64", name="X0")
+T0 = te.compute((3,), lambda i0: te.tanh(X0[i0]), name="T0", dtype="float64")
+>>> build(p)["T0"].shape
+(3,)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from hypothesis import strategies as st
+
+SYM = "n"  # the one symbolic size a program may have
+
+
+@dataclass(frozen=True)
+class Input:
+    """A placeholder: ``kind`` is "float" (the program's dtype) or "index" (int32 in [0, vmax))."""
+    name: str
+    shape: tuple
+    kind: str
+    vmax: int
+
+
+@dataclass(frozen=True)
+class Def:
+    """A ``te.compute`` (``carry is None``) or a ``te.recurrence`` along dimension ``carry``.
+
+    ``raxes`` are the reduce axes this definition creates: ``(name, lo, hi)``, ``hi``
+    an int or ``"n"``. ``chain > 0`` makes it a chain of that many computes, each
+    reading the previous one as ``P`` (starting from the definition before it).
+    """
+    name: str
+    shape: tuple
+    axes: tuple
+    raxes: tuple
+    body: tuple
+    carry: Optional[int]
+    chain: int = 0
+
+
+@dataclass(frozen=True)
+class Program:
+    """Inputs, definitions (the last one is the output); ``n`` is the symbolic size's value."""
+    dtype: str
+    n: Optional[int]
+    inputs: Tuple[Input, ...]
+    defs: Tuple[Def, ...]
+    second_order: bool = False
+    seed: int = 0
+
+    @property
+    def output(self) -> Def:
+        return self.defs[-1]
+
+
+# {{{ printing
+
+
+def _dim(d) -> str:
+    return str(d)
+
+
+def _shape(shape) -> str:
+    inner = ", ".join(_dim(d) for d in shape)
+    return f"({inner},)" if len(shape) == 1 else f"({inner})"
+
+
+def idx_src(e, p: str = "") -> str:
+    """An index tree as Python source.
+
+    >>> idx_src(("add", ("mul", 2, ("ax", "i")), ("c", -1)))
+    '2 * i + -1'
+    """
+    match e:
+        case ("ax", a):
+            return a
+        case ("n",):
+            return SYM
+        case ("c", v):
+            return str(v)
+        case ("add", a, b):
+            return f"{idx_src(a, p)} + {idx_src(b, p)}"
+        case ("sub", a, b):
+            return f"{idx_src(a, p)} - ({idx_src(b, p)})"
+        case ("mul", k, a):
+            return f"{k} * {_paren(a, p)}"
+        case ("fdiv", a, k):
+            return f"{_paren(a, p)} // {k}"
+        case ("mod", a, k):
+            return f"{_paren(a, p)} % {k}"
+        case ("max", a, b):
+            return f"te.maximum({idx_src(a, p)}, {idx_src(b, p)})"
+        case ("min", a, b):
+            return f"te.minimum({idx_src(a, p)}, {idx_src(b, p)})"
+        case ("data", t, idx):
+            return f"{p}{t}[{', '.join(idx_src(i, p) for i in idx)}]"
+    raise ValueError(f"not an index tree: {e!r}")
+
+
+def _paren(e, p: str) -> str:
+    s = idx_src(e, p)
+    return s if e[0] in ("ax", "n", "c", "data", "max", "min") else f"({s})"
+
+
+def cond_src(c, p: str = "") -> str:
+    """A condition tree as Python source.
+
+    >>> cond_src(("not", ("cmp", "<", ("ax", "i"), ("c", 2))))
+    '~(i < 2)'
+    """
+    match c:
+        case ("cmp", op, a, b):
+            return f"{idx_src(a, p)} {op} {idx_src(b, p)}"
+        case ("dcmp", op, e, v):
+            return f"{expr_src(e, p)} {op} {v!r}"
+        case ("and", a, b):
+            return f"({cond_src(a, p)}) & ({cond_src(b, p)})"
+        case ("or", a, b):
+            return f"({cond_src(a, p)}) | ({cond_src(b, p)})"
+        case ("not", a):
+            return f"~({cond_src(a, p)})"
+    raise ValueError(f"not a condition tree: {c!r}")
+
+
+_UNARY = {
+    "neg": "-({})", "tanh": "te.tanh({})", "sigmoid": "te.sigmoid({})", "sin": "te.sin({})",
+    "cos": "te.cos({})", "exp": "te.exp(te.tanh({}))", "expneg": "te.exp(-({0}) * ({0}))",
+    "log": "te.log(1.0 + ({0}) * ({0}))", "sqrt": "te.sqrt(1.0 + ({0}) * ({0}))",
+    "sqrtabs": "te.sqrt(te.abs({}) + 0.5)", "abs": "te.abs({})", "floor": "te.floor({})",
+    "ceil": "te.ceil({})", "square": "({}) ** 2", "half": "0.5 * ({})",
+}
+_BINARY = {
+    "add": "{} + {}", "sub": "{} - ({})", "mul": "({}) * ({})", "div": "({0}) / (1.0 + ({1}) * ({1}))",
+    "max": "te.maximum({}, {})", "min": "te.minimum({}, {})",
+}
+
+
+def expr_src(e, p: str = "", dtype: str = "float64") -> str:
+    """A float expression tree as Python source (``p`` prefixes tensor names).
+
+    >>> expr_src(("bin", "add", ("const", 0.5), ("read", "X", (("ax", "i"),), ())), dtype="float32")
+    '0.5 + X[i]'
+    >>> expr_src(("read", "X", (("sub", ("ax", "i"), ("c", 1)),), (("cmp", ">=", ("ax", "i"), ("c", 1)),)))
+    'te.select(i >= 1, X[i - (1)], 0.0)'
+    """
+    match e:
+        case ("read", t, idx, guards) | ("self", t, idx, guards):
+            name = "S" if e[0] == "self" else t[1:] if t.startswith("@") else f"{p}{t}"
+            s = f"{name}[{', '.join(idx_src(i, p) for i in idx)}]" if idx else f"{name}[()]"
+            if guards:
+                cond = guards[0]
+                for g in guards[1:]:
+                    cond = ("and", cond, g)
+                s = f"te.select({cond_src(cond, p)}, {s}, 0.0)"
+            return s
+        case ("const", v):
+            # a bare Python float is float32 (weak) under a math function: keep float64 exact
+            return repr(v) if dtype == "float32" else f"te.const({v!r}, {dtype!r})"
+        case ("axis", a):
+            return f"te.cast({a}, {dtype!r}) * 0.5"
+        case ("un", op, a):
+            return _UNARY[op].format(expr_src(a, p, dtype))
+        case ("bin", op, a, b):
+            return _BINARY[op].format(expr_src(a, p, dtype), expr_src(b, p, dtype))
+        case ("select", c, a, b):
+            return f"te.select({cond_src(c, p)}, {expr_src(a, p, dtype)}, {expr_src(b, p, dtype)})"
+        case ("reduce", op, axes, where, body):
+            ax = axes[0] if len(axes) == 1 else "[" + ", ".join(axes) + "]"
+            w = "" if where is None else f", where={cond_src(where, p)}"
+            return f"te.{op}({expr_src(body, p, dtype)}, axis={ax}{w})"
+    raise ValueError(f"not an expression tree: {e!r}")
+
+
+def to_source(prog: Program, prefix: str = "") -> str:
+    """The program as Python source defining its tensors (names prefixed by ``prefix``).
+
+    The source expects ``te`` imported; with a symbolic size it defines ``n``
+    (prefixed, so that several programs can share one namespace).
+
+    >>> p = Program("float32", 2, (Input("X0", ("n",), "float", 0),),
+    ...             (Def("T0", (), (), (("k0", 0, "n"),), ("reduce", "max", ("k0",), None,
+    ...                  ("read", "X0", (("ax", "k0"),), ())), None),))
+    >>> print(to_source(p, "p1_"))
+    p1_n = te.var("p1_n")
+    p1_X0 = te.placeholder((p1_n,), dtype="float32", name="p1_X0")
+    p1_k0 = te.reduce_axis((0, p1_n), name="p1_k0")
+    p1_T0 = te.compute((), lambda : te.max(p1_X0[p1_k0], axis=p1_k0), name="p1_T0", dtype="float32")
+    """
+    p = prefix
+    lines = []
+    if prog.n is not None:
+        lines.append(f'{p}{SYM} = te.var("{p}{SYM}")')
+
+    def shp(shape):
+        return _shape(tuple(f"{p}{SYM}" if d == SYM else d for d in shape))
+
+    for inp in prog.inputs:
+        dt = prog.dtype if inp.kind == "float" else "int32"
+        lines.append(f'{p}{inp.name} = te.placeholder({shp(inp.shape)}, dtype="{dt}", '
+                     f'name="{p}{inp.name}")')
+    for pos, d in enumerate(prog.defs):
+        for name, lo, hi in d.raxes:
+            hs = f"{p}{SYM}" if hi == SYM else hi
+            lines.append(f'{p}{name} = te.reduce_axis(({lo}, {hs}), name="{p}{name}")')
+        body = expr_src(d.body, p, prog.dtype)
+        if p:  # reduce axes and the size are prefixed; own axes are lambda parameters
+            body = _prefix_free_names(body, d, p)
+        params = ", ".join(d.axes)
+        if d.chain:
+            prev = f"{p}{prog.defs[pos - 1].name}"
+            lines.append(f"{p}{d.name} = {prev}")
+            lines.append(f"for _ in range({d.chain}):")
+            lines.append(f"    {p}{d.name} = (lambda P: te.compute({shp(d.shape)}, lambda {params}: "
+                         f'{body}, name="{p}{d.name}", dtype="{prog.dtype}"))({p}{d.name})')
+        elif d.carry is None:
+            lines.append(f'{p}{d.name} = te.compute({shp(d.shape)}, lambda {params}: {body}, '
+                         f'name="{p}{d.name}", dtype="{prog.dtype}")')
+        else:
+            params = ", ".join(("S",) + d.axes)
+            lines.append(f'{p}{d.name} = te.recurrence({shp(d.shape)}, lambda {params}: {body}, '
+                         f'name="{p}{d.name}", dtype="{prog.dtype}")')
+    return "\n".join(lines)
+
+
+def _prefix_free_names(body: str, d: Def, p: str) -> str:
+    import re
+    names = [name for name, _, _ in d.raxes] + [SYM]
+    return re.sub(r"\b(" + "|".join(map(re.escape, names)) + r")\b", lambda m: p + m.group(1), body)
+
+
+def build(prog: Program, prefix: str = "") -> dict:
+    """Run :func:`to_source`; the namespace maps (prefixed) names to tensors and sizes.
+
+    >>> p = Program("float64", None, (Input("X0", (2,), "float", 0),),
+    ...             (Def("T0", (2,), ("i0",), (), ("const", 1.0), None),))
+    >>> build(p, "q_")["q_T0"].name
+    'q_T0'
+    """
+    import tensorexpr as te
+    ns = {"te": te}
+    exec(compile(to_source(prog, prefix), "<fuzz program>", "exec"), ns)
+    return ns
+
+
+# }}}
+
+# {{{ index intervals: (lo0, lo1, hi0, hi1) meaning [lo0 + lo1*n, hi0 + hi1*n]
+
+
+def _lin(d):
+    return (0, 1) if d == SYM else (d, 0)
+
+
+def index_range(e, ranges: dict, tensors: dict):
+    """The interval of an index tree, affine in ``n``; None if unknown.
+
+    >>> index_range(("add", ("ax", "i"), ("c", 1)), {"i": (0, 0, 2, 0)}, {})
+    (1, 0, 3, 0)
+    """
+    match e:
+        case ("ax", a):
+            return ranges[a]
+        case ("n",):
+            return (0, 1, 0, 1)
+        case ("c", v):
+            return (v, 0, v, 0)
+        case ("add", a, b):
+            ra, rb = index_range(a, ranges, tensors), index_range(b, ranges, tensors)
+            if ra is None or rb is None:
+                return None
+            return tuple(x + y for x, y in zip(ra, rb))
+        case ("sub", a, b):
+            ra, rb = index_range(a, ranges, tensors), index_range(b, ranges, tensors)
+            if ra is None or rb is None:
+                return None
+            return (ra[0] - rb[2], ra[1] - rb[3], ra[2] - rb[0], ra[3] - rb[1])
+        case ("mul", k, a):
+            r = index_range(a, ranges, tensors)
+            if r is None:
+                return None
+            s = tuple(k * x for x in r)
+            return s if k >= 0 else (s[2], s[3], s[0], s[1])
+        case ("fdiv", a, k):
+            r = index_range(a, ranges, tensors)
+            if r is None or r[1] or r[3]:
+                return None
+            return (r[0] // k, 0, r[2] // k, 0)
+        case ("mod", a, k):
+            r = index_range(a, ranges, tensors)
+            if r is not None and not r[1] and not r[3] and 0 <= r[0] and r[2] < k:
+                return r
+            return (0, 0, k - 1, 0)
+        case ("max", a, ("c", v)) | ("min", a, ("c", v)):
+            r = index_range(a, ranges, tensors)
+            if r is None or r[1] or r[3]:
+                return None
+            f = max if e[0] == "max" else min
+            return (f(r[0], v), 0, f(r[2], v), 0)
+        case ("data", t, _):
+            return (0, 0, tensors[t].vmax - 1, 0)
+    return None
+
+
+def fits(r, d) -> Tuple[bool, bool]:
+    """Whether the interval's low end is >= 0 and its high end < ``d``, for every n >= 1.
+
+    >>> fits((0, 0, -1, 1), "n"), fits((1, 0, 0, 1), "n")   # [0, n - 1] and [1, n]
+    ((True, True), (True, False))
+    """
+    if r is None:
+        return False, False
+    d0, d1 = _lin(d)
+    lo_ok = r[0] + r[1] >= 0 and r[1] >= 0
+    e0, e1 = r[2] - d0 + 1, r[3] - d1
+    return lo_ok, (e0 + e1 <= 0 and e1 <= 0)
+
+
+def _dmax(d):
+    """The index tree of ``d - 1``."""
+    return ("sub", ("n",), ("c", 1)) if d == SYM else ("c", d - 1)
+
+
+# }}}
+
+# {{{ the strategy
+
+
+class _Ctx:
+    """What a definition being generated can see (mutable while one program is drawn)."""
+
+    def __init__(self, dtype, has_n, tensors, max_depth):
+        self.dtype = dtype
+        self.has_n = has_n
+        self.tensors = tensors          # name -> Input-like (shape, kind, vmax)
+        self.max_depth = max_depth
+        self.ranges = {}                # axis name -> interval
+        self.own = ()                   # the definition's own axes
+        self.raxes = []                 # (name, lo, hi) created by this definition
+        self.bound = []                 # reduce axes bound around the current point
+        self.next_axis = 0
+        self.self_def = None            # (shape, carry) of a recurrence being defined
+        self.no_self = 0                # inside a max/min: te differentiates only sums of
+        #                                 a recurrence's earlier values (a documented limit)
+
+    def scope(self):
+        return list(self.own) + list(self.bound)
+
+
+def _pick(draw, options):
+    return draw(st.sampled_from(options))
+
+
+def gen_index(draw, ctx: _Ctx, depth: int = 1):
+    """An index tree over the axes in scope (not yet made valid for any tensor)."""
+    scope = ctx.scope()
+    kinds = ["axis", "shift", "const", "rev", "lin", "div", "mod"]
+    if depth > 0 and any(t.kind == "index" for t in ctx.tensors.values()):
+        kinds.append("data")
+    kind = _pick(draw, kinds) if scope else "const"
+    if kind == "const":
+        return ("c", draw(st.integers(0, 4)))
+    a = ("ax", _pick(draw, scope))
+    if kind == "axis":
+        return a
+    if kind == "shift":
+        return ("add", a, ("c", _pick(draw, [1, -1, 2, -2])))
+    if kind == "rev":
+        r = ctx.ranges[a[1]]
+        hi = ("sub", ("n",), ("c", 1)) if r[3] else ("c", r[2] + r[0])
+        return ("sub", hi, a)  # lo + hi - a: the axis reversed over its own range
+    if kind == "lin":
+        b = ("ax", _pick(draw, scope)) if draw(st.booleans()) else ("c", draw(st.integers(0, 2)))
+        rb = index_range(b, ctx.ranges, ctx.tensors)
+        coefs = [2, 3] + ([rb[2] + 1] if not rb[3] and b[0] == "ax" and rb[0] == 0 else [])
+        k = _pick(draw, coefs)
+        if draw(st.booleans()):
+            return ("add", ("mul", k, a), b)   # strided (or a flattening when k = b's extent)
+        return ("add", b, ("mul", k, a))       # dilated
+    if kind in ("div", "mod"):
+        if ctx.ranges[a[1]][1] or ctx.ranges[a[1]][3]:
+            return a  # // and % of a symbolic range have no static interval here
+        inner = a if draw(st.booleans()) else ("add", a, ("c", draw(st.integers(1, 2))))
+        return (("fdiv" if kind == "div" else "mod"), inner, _pick(draw, [2, 3]))
+    # data-dependent: I[idx] (idx made valid for I by clamping), maybe % k or // 2
+    iname = _pick(draw, sorted(n for n, t in ctx.tensors.items() if t.kind == "index"))
+    itens = ctx.tensors[iname]
+    idx = tuple(_make_valid(draw, ctx, gen_index(draw, ctx, depth - 1), d, [], allow_guard=False)
+                for d in itens.shape)
+    e = ("data", iname, idx)
+    post = _pick(draw, ["none", "mod", "div"])
+    if post == "mod":
+        return ("mod", e, _pick(draw, [2, 3]))
+    if post == "div":
+        return ("fdiv", e, 2)
+    return e
+
+
+def _make_valid(draw, ctx, e, d, guards: list, allow_guard=True):
+    """``e`` as an index into a dimension of size ``d``: clamped, wrapped or guarded."""
+    lo_ok, hi_ok = fits(index_range(e, ctx.ranges, ctx.tensors), d)
+    if lo_ok and hi_ok:
+        return e
+    if e[0] == "c" and d != SYM:
+        return ("c", min(max(e[1], 0), d - 1))  # a guard on constants is a Python bool
+    modes = ["clamp"] + (["guard"] if allow_guard else []) + (["mod"] if d != SYM else [])
+    mode = _pick(draw, modes)
+    if mode == "mod":
+        return ("mod", e, d)
+    if mode == "guard":
+        if not lo_ok:
+            guards.append(("cmp", ">=", e, ("c", 0)))
+        if not hi_ok:
+            guards.append(("cmp", "<=", e, _dmax(d)))
+        return e
+    if not lo_ok:
+        e = ("max", e, ("c", 0))
+    if not hi_ok:
+        e = ("min", e, _dmax(d))
+    return e
+
+
+def gen_read(draw, ctx: _Ctx):
+    """A read of a float tensor defined so far, every index made valid."""
+    names = sorted(n for n, t in ctx.tensors.items() if t.kind == "float")
+    t = _pick(draw, names)
+    shape = ctx.tensors[t].shape
+    guards = []
+    if len(shape) == 2 and shape[1] != SYM and ctx.scope() and draw(st.integers(0, 5)) == 0:
+        # unflatten: T[f // B, f % B] over one axis
+        a = ("ax", _pick(draw, ctx.scope()))
+        if not (ctx.ranges[a[1]][1] or ctx.ranges[a[1]][3]):
+            B = shape[1]
+            return ("read", t, (_make_valid(draw, ctx, ("fdiv", a, B), shape[0], guards),
+                                ("mod", a, B)), tuple(guards))
+    idx = tuple(_make_valid(draw, ctx, gen_index(draw, ctx), d, guards) for d in shape)
+    return ("read", t, idx, tuple(guards))
+
+
+def gen_self(draw, ctx: _Ctx, order: int):
+    """A read of the recurrence being defined, ``order`` steps back, guarded at the start."""
+    shape, carry = ctx.self_def
+    guards = [("cmp", ">=", ("ax", ctx.own[carry]), ("c", order))]
+    idx = []
+    for pos, d in enumerate(shape):
+        if pos == carry:
+            idx.append(("sub", ("ax", ctx.own[pos]), ("c", order)))
+        elif draw(st.booleans()):
+            idx.append(("ax", ctx.own[pos]))
+        else:
+            idx.append(_make_valid(draw, ctx, gen_index(draw, ctx, 0), d, guards))
+    return ("self", "S", tuple(idx), tuple(guards))
+
+
+def gen_cond(draw, ctx: _Ctx, depth: int):
+    """A boolean condition: index comparisons, data comparisons, & | ~."""
+    kind = _pick(draw, ["idx", "data", "parity", "and", "or", "not"] if depth > 0
+                 else ["idx", "data", "parity"])
+    scope = ctx.scope()
+    if kind == "idx" and scope:
+        a = ("ax", _pick(draw, scope))
+        if draw(st.booleans()):
+            a = ("add", a, ("c", draw(st.integers(-1, 1))))
+        b = ("ax", _pick(draw, scope)) if draw(st.booleans()) else ("c", draw(st.integers(0, 3)))
+        return ("cmp", _pick(draw, ["<", "<=", "==", "!=", ">", ">="]), a, b)
+    if kind == "parity" and scope:
+        return ("cmp", "==", ("mod", ("ax", _pick(draw, scope)), 2), ("c", draw(st.integers(0, 1))))
+    if kind in ("and", "or"):
+        return (kind, gen_cond(draw, ctx, depth - 1), gen_cond(draw, ctx, depth - 1))
+    if kind == "not":
+        return ("not", gen_cond(draw, ctx, depth - 1))
+    leaf = gen_self(draw, ctx, draw(st.integers(1, 3))) if (
+        ctx.self_def and not ctx.no_self and draw(st.integers(0, 2)) == 0) else gen_read(draw, ctx)
+    return ("dcmp", _pick(draw, [">", "<"]), leaf, _pick(draw, [0.0, 0.5, -0.5]))
+
+
+def gen_leaf(draw, ctx: _Ctx):
+    kinds = ["read", "const", "axis"] + (["self"] if ctx.self_def and not ctx.no_self else [])
+    kind = _pick(draw, kinds)
+    if kind == "const":
+        return ("const", _pick(draw, [1.0, 0.5, -1.5, 2.0, 0.0]))
+    if kind == "axis" and ctx.scope():
+        return ("axis", _pick(draw, ctx.scope()))
+    if kind == "self":
+        return gen_self(draw, ctx, draw(st.integers(1, 3)))
+    return gen_read(draw, ctx)
+
+
+def _new_raxis(draw, ctx: _Ctx):
+    name = f"k{ctx.next_axis}"
+    ctx.next_axis += 1
+    if ctx.has_n and draw(st.integers(0, 4)) == 0:
+        lo, hi = 0, SYM
+        rng = (0, 0, -1, 1)
+    else:
+        lo = draw(st.integers(0, 2))
+        hi = lo + draw(st.integers(1, 4))
+        rng = (lo, 0, hi - 1, 0)
+    ctx.raxes.append((name, lo, hi))
+    ctx.ranges[name] = rng
+    return name, lo
+
+
+def gen_reduce(draw, ctx: _Ctx, depth: int):
+    op = _pick(draw, ["sum", "max", "min"])
+    axes, los = [], []
+    for _ in range(draw(st.integers(1, 2))):
+        free = [a for a, _, _ in ctx.raxes if a not in ctx.bound and a not in axes]
+        if free and draw(st.integers(0, 2)) == 0:   # share an axis with an earlier reduction
+            a = _pick(draw, free)
+            lo = next(lo for n, lo, _ in ctx.raxes if n == a)
+        else:
+            a, lo = _new_raxis(draw, ctx)
+        axes.append(a)
+        los.append(lo)
+    ctx.bound.extend(axes)
+    ctx.no_self += op != "sum"
+    try:
+        where = gen_cond(draw, ctx, 1) if draw(st.booleans()) else None
+        if where is not None and op != "sum":
+            # max/min over an empty set is -+inf: keep the first point of the box
+            first = ("cmp", "==", ("ax", axes[0]), ("c", los[0]))
+            for a, lo in zip(axes[1:], los[1:]):
+                first = ("and", first, ("cmp", "==", ("ax", a), ("c", lo)))
+            where = ("or", where, first)
+        body = gen_expr(draw, ctx, depth - 1)
+    finally:
+        del ctx.bound[-len(axes):]
+        ctx.no_self -= op != "sum"
+    return ("reduce", op, tuple(axes), where, body)
+
+
+def gen_expr(draw, ctx: _Ctx, depth: int):
+    """A float expression; shrinks towards a single read."""
+    if depth <= 0 or draw(st.integers(0, 3)) == 0:
+        return gen_leaf(draw, ctx)
+    kind = _pick(draw, ["un", "bin", "select", "reduce"])
+    if kind == "un":
+        return ("un", _pick(draw, list(_UNARY)), gen_expr(draw, ctx, depth - 1))
+    if kind == "bin":
+        return ("bin", _pick(draw, list(_BINARY)), gen_expr(draw, ctx, depth - 1),
+                gen_expr(draw, ctx, depth - 1))
+    if kind == "select":
+        return ("select", gen_cond(draw, ctx, 1), gen_expr(draw, ctx, depth - 1),
+                gen_expr(draw, ctx, depth - 1))
+    return gen_reduce(draw, ctx, depth)
+
+
+def _dims(draw, has_n, rank, size_max=4):
+    dims = [draw(st.integers(1, size_max)) for _ in range(rank)]
+    if has_n and rank and draw(st.booleans()):
+        dims[draw(st.integers(0, rank - 1))] = SYM
+    return tuple(dims)
+
+
+@st.composite
+def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: bool = True):
+    """A random valid program (see the module docstring).
+
+    >>> from hypothesis import given, settings
+    >>> @settings(max_examples=3, derandomize=True, database=None)
+    ... @given(programs(dtype="float64"))
+    ... def t(p):
+    ...     assert p.dtype == "float64" and build(p)[p.output.name].dtype == "float64"
+    >>> t()
+    """
+    dtype = dtype or _pick(draw, ["float64", "float32"])
+    has_n = symbolic and draw(st.integers(0, 3)) == 0
+    n_val = draw(st.integers(1, 4)) if has_n else None
+    inputs = []
+    for k in range(draw(st.integers(1, 3))):
+        rank = draw(st.integers(0, 3))
+        shape = _dims(draw, has_n, rank, 4 if rank < 3 else 3)
+        if has_n and k == 0 and SYM not in shape:
+            shape = shape + (SYM,)  # the size is bound from an input's shape
+        inputs.append(Input(f"X{k}", shape, "float", 0))
+    if draw(st.integers(0, 2)) == 0:
+        inputs.append(Input("I0", (draw(st.integers(1, 4)),), "index", draw(st.integers(1, 5))))
+    tensors = {i.name: i for i in inputs}
+    ctx = _Ctx(dtype, has_n, tensors, max_depth)
+    defs = []
+    for k in range(draw(st.integers(1, max_defs))):
+        rank = draw(st.integers(0, 3))
+        shape = _dims(draw, has_n, rank, 4 if rank < 3 else 3)
+        axes = tuple(f"i{j}" for j in range(rank))
+        ctx.own, ctx.raxes, ctx.bound = axes, [], []
+        ctx.ranges = {a: (0, 0, -1, 1) if d == SYM else (0, 0, d - 1, 0) for a, d in zip(axes, shape)}
+        carry = None
+        chain = 0
+        if defs and draw(st.integers(0, 99)) == 37:
+            # a long chain of computes (deep graphs: recursion in passes), about 1 in 100
+            # (hypothesis draws the ends of a range far more often than 1 in 100)
+            shape = defs[-1].shape
+            axes = tuple(f"i{j}" for j in range(len(shape)))
+            ctx.own = axes
+            ctx.ranges = {a: (0, 0, -1, 1) if d == SYM else (0, 0, d - 1, 0)
+                          for a, d in zip(axes, shape)}
+            chain = draw(st.integers(1, 400))
+            prev = ("read", "@P", tuple(("ax", a) for a in axes), ())
+            body = ("bin", "add", ("bin", "mul", ("const", 0.9), ("un", "tanh", prev)),
+                    ("bin", "mul", ("const", 0.1), gen_expr(draw, ctx, 1)))
+        elif rank and draw(st.integers(0, 3)) == 0:
+            static = [j for j, d in enumerate(shape) if d != SYM] or list(range(rank))
+            carry = _pick(draw, static)
+            ctx.self_def = (shape, carry)
+            body = gen_expr(draw, ctx, max_depth - 1)
+            for order in range(1, draw(st.integers(1, 3)) + 1):
+                term = gen_self(draw, ctx, order)
+                wrap = _pick(draw, ["id", "tanh", "reduce"])
+                if wrap == "tanh":
+                    term = ("un", "tanh", term)
+                elif wrap == "reduce" and rank > 1:
+                    # a reduction over the previous step's other dimension
+                    other = next(j for j in range(rank) if j != carry)
+                    if shape[other] != SYM:
+                        name = f"k{ctx.next_axis}"
+                        ctx.next_axis += 1
+                        ctx.raxes.append((name, 0, shape[other]))
+                        ctx.ranges[name] = (0, 0, shape[other] - 1, 0)
+                        idx = list(term[2])
+                        idx[other] = ("ax", name)
+                        term = ("un", _pick(draw, ["tanh", "sigmoid", "half"]),
+                                ("reduce", "sum", (name,), None,
+                                 ("self", "S", tuple(idx), term[3])))
+                body = ("bin", "add", body, ("bin", "mul", ("const", 0.5), term))
+            body = ("un", _pick(draw, ["tanh", "half", "sin"]), body)
+        else:
+            ctx.self_def = None
+            body = gen_expr(draw, ctx, max_depth)
+        ctx.self_def = None
+        name = f"T{k}"
+        defs.append(Def(name, shape, axes, tuple(ctx.raxes), body, carry, chain))
+        tensors[name] = Input(name, shape, "float", 0)
+    second = dtype == "float64" and draw(st.integers(0, 4)) == 0
+    return Program(dtype, n_val, tuple(inputs), tuple(defs), second, draw(st.integers(0, 2**16)))
+
+
+# }}}

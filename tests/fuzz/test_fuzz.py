@@ -1,0 +1,177 @@
+"""The gradient fuzzer, bounded for CI, and tests of the fuzzer itself.
+
+``python -m tests.fuzz --minutes N`` runs it for as long as asked (see __main__.py).
+"""
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import tensorexpr as te
+
+from . import harness, programs as progmod, runner
+from .harness import Case, central_differences, check, check_programs, make_arrays, reproducer
+from .programs import SYM, build, programs, to_source
+
+_CI = dict(deadline=None, derandomize=True, database=None,
+           suppress_health_check=list(HealthCheck))
+
+
+@settings(max_examples=8, **_CI)
+@given(runner.batches(3))
+def test_random_programs(progs):
+    """A bounded, reproducible run: forward C vs numpy, VJPs and second order vs fd."""
+    check_programs(progs)
+
+
+@settings(max_examples=100, **_CI)
+@given(programs())
+def test_generated_programs_are_valid(prog):
+    """Every program builds (no BoundsError: reads are in range by construction), runs on
+    the numpy backend without a run-time IndexError, and prints as source that builds."""
+    ns = build(prog)
+    Y = ns[prog.output.name]
+    assert Y.dtype == prog.dtype
+    want = tuple(prog.n if d == SYM else d for d in prog.output.shape)
+    f = te.build(Y, inputs=[ns[i.name] for i in prog.inputs], backend="numpy")
+    out = f(*make_arrays(prog))
+    assert out.shape == want and out.dtype == np.dtype(prog.dtype)
+    assert f"def test_fuzz_{prog.seed}():" in reproducer(prog)
+
+
+@settings(max_examples=25, **_CI)
+@given(runner.batches(4, dtype="float64", max_defs=2, max_depth=2))
+def test_batched_names_do_not_collide(progs):
+    """Programs of one batch get prefixed names: their tensors are all distinct."""
+    names = []
+    for j, prog in enumerate(progs):
+        ns = build(prog, f"p{j}_")
+        names += [ns[f"p{j}_{d.name}"].name for d in prog.defs]
+    assert len(names) == len(set(names))
+
+
+def test_the_generator_covers_the_language():
+    """Over a fixed sample the generator emits every construct the fuzzer promises."""
+    seen = " ".join(to_source(p) for p in _sample(200))
+    for construct in ["te.recurrence", "te.sum(", "te.max(", "te.min(", "where=", "te.select(",
+                      "te.maximum(", "te.minimum(", " // ", " % ", 'te.var("n")', "I0[",
+                      "S[i0 - (1)", "S[i0 - (2)", "S[i0 - (3)", "reduce_axis((1,",
+                      "reduce_axis((0, n)", "~(", ") | (", ") & (", "te.exp(", "te.log(",
+                      "te.sqrt(", "te.tanh(", "te.sigmoid(", "te.sin(", "te.cos(", "te.abs(",
+                      "te.floor(", "te.ceil(", "** 2", "float32", "float64", "2 * i", "- (i0)"]:
+        assert construct in seen, construct
+    # the carry of a recurrence is not always its first dimension
+    assert any(d.carry not in (None, 0) for p in _sample(200) for d in p.defs)
+
+
+def _sample(n, _cache={}):
+    """``n`` programs hypothesis generates with the CI settings (kept: drawing takes time)."""
+    if n not in _cache:
+        out = []
+
+        @settings(max_examples=n, **_CI)
+        @given(programs())
+        def collect(p):
+            out.append(p)
+        collect()
+        _cache[n] = out
+    return _cache[n]
+
+
+def test_central_differences_mark_kinks():
+    """Where two step sizes disagree (a floor's jump) the point is skipped, not failed."""
+    x = np.array([0.5, 1.0 + 1e-5, 2.3])
+    fd, ok = central_differences(lambda a: np.floor(a).sum() + (a ** 2).sum(), [x], 0)
+    assert ok.tolist() == [True, False, True]
+    assert np.allclose(fd[ok], 2 * x[ok])
+
+
+def test_a_wrong_gradient_is_caught():
+    """The gradient comparison fails on a gradient that is off by a factor."""
+    X = te.placeholder((3,), dtype="float64", name="X")
+    Y = te.compute((3,), lambda i: X[i] * X[i], name="Y")
+    x = np.array([0.3, -0.7, 1.1])
+    case = Case("", Y, [X], [x], False, 0, source="Y = X * X")
+    harness.prepare(case)
+    fl = te.build(case.L, inputs=[X, case.H], backend="numpy")
+    good = te.build(case.grads[0], inputs=[X, case.H], backend="numpy")(x, case.h)
+    harness._compare_grads(case, "VJP", [good], [good], fl, [x, case.h])
+    with pytest.raises(AssertionError, match="differs from central differences"):
+        harness._compare_grads(case, "VJP", [1.01 * good], [good], fl, [x, case.h])
+
+
+def test_a_wrong_forward_value_is_caught():
+    X = te.placeholder((2,), dtype="float64", name="X")
+    Y = te.compute((2,), lambda i: te.exp(X[i]), name="Y")
+    case = Case("", Y, [X], [np.zeros(2)], False, 0)
+    with pytest.raises(AssertionError, match="C differs from numpy"):
+        harness._compare_forward(case, np.array([1.0, 1.0 + 1e-6]), np.array([1.0, 1.0]))
+    with pytest.raises(AssertionError, match="NaN patterns differ"):
+        harness._compare_forward(case, np.array([1.0, np.nan]), np.array([1.0, 1.0]))
+
+
+def test_check_on_a_user_program():
+    """:func:`check` is what a reproducer calls: a recurrence with a shifted read, second order."""
+    X = te.placeholder((2, 4), dtype="float64", name="X")
+    R = te.recurrence((4, 2), lambda S, t, r: te.tanh(X[r, t] + te.select(
+        t >= 1, 0.5 * S[t - 1, r], 0.0)), name="R", dtype="float64")
+    check(R, [X], [np.random.default_rng(0).uniform(-1, 1, (2, 4))], second_order=True)
+
+
+def test_reproducer_is_runnable_source():
+    """The printed reproducer of a program is a test function that runs as pasted."""
+    prog = progmod.Program("float64", 2, (progmod.Input("X0", (SYM, 3), "float", 0),), (
+        progmod.Def("T0", (SYM,), ("i0",), (("k0", 1, 3),), (
+            "reduce", "sum", ("k0",), None,
+            ("read", "X0", (("ax", "i0"), ("ax", "k0")), ())), None),), True, 7)
+    src = reproducer(prog)
+    ns = {"np": np, "te": te, "check": check}
+    exec(src, ns)
+    ns["test_fuzz_7"]()
+
+
+def test_a_chain_definition_prints_as_a_loop():
+    """A long chain of computes (deep graphs) is one definition, printed as a loop."""
+    P = progmod
+    prev = ("read", "@P", (("ax", "i0"),), ())
+    prog = P.Program("float64", None, (P.Input("X0", (3,), "float", 0),), (
+        P.Def("T0", (3,), ("i0",), (), ("read", "X0", (("ax", "i0"),), ()), None),
+        P.Def("T1", (3,), ("i0",), (), ("un", "tanh", prev), None, chain=5)), False, 3)
+    src = to_source(prog)
+    assert "for _ in range(5):" in src and "(lambda P: te.compute(" in src
+    ns = build(prog)
+    check(ns["T1"], [ns["X0"]], make_arrays(prog), backend="numpy")
+    ns = build(prog, "p0_")
+    x = make_arrays(prog)[0]
+    got = te.build(ns["p0_T1"], inputs=[ns["p0_X0"]], backend="numpy")(x)
+    want = x
+    for _ in range(5):
+        want = np.tanh(want)
+    np.testing.assert_allclose(got, want)
+
+
+def test_signature_ignores_names_and_numbers():
+    a = IndexError("tensor 'dp1_X0' (defined at <fuzz program>:2) reads 'p1_X0' at index -2")
+    b = IndexError("tensor 'dX0' (defined at <fuzz program>:5) reads 'X0' at index 3")
+    assert runner.signature(a) == runner.signature(b)
+
+
+def test_cli_runs_and_reports_throughput(capsys, tmp_path, monkeypatch):
+    from .__main__ import main
+    monkeypatch.setenv("TENSOREXPR_CACHE_DIR", str(tmp_path))
+    rc = main(["--programs", "2", "--batch", "2", "--minutes", "1", "--seed", "5",
+               "--shrink-seconds", "0"])
+    out = capsys.readouterr().out
+    assert "2 programs (" in out and "/min)" in out
+    assert ("0 distinct failure classes" in out) == (rc == 0)
+
+
+@pytest.mark.parametrize("name", ["tests.fuzz.programs", "tests.fuzz.harness",
+                                  "tests.fuzz.runner"])
+def test_doctests(name):
+    result = doctest.testmod(importlib.import_module(name))
+    assert result.attempted > 0 and result.failed == 0

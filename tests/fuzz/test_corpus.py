@@ -1,7 +1,6 @@
 """Regression corpus of the fuzzer: each failure it found, minimized, as a test.
 
-Programs marked xfail belong to bug classes that other branches are fixing right
-now (strict=False: they pass once the fix is merged, then the mark goes). The
+A comment above each test names the bug class it caught (all fixed). The
 minimal ones were reduced by hand from the fuzzer's shrunk output; the long ones
 are the fuzzer's shrunk output as printed.
 """
@@ -14,24 +13,13 @@ import tensorexpr as te
 
 from .harness import check
 
-FALSE_GUARD = pytest.mark.xfail(strict=False, raises=IndexError, reason=(
-    "known bug: a read under a false guard is evaluated (the arg-extremum tie test "
-    "conjoins the guard with &, so X is read outside its box)"))
-OUTER_AXIS = pytest.mark.xfail(strict=False, raises=IndexError, reason=(
-    "known bug: nested reductions whose outer axis does not start at 0 (the extracted "
-    "inner reduction is indexed by the raw axis)"))
-T_UNDECLARED = pytest.mark.xfail(strict=False, raises=te.CompilerError, reason="known bug: 't1 undeclared' C compile errors")
-DATA_INDEX = pytest.mark.xfail(strict=False, raises=ValueError, reason=(
-    "known bug: data-dependent index expressions fail to build"))
-EXP_TIES = pytest.mark.xfail(strict=False, raises=AssertionError, reason=(
-    "known bug: max/min of exp in C: the arg-extremum tie test recomputes exp differently"))
-
 
 def _rand(*shape, seed=0):
     return np.random.default_rng(seed).uniform(-1.5, 1.5, shape)
 
 
-@FALSE_GUARD
+# fixed: a read under a false guard is evaluated (the arg-extremum tie test conjoins the guard with
+# &, so X is read outside its box)
 def test_min_over_an_unflattened_read():
     # dX[i0, i1] = select((1 >= i1) & (1 >= i0) & (X[i0 % 2, (i0 + 2*i1) // 2] == Y), ...):
     # the tie test's read leaves X at i1 = 3
@@ -41,7 +29,8 @@ def test_min_over_an_unflattened_read():
     check(Y, [X], [_rand(4, 4)])
 
 
-@FALSE_GUARD
+# fixed: a read under a false guard is evaluated (the arg-extremum tie test conjoins the guard with
+# &, so X is read outside its box)
 @pytest.mark.parametrize("op", ["min", "max"])
 def test_extremum_over_an_unflattened_computed_tensor(op):
     X = te.placeholder((3,), dtype="float64", name="X")
@@ -54,7 +43,8 @@ def test_extremum_over_an_unflattened_computed_tensor(op):
     check(Y, [X], [np.array([0.4, -0.3, 1.2])])
 
 
-@OUTER_AXIS
+# fixed: nested reductions whose outer axis does not start at 0 (the extracted inner reduction is
+# indexed by the raw axis)
 def test_max_of_a_sum_whose_outer_axis_starts_at_1():
     # Y_ties reads Y_sum at index 3 (k1 - 1 expected)
     X = te.placeholder((3, 4), dtype="float64", name="X")
@@ -65,7 +55,7 @@ def test_max_of_a_sum_whose_outer_axis_starts_at_1():
     check(Y, [X], [_rand(3, 4)])
 
 
-@T_UNDECLARED
+# fixed: 't1 undeclared' C compile errors
 def test_data_dependent_read_through_a_constant_floordiv():
     # forward only: i // 3 is 0 on [0, 3); the kernel stores an undeclared t1
     X0 = te.placeholder((4,), dtype="float64", name="X0")
@@ -74,7 +64,7 @@ def test_data_dependent_read_through_a_constant_floordiv():
     check(T0, [X0, I0], [np.array([0.9, -0.6, -1.1, -1.2]), np.array([1, 3, 0], np.int32)])
 
 
-@T_UNDECLARED
+# fixed: 't1 undeclared' C compile errors
 def test_select_of_a_diagonal_and_unflattened_composite():
     X0 = te.placeholder((4, 2), dtype="float64", name="X0")
     T0 = te.compute((2,), lambda i0: te.sqrt(1.0 + (-(X0[i0 // 2, i0 % 2] + X0[i0, i0])) * (
@@ -84,7 +74,7 @@ def test_select_of_a_diagonal_and_unflattened_composite():
     check(T1, [X0], [_rand(4, 2)])
 
 
-@DATA_INDEX
+# fixed: data-dependent index expressions fail to build
 def test_data_dependent_read_indexed_by_a_floordiv_in_rank_3():
     # ValueError: not a closed integer expression: I0[(0 + 2) // 3] (C build, forward)
     X0 = te.placeholder((4,), dtype="float64", name="X0")
@@ -93,7 +83,7 @@ def test_data_dependent_read_indexed_by_a_floordiv_in_rank_3():
     check(T0, [X0, I0], [np.array([0.9, -0.6, -1.1, -1.2]), np.zeros(3, np.int32)])
 
 
-@EXP_TIES
+# fixed: max/min of exp in C: the arg-extremum tie test recomputes exp differently
 def test_min_of_a_gaussian_gradient_in_c():
     X = te.placeholder((4,), dtype="float64", name="X")
     k = te.reduce_axis((1, 5), name="k")
@@ -102,9 +92,8 @@ def test_min_of_a_gaussian_gradient_in_c():
     check(Y, [X], [np.array([0.9, 0.5, 0.7, -0.3])])
 
 
-@pytest.mark.xfail(strict=False, raises=IndexError, reason=(
-    "gradient dX0 reads X0 at index -2 at run time: a clamped/guarded read's adjoint "
-    "is evaluated outside its guard (likely the false-guard class); not minimized"))
+# gradient dX0 reads X0 at index -2 at run time: a clamped/guarded read's adjoint is evaluated
+# outside its guard (likely the false-guard class); not minimized
 def test_fuzz_sum_of_clamped_reads_under_a_false_select():
     n = te.var("n")
     X0 = te.placeholder((2, 3, 2, n), dtype="float64", name="X0")
@@ -116,9 +105,8 @@ def test_fuzz_sum_of_clamped_reads_under_a_false_select():
           second_order=False, seed=1200)
 
 
-@pytest.mark.xfail(strict=False, raises=IndexError, reason=(
-    "gradient dX0 reads T1[1, 2] at run time with n = 1, where the read is guarded by "
-    "1 <= n - 1 (likely the false-guard class); not minimized"))
+# gradient dX0 reads T1[1, 2] at run time with n = 1, where the read is guarded by 1 <= n - 1
+# (likely the false-guard class); not minimized
 def test_fuzz_recurrence_read_under_a_symbolic_guard():
     n = te.var("n")
     X0 = te.placeholder((4, n), dtype="float64", name="X0")
@@ -134,10 +122,9 @@ def test_fuzz_recurrence_read_under_a_symbolic_guard():
           second_order=True, seed=0)
 
 
-@pytest.mark.xfail(strict=False, raises=IndexError, reason=(
-    "gradient of a recurrence (carry on dimension 1) with a sum over the previous step under "
-    "sin and a clamped symbolic read: ddT0 reads dX0_sum[i1] (size n = 1) at i1 = 2, an axis "
-    "captured from the wrong scope (likely the known variable-capture class); not minimized"))
+# gradient of a recurrence (carry on dimension 1) with a sum over the previous step under sin and a
+# clamped symbolic read: ddT0 reads dX0_sum[i1] (size n = 1) at i1 = 2, an axis captured from the
+# wrong scope (likely the known variable-capture class); not minimized
 def test_fuzz_recurrence_sum_over_previous_step_under_sin():
     n = te.var("n")
     X0 = te.placeholder((n,), dtype="float64", name="X0")
@@ -154,9 +141,8 @@ def test_fuzz_recurrence_sum_over_previous_step_under_sin():
           second_order=True, seed=143)
 
 
-@pytest.mark.xfail(strict=False, raises=IndexError, reason=(
-    "gradient of a min whose where= reads X1 through clamps: dX2 reads X1 at index -2 "
-    "(likely the known false-guard class); not minimized"))
+# gradient of a min whose where= reads X1 through clamps: dX2 reads X1 at index -2 (likely the
+# known false-guard class); not minimized
 def test_fuzz_min_with_a_data_where_over_clamped_reads():
     X0 = te.placeholder((2, 1), dtype="float64", name="X0")
     X1 = te.placeholder((2, 1, 3), dtype="float64", name="X1")
@@ -171,10 +157,9 @@ def test_fuzz_min_with_a_data_where_over_clamped_reads():
           second_order=True, seed=0)
 
 
-@pytest.mark.xfail(strict=False, raises=AssertionError, reason=(
-    "wrong VJP (C and numpy vs central differences): a recurrence carried along its last "
-    "dimension reads tanh(sum_k S[k, i1, i2 - 2]) (likely the known variable capture in "
-    "partials of a nonlinearity of a reduction over earlier steps); not minimized"))
+# wrong VJP (C and numpy vs central differences): a recurrence carried along its last dimension
+# reads tanh(sum_k S[k, i1, i2 - 2]) (likely the known variable capture in partials of a
+# nonlinearity of a reduction over earlier steps); not minimized
 def test_fuzz_recurrence_tanh_of_a_sum_over_two_steps_back():
     X0 = te.placeholder((4, 4), dtype="float64", name="X0")
     X1 = te.placeholder((1, 3, 2), dtype="float64", name="X1")

@@ -355,12 +355,25 @@ def _run(cmd: List[str], work: str):
     On any exception (a timeout, Ctrl-C) the whole group is killed before the caller
     removes ``work``, so no compiler pass writes there afterwards."""
     import subprocess
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=dict(os.environ, TMPDIR=work), start_new_session=True)
+    # Ctrl-C is held back while the compiler starts: arriving inside Popen, after the
+    # fork, it would leave a compiler nobody kills (seen under load). Released once
+    # ``p`` is known, a pending one is raised inside the try that kills the group.
+    hold = threading.current_thread() is threading.main_thread()
+    if hold:
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    p = None
     try:
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, TMPDIR=work), start_new_session=True)
+        if hold:
+            hold = False
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         out, err = p.communicate(timeout=600)
     except BaseException:
-        _kill_group(p)
+        if hold:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if p is not None:
+            _kill_group(p)
         raise
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 

@@ -171,6 +171,8 @@ def _unary(op: str, x):
         return -x
     if op == "not":
         return ~x
+    if op == "stop_gradient":
+        return x
     if op == "sigmoid":
         return 1 / (1 + np.exp(-x))
     return getattr(np, {"abs": "abs"}.get(op, op))(x)

@@ -40,3 +40,7 @@ def differentiate(output, inputs=None, head=None, override=None):
 
 
 __all__.append("differentiate")
+
+from . import nn  # noqa: E402 - layers built on the names above (te.nn.conv2d, ...)
+
+__all__.append("nn")

@@ -314,3 +314,84 @@ def test_names_derive_from_the_input():
 def test_docstring_examples():
     result = doctest.testmod(te.nn, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 20
+
+
+# {{{ random window arithmetic: convolution, pooling and resizing parameters
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_HYP = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+
+
+@settings(max_examples=12, **_HYP)
+@given(st.data())
+def test_conv2d_random_parameters(data):
+    groups = data.draw(st.sampled_from([1, 2]))
+    k = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    s = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    d = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2)))
+    p = (data.draw(st.integers(0, 2)), data.draw(st.integers(0, 2)))
+    # at least one output point: the dilated kernel fits in the padded input
+    hw = [data.draw(st.integers(max(1, d[j] * (k[j] - 1) + 1 - 2 * p[j]), 7)) for j in range(2)]
+    kw = dict(stride=s, padding=p, dilation=d, groups=groups)
+    check(lambda x, w: nn.conv2d(x, w, **kw), lambda x, w: F.conv2d(x, w, **kw),
+          [(1, 2 * groups, *hw), (2 * groups, 2, *k)])
+
+
+@settings(max_examples=12, **_HYP)
+@given(st.data())
+def test_conv_transpose2d_random_parameters(data):
+    groups = data.draw(st.sampled_from([1, 2]))
+    k = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    s = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    d = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2)))
+    p = tuple(data.draw(st.integers(0, (d[j] * (k[j] - 1)) // 2)) for j in range(2))
+    op = tuple(data.draw(st.integers(0, max(s[j], d[j]) - 1)) for j in range(2))
+    hw = (data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4)))
+    kw = dict(stride=s, padding=p, output_padding=op, dilation=d, groups=groups)
+    try:
+        want_shape = F.conv_transpose2d(torch.zeros(1, 2 * groups, *hw),
+                                        torch.zeros(2 * groups, 1, *k), **kw).shape
+    except RuntimeError:
+        return  # torch refuses it too (an empty output)
+    Y, _ = check(lambda x, w: nn.conv_transpose2d(x, w, **kw),
+                 lambda x, w: F.conv_transpose2d(x, w, **kw),
+                 [(1, 2 * groups, *hw), (2 * groups, 1, *k)])
+    assert Y.shape == tuple(want_shape)
+
+
+@settings(max_examples=12, **_HYP)
+@given(st.data())
+def test_pooling_random_parameters(data):
+    k = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    s = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    p = tuple(data.draw(st.integers(0, k[j] // 2)) for j in range(2))
+    hw = [data.draw(st.integers(k[j], 7)) for j in range(2)]
+    mode = data.draw(st.sampled_from(["max", "avg"]))
+    ours, theirs = (nn.max_pool2d, F.max_pool2d) if mode == "max" else \
+        (nn.avg_pool2d, F.avg_pool2d)
+    check(lambda x: ours(x, k, s, p), lambda x: theirs(x, k, s, p), [(1, 2, *hw)])
+
+
+@settings(max_examples=12, **_HYP)
+@given(st.data())
+def test_interpolate_random_sizes(data):
+    hw = (data.draw(st.integers(1, 5)), data.draw(st.integers(1, 5)))
+    mode = data.draw(st.sampled_from(["nearest", "bilinear"]))
+    kw = dict(mode=mode)
+    if data.draw(st.booleans()):
+        kw["size"] = (data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9)))
+    else:
+        kw["scale_factor"] = data.draw(st.sampled_from([1, 2, 3, 0.5, 1.5]))
+    if mode == "bilinear":
+        kw["align_corners"] = data.draw(st.booleans())
+    try:
+        want_shape = F.interpolate(torch.zeros(1, 1, *hw), **kw).shape
+    except RuntimeError:
+        return
+    if min(want_shape) == 0:
+        return
+    check(lambda x: nn.interpolate(x, **kw), lambda x: F.interpolate(x, **kw), [(1, 2, *hw)])
+
+
+# }}}

@@ -8,6 +8,7 @@ import doctest
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tensorexpr as te
 from tensorexpr.ir import tensor_inputs, topo_order
@@ -317,8 +318,6 @@ def test_docstring_examples():
 
 
 # {{{ random window arithmetic: convolution, pooling and resizing parameters
-
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 _HYP = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 

@@ -1039,6 +1039,8 @@ class Lowerer:
             case Cast(a, dt):
                 x = self.expr(a, scope, out)
                 return x if a.dtype == dt else Op("cast", (x,), dt)
+            case Unary("stop_gradient", a, _):
+                return self.expr(a, scope, out)  # only differentiation sees it
             case Unary(op, a, dt):
                 x = _cast(self.expr(a, scope, out), dt if op != "not" else "bool")
                 if op == "neg" and isinstance(x, Lit) and dt in ("int32", "int64"):

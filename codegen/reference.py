@@ -171,6 +171,8 @@ def _unary(op: str, x):
         return -x
     if op == "not":
         return ~x
+    if op == "stop_gradient":
+        return x
     if not getattr(x, "flags", None) or not x.flags.c_contiguous:
         # numpy picks a SIMD or a libm loop by the operand's layout on some CPUs (e.g.
         # float64 exp on AVX-512), and a max's gradient compares this value with the

@@ -175,6 +175,11 @@ class _Differentiator:
         for t in reversed(self.order):
             if t.uid not in self.active:
                 continue
+            if t.uid != out.uid and not self.terms.get(t.uid):
+                # Every use of t is under te.stop_gradient (or overridden away): its
+                # adjoint is zero and sends nothing on, so no tie count, no pass over X.
+                self._build_adjoint(t, is_output=False)
+                continue
             sites = self._sites(t)
             own = [s for s in sites if s[1].read.tensor.uid == t.uid]
             for s in own:  # a recurrence's adjoint reads itself: register before building

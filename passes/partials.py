@@ -95,6 +95,8 @@ def _back(e: Expr, adj: Expr, guards: tuple, out: list, axes: tuple = ()) -> Non
             _back(b, -m("mul", adj, m("floordiv", a, b)), guards, out, axes)
         case Binary():
             return  # floordiv is piecewise constant; comparisons/logic are not floats
+        case Unary("stop_gradient"):
+            return  # a constant to differentiation: nothing reaches the reads inside
         case Unary("neg", a, _):
             _back(a, -adj, guards, out, axes)
         case Unary("exp", a, _):

@@ -9,7 +9,7 @@ array([3., 3.], dtype=float32)
 """
 from .api import (abs, cast, ceil, compute, const, cos, exp, floor, log, max, maximum, min,
                   minimum, placeholder, recurrence, reduce_axis, select, sigmoid, sin, sqrt,
-                  sum, tanh, var)
+                  stop_gradient, sum, tanh, var)
 from .build import Function, build, saved_values
 from .errors import (BoundsError, CompilerError, CompilerNotFoundError, RecurrenceError,
                      TensorExprError)
@@ -17,7 +17,8 @@ from .ir import Tensor
 
 __all__ = ["abs", "cast", "ceil", "compute", "const", "cos", "exp", "floor", "log", "max",
            "maximum", "min", "minimum", "placeholder", "recurrence", "reduce_axis", "select",
-           "sigmoid", "sin", "sqrt", "sum", "tanh", "var", "Function", "build", "saved_values",
+           "sigmoid", "sin", "sqrt", "stop_gradient", "sum", "tanh", "var", "Function", "build",
+           "saved_values",
            "BoundsError",
            "CompilerError", "CompilerNotFoundError", "RecurrenceError", "TensorExprError",
            "Tensor"]
@@ -39,3 +40,7 @@ def differentiate(output, inputs=None, head=None, override=None):
 
 
 __all__.append("differentiate")
+
+from . import nn  # noqa: E402 - layers built on the names above (te.nn.conv2d, ...)
+
+__all__.append("nn")

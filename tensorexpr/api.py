@@ -211,6 +211,27 @@ floor = _math("floor", "floor (largest integer <= x, as a float; an integer is k
 ceil = _math("ceil", "ceiling (smallest integer >= x, as a float; an integer is kept)")
 
 
+def stop_gradient(x: ExprLike) -> Expr:
+    """``x`` in value, a constant to ``te.differentiate`` (like ``jax.lax.stop_gradient``).
+
+    No adjoint flows into ``x`` through this use: e.g. a softmax's row maximum in
+    ``exp(X[i, j] - stop_gradient(m[i]))``, whose exact contribution is zero and
+    which would otherwise cost a tie count and a pass over ``X``. Integer and
+    boolean values carry no gradient anyway and are returned unchanged.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4,), name="X")
+    >>> te.stop_gradient(X[0] * 2.0)
+    stop_gradient(X[0] * 2.0)
+    >>> te.stop_gradient(te.const(3)).dtype
+    'int64'
+    """
+    x = as_expr(x)
+    if not is_float(x.dtype) or isinstance(x, Const):
+        return x
+    return Unary("stop_gradient", x, x.dtype)
+
+
 def maximum(a: ExprLike, b: ExprLike) -> Expr:
     """Elementwise maximum; on index expressions it clamps (``te.maximum(i - 1, 0)``).
 

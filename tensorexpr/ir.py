@@ -178,7 +178,8 @@ BINARY_ARITH = ("add", "sub", "mul", "div", "floordiv", "mod", "pow", "max", "mi
 BINARY_CMP = ("lt", "le", "eq", "ne", "gt", "ge")
 BINARY_LOGIC = ("and", "or")
 UNARY_MATH = ("exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos", "abs", "floor", "ceil")
-UNARY_OPS = ("neg", "not") + UNARY_MATH
+# ``stop_gradient`` is the identity in value; differentiation treats it as a constant.
+UNARY_OPS = ("neg", "not", "stop_gradient") + UNARY_MATH
 REDUCE_OPS = ("sum", "max", "min")
 
 

@@ -277,3 +277,24 @@ def test_integer_division_by_zero_is_zero(backend):
     d, m = run(backend, [D, M], np.array([5, -5, 0, 7]), np.zeros(4, np.int64))
     check(d, np.zeros(4, np.int64))
     check(m, np.zeros(4, np.int64))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_stop_gradient_is_the_identity_in_value(backend, dtype):
+    a = rand(N, dtype=dtype)
+    X = te.placeholder((N,), dtype=dtype, name="X")
+    Y = te.compute((N,), lambda i: te.stop_gradient(X[i] * 2.0) + te.exp(te.stop_gradient(X[i])),
+                   name="Y")
+    assert "stop_gradient(" in str(Y)
+    check(run(backend, Y, a), a * 2 + np.exp(a))
+
+
+def test_stop_gradient_of_integers_and_constants_is_the_value_itself():
+    I = te.placeholder((3,), dtype="int32", name="I")
+    i = te.compute((3,), lambda i: i, name="idx")
+    e = I[i.axes[0]]
+    assert te.stop_gradient(e) is e
+    c = te.const(1.5)
+    assert te.stop_gradient(c) is c
+    assert te.stop_gradient(2.0).dtype == "float32"

@@ -1,0 +1,87 @@
+"""Local partials: te.stop_gradient cuts the adjoint; gradients checked numerically."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorexpr as te
+from passes.partials import read_partials
+from tensorexpr.ir import tensor_inputs, topo_order
+
+from .gradcheck import numeric_grad, rel_err
+
+
+def _softmax(X, stop):
+    n, d = X.shape
+    k1, k2 = te.reduce_axis(d, name="k1"), te.reduce_axis(d, name="k2")
+    m = te.compute((n,), lambda i: te.max(X[i, k1], axis=k1), name="m")
+    shift = (lambda e: te.stop_gradient(e)) if stop else (lambda e: e)
+    ex = te.compute((n, d), lambda i, j: te.exp(X[i, j] - shift(m[i])), name="ex")
+    s = te.compute((n,), lambda i: te.sum(ex[i, k2], axis=k2), name="s")
+    return m, te.compute((n, d), lambda i, j: ex[i, j] / s[i], name="Y")
+
+
+def test_no_partial_reaches_a_read_under_stop_gradient():
+    X = te.placeholder((4,), name="X")
+    W = te.placeholder((4,), name="W")
+    T = te.compute((4,), lambda i: X[i] * te.stop_gradient(W[i] * X[i]), name="T")
+    sites = read_partials(T.body)
+    assert [s.read.tensor.name for s in sites] == ["X"]
+    assert str(sites[0].factor) == "stop_gradient(W[i] * X[i])"
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_stop_gradient_is_a_constant_to_differentiate(backend):
+    # L = sum(x * sg(x)^2): dL/dx = sg(x)^2 = x^2, not 3 x^2
+    X = te.placeholder((5,), dtype="float64", name="X")
+    r = te.reduce_axis(5)
+    L = te.compute((), lambda: te.sum(X[r] * te.stop_gradient(X[r] * X[r]), axis=r), name="L")
+    (dX,) = te.differentiate(L, [X])
+    x = np.linspace(-1.5, 2.0, 5)
+    np.testing.assert_allclose(te.build(dX, backend=backend)(x), x * x, rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (4, 7)])
+def test_softmax_with_stopped_max_has_the_exact_gradient_and_no_tie_count(shape):
+    rng = np.random.default_rng(sum(shape))
+    X = te.placeholder(shape, dtype="float64", name="X")
+    H = te.placeholder(shape, dtype="float64", name="H")
+    m, Y = _softmax(X, stop=True)
+    (dX,) = te.differentiate(Y, [X], head=H)
+    program = topo_order([dX])
+    # m's adjoint is zero: no tie count, no read of m anywhere in the gradient
+    assert not any(t.name.endswith("_ties") for t in program)
+    forward = {t.uid for t in topo_order([Y])}
+    assert not any(p.uid == m.uid for t in program if t.uid not in forward
+                   for p in tensor_inputs(t))
+    x, h = rng.standard_normal(shape), rng.standard_normal(shape)
+    x[:, 0] = x[:, -1] = x.max()  # tied maxima: the stopped shift does not care
+    i, j = te.reduce_axis(shape[0]), te.reduce_axis(shape[1])
+    L = te.compute((), lambda: te.sum(H[i, j] * Y[i, j], axis=[i, j]), name="L")
+    fl = te.build(L, inputs=[X, H], backend="numpy")
+    want = numeric_grad(fl, [x, h], 0)
+    for backend in ("numpy", "c"):
+        got = te.build(dX, inputs=[X, H], backend=backend)(x, h)
+        assert rel_err(got, want) < 1e-7, backend
+    # the same as the full gradient through m (its contribution is exactly zero)
+    _, Y2 = _softmax(X, stop=False)
+    (dX2,) = te.differentiate(Y2, [X], head=H)
+    assert any(t.name.endswith("_ties") for t in topo_order([dX2]))
+    np.testing.assert_allclose(te.build(dX2, backend="numpy")(x, h), got, atol=1e-12)
+
+
+def test_stop_gradient_gradients_are_differentiable_again():
+    X = te.placeholder((3,), dtype="float64", name="X")
+    r = te.reduce_axis(3)
+    L = te.compute((), lambda: te.sum(te.exp(X[r] - te.stop_gradient(X[r])) * X[r] ** 2,
+                                      axis=r), name="L")
+    (dX,) = te.differentiate(L, [X])
+    r2 = te.reduce_axis(3)
+    L2 = te.compute((), lambda: te.sum(dX[r2], axis=r2), name="L2")
+    (ddX,) = te.differentiate(L2, [X])
+    x = np.array([0.3, -1.2, 2.0])
+    # dL/dx = exp(x - sg(x)) * (x^2 + 2x) = x^2 + 2x; differentiated again the exponential
+    # still sees only its unstopped x: (x^2 + 2x) + (2x + 2)
+    np.testing.assert_allclose(te.build(dX, backend="numpy")(x), x ** 2 + 2 * x, rtol=1e-12)
+    np.testing.assert_allclose(te.build(ddX, backend="numpy")(x), x ** 2 + 4 * x + 2,
+                               rtol=1e-12)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Optional
 
-from .ir import (Axis, Binary, Cast, Const, Expr, Read, Reduce, Select, SizeVar, Unary, walk)
+from .ir import (Axis, Binary, Cast, Const, Expr, Read, Reduce, Select, SizeVar, Unary,
+                 children, walk)
 
 
 def rebuild(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
@@ -37,6 +38,42 @@ def rebuild(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
             return e
 
 
+def bottom_up(e: Expr, post: Callable[[Expr], Expr],
+              stop: Optional[Callable[[Expr], Optional[Expr]]] = None) -> Expr:
+    """Rewrite ``e`` children first: each node is rebuilt from its children's results
+    and ``post`` gives its own. ``stop(x)``, if not None, is ``x``'s result and its
+    children are left alone.
+
+    Each node object is rewritten once (an expression is a DAG: ``x = tanh(x) + x``
+    shares ``x``), and without recursion, so any depth works.
+
+    >>> from tensorexpr.ir import Const
+    >>> bump = lambda x: Const(x.value + 1, x.dtype) if isinstance(x, Const) else x
+    >>> bottom_up(Const(1, "int64") + 2, bump)
+    (2 + 3)
+    """
+    memo: Dict[int, Expr] = {}
+    stack = [e]
+    while stack:
+        x = stack[-1]
+        if id(x) in memo:
+            stack.pop()
+            continue
+        if stop is not None:
+            y = stop(x)
+            if y is not None:
+                memo[id(x)] = y
+                stack.pop()
+                continue
+        todo = [c for c in children(x) if id(c) not in memo]
+        if todo:
+            stack.extend(reversed(todo))
+            continue
+        stack.pop()
+        memo[id(x)] = post(rebuild(x, lambda c: memo[id(c)]))
+    return memo[id(e)]
+
+
 def substitute(e: Expr, mapping: Dict[Expr, Expr]) -> Expr:
     """Replace axes / size variables (keys, matched structurally) by expressions.
 
@@ -48,20 +85,13 @@ def substitute(e: Expr, mapping: Dict[Expr, Expr]) -> Expr:
     """
     if not mapping:
         return e
-    memo: Dict[int, Expr] = {}
 
-    def go(x: Expr) -> Expr:
-        key = id(x)
-        if key in memo:
-            return memo[key]
+    def leaf(x: Expr) -> Optional[Expr]:
         if isinstance(x, (Axis, SizeVar)) and x in mapping:
-            out = mapping[x]
-        else:
-            out = rebuild(x, go)
-        memo[key] = out
-        return out
+            return mapping[x]
+        return None
 
-    return go(e)
+    return bottom_up(e, lambda x: x, leaf)
 
 
 def map_reads(e: Expr, fn: Callable[[Read], Expr]) -> Expr:
@@ -74,15 +104,7 @@ def map_reads(e: Expr, fn: Callable[[Read], Expr]) -> Expr:
     >>> map_reads(A[1] + A[2], lambda r: B[r.indices])
     (B[1] + B[2])
     """
-    memo: Dict[int, Expr] = {}
-
-    def go(x: Expr) -> Expr:
-        if id(x) not in memo:
-            y = rebuild(x, go)
-            memo[id(x)] = fn(y) if isinstance(y, Read) else y
-        return memo[id(x)]
-
-    return go(e)
+    return bottom_up(e, lambda y: fn(y) if isinstance(y, Read) else y)
 
 
 def replace_subexpr(e: Expr, target: Expr, repl: Expr) -> Expr:
@@ -95,14 +117,8 @@ def replace_subexpr(e: Expr, target: Expr, repl: Expr) -> Expr:
     """
     from .ir import same
     h = hash(target)
-    memo: Dict[int, Expr] = {}
-
-    def go(x: Expr) -> Expr:
-        if id(x) not in memo:
-            memo[id(x)] = repl if (hash(x) == h and same(x, target)) else rebuild(x, go)
-        return memo[id(x)]
-
-    return go(e)
+    return bottom_up(e, lambda x: x,
+                     lambda x: repl if (hash(x) == h and same(x, target)) else None)
 
 
 def free_axes(e: Expr) -> list:
@@ -117,26 +133,26 @@ def free_axes(e: Expr) -> list:
     ['i']
     """
     out: Dict[int, Axis] = {}
-
-    def go(x: Expr, bound: frozenset):
+    # An explicit stack (any depth) and each (node, bound axes) pair once (a DAG).
+    seen = set()
+    stack = [(e, frozenset())]
+    while stack:
+        x, bound = stack.pop()
+        if (id(x), bound) in seen:
+            continue
+        seen.add((id(x), bound))
         match x:
             case Axis():
                 if x.uid not in bound:
                     out.setdefault(x.uid, x)
             case Reduce(_, body, axes, where, _):
-                for ax in axes:
-                    go(ax.lo, bound)
-                    go(ax.hi, bound)
                 inner = bound | {a.uid for a in axes}
-                go(body, inner)
+                todo = [(b, bound) for ax in axes for b in (ax.lo, ax.hi)] + [(body, inner)]
                 if where is not None:
-                    go(where, inner)
+                    todo.append((where, inner))
+                stack.extend(reversed(todo))
             case _:
-                from .ir import children
-                for c in children(x):
-                    go(c, bound)
-
-    go(e, frozenset())
+                stack.extend((c, bound) for c in reversed(children(x)))
     return list(out.values())
 
 

@@ -127,8 +127,13 @@ class Node:
         return h
 
 
-def _field_nodes(n: "Node"):
-    """The nodes held in ``n``'s fields (directly or in tuples), tensors excluded."""
+def field_nodes(n: "Node"):
+    """The nodes held in ``n``'s fields (directly or in tuples), tensors excluded.
+
+    >>> from tensorexpr.ir import Const, Binary
+    >>> [str(x) for x in field_nodes(Binary("add", Const(1, "int64"), Const(2, "int64"), "int64"))]
+    ['1', '2']
+    """
     for v in n._key():
         if isinstance(v, tuple):
             yield from (x for x in v if isinstance(x, Node) and not isinstance(x, Tensor))
@@ -148,7 +153,7 @@ def _unhashed_postorder(root: "Node") -> list:
             continue
         seen.add(id(n))
         stack.append((n, True))
-        stack.extend((c, False) for c in _field_nodes(n))
+        stack.extend((c, False) for c in field_nodes(n))
     return out
 
 
@@ -553,6 +558,24 @@ def postorder(e: Expr) -> list:
         stack.append((x, True))
         stack.extend((c, False) for c in reversed(children(x)))
     return out
+
+
+def occurrences(e: Expr) -> list:
+    """``(node, n)`` for each node object of ``e`` (pre-order), ``n`` its number of
+    occurrences in ``e``'s tree: what ``walk(e)`` would count, in time linear in
+    the DAG (``x * x`` holds ``x`` twice).
+
+    >>> from tensorexpr.ir import Const, Binary
+    >>> x = Binary("add", Const(1, "int64"), Const(2, "int64"), "int64")
+    >>> [(str(n), k) for n, k in occurrences(Binary("mul", x, x, "int64"))]
+    [('((1 + 2) * (1 + 2))', 1), ('(1 + 2)', 2), ('1', 2), ('2', 2)]
+    """
+    order = postorder(e)[::-1]  # parents before children
+    count = {id(e): 1}
+    for x in order:
+        for c in children(x):
+            count[id(c)] = count.get(id(c), 0) + count[id(x)]
+    return [(x, count[id(x)]) for x in walk(e, unique=True)]
 
 
 def reads(e: Expr):

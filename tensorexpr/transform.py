@@ -180,7 +180,7 @@ def is_const(e: Expr, value=None) -> bool:
 
 def contains(e: Expr, pred: Callable[[Expr], bool]) -> bool:
     """Does any sub-expression of ``e`` satisfy ``pred``?"""
-    return any(pred(x) for x in walk(e))
+    return any(pred(x) for x in walk(e, unique=True))
 
 
 def const_value(e: Expr) -> Optional[int]:

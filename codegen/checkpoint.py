@@ -118,10 +118,10 @@ def _ranges(reader: Tensor, target: Compute, base: Expr, params) -> Optional[Tup
             continue
         lo = rng[0] if lo is None else min(lo, rng[0])
         hi = rng[1] if hi is None else max(hi, rng[1])
-    for x in walk(reader.body):  # reads in reduction bounds: read_sites does not see them
+    for x in walk(reader.body, unique=True):  # reads in reduction bounds: read_sites does not see them
         if isinstance(x, Reduce) and any(
                 isinstance(y, Read) and y.tensor.uid in uids
-                for ax in x.axes for b in (ax.lo, ax.hi) for y in walk(b)):
+                for ax in x.axes for b in (ax.lo, ax.hi) for y in walk(b, unique=True)):
             return None
     if not found and target.uid in {t.uid for t in tensor_inputs(reader)}:
         return None
@@ -332,7 +332,7 @@ def _has_reduce(t: Compute) -> bool:
     order of a vectorized sum can depend on the alignment of the rows read, which a
     ring changes: such programs keep the full tape, so that checkpointing never
     changes a result."""
-    return any(isinstance(x, Reduce) for x in walk(t.body))
+    return any(isinstance(x, Reduce) for x in walk(t.body, unique=True))
 
 
 def _step_axis(x: Tensor, e: Compute, de: Compute, T: Expr, params):

@@ -25,7 +25,8 @@ import hashlib
 from dataclasses import fields, is_dataclass
 from typing import Dict, List, Sequence
 
-from tensorexpr.ir import Axis, Node, Placeholder, Read, Reduce, Tensor, tensor_exprs, walk
+from tensorexpr.ir import (Axis, Node, Placeholder, Read, Reduce, Tensor, field_nodes,
+                           tensor_exprs, walk)
 
 #: fields that never affect what a program computes
 _SKIP_TENSOR = frozenset(("name", "uid", "origin"))
@@ -104,6 +105,20 @@ class _Encoder:
         got = self.memo.get(id(e))
         if got is not None:
             return got
+        # Children first, with an explicit stack: then the fields below find their
+        # nodes in the memo and nothing recurses (expressions can be any depth).
+        stack = [(e, False)]
+        while stack:
+            x, expanded = stack.pop()
+            if expanded:
+                if id(x) not in self.memo:
+                    self.memo[id(x)] = self._record_node(x)
+            elif id(x) not in self.memo:
+                stack.append((x, True))
+                stack.extend((c, False) for c in reversed(list(field_nodes(x))))
+        return self.memo[id(e)]
+
+    def _record_node(self, e: Node) -> int:
         cls = type(e)
         if cls is Axis:
             canon = self.axes.get(e.uid)
@@ -113,8 +128,7 @@ class _Encoder:
                                           for f in _names(cls, _SKIP_AXIS))
         else:
             rec = (cls.__name__,) + tuple(self.value(getattr(e, f)) for f in _names(cls))
-        n = self.memo[id(e)] = self.record(rec)
-        return n
+        return self.record(rec)
 
     def tensor(self, t: Tensor) -> tuple:
         cls = type(t)
@@ -158,13 +172,13 @@ def all_reads(t: Tensor) -> List[Read]:
     """
     out: List[Read] = []
     for e in tensor_exprs(t):
-        for x in walk(e):
+        for x in walk(e, unique=True):
             if isinstance(x, Read):
                 out.append(x)
             elif isinstance(x, Reduce):
                 for ax in x.axes:
                     for b in (ax.lo, ax.hi):
-                        out.extend(y for y in walk(b) if isinstance(y, Read))
+                        out.extend(y for y in walk(b, unique=True) if isinstance(y, Read))
     return out
 
 

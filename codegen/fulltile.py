@@ -61,12 +61,12 @@ def worth(body: Expr, op: str, j: Axis, rest) -> bool:
         return False
 
     def moves(e: Expr) -> bool:
-        return any(isinstance(x, Axis) and x.uid == j.uid for x in walk(e))
+        return any(isinstance(x, Axis) and x.uid == j.uid for x in walk(e, unique=True))
 
     for a, b in ((body.a, body.b), (body.b, body.a)):
         if (isinstance(a, Read) and moves(a) and not moves(b)
-                and any(isinstance(x, Read) for x in walk(b))
-                and not any(isinstance(x, (Reduce, Select)) for x in walk(b))):
+                and any(isinstance(x, Read) for x in walk(b, unique=True))
+                and not any(isinstance(x, (Reduce, Select)) for x in walk(b, unique=True))):
             return True
     return False
 
@@ -84,10 +84,10 @@ def widen(tree, start: Expr, end: Expr, keep=()):
 
     def moves(*es: Expr) -> bool:
         """Do the bounds move with an axis other than the tile's (not constant)?"""
-        return any(isinstance(x, Axis) and x.uid not in keep for e in es for x in walk(e))
+        return any(isinstance(x, Axis) and x.uid not in keep for e in es for x in walk(e, unique=True))
 
     def short(e: Expr) -> bool:
-        for x in walk(e):
+        for x in walk(e, unique=True):
             if isinstance(x, Axis) and x.uid not in keep:
                 span = _interval(x)
                 if span is None or span[1] - span[0] >= SHORT:

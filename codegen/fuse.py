@@ -139,7 +139,7 @@ def _reads(e: Expr, inlined: Dict[int, Compute], depth: int = 0) -> List[Read]:
     """The reads ``e`` performs, with reads of inlined intermediates replaced by the
     reads of their bodies at the read's indices (where the value really comes from)."""
     out: List[Read] = []
-    for x in walk(e):
+    for x in walk(e, unique=True):
         if not isinstance(x, Read):
             continue
         src = inlined.get(x.tensor.uid)

@@ -162,7 +162,7 @@ def _pads(t: Tensor) -> Optional[List[Read]]:
         return None
     red = _row_reduce(t)
     if (red is None or red.op != "sum" or not is_float(red.dtype)
-            or any(isinstance(x, (Select, Reduce)) for x in walk(red.body))):
+            or any(isinstance(x, (Select, Reduce)) for x in walk(red.body, unique=True))):
         return None
     j = t.axes[-1]
     n = const_value(j.hi)
@@ -172,8 +172,8 @@ def _pads(t: Tensor) -> Optional[List[Read]]:
     if where is not None or red.where is not None or _row_block_axis(t, red) is None:
         return None
     out: List[Read] = []
-    for r in (x for x in walk(red.body) if isinstance(x, Read)):
-        uses = [any(isinstance(x, Axis) and x.uid == j.uid for x in walk(i)) for i in r.indices]
+    for r in (x for x in walk(red.body, unique=True) if isinstance(x, Read)):
+        uses = [any(isinstance(x, Axis) and x.uid == j.uid for x in walk(i, unique=True)) for i in r.indices]
         if not any(uses):
             continue
         if (any(uses[:-1]) or not isinstance(r.indices[-1], Axis) or r.tensor.uid == t.uid
@@ -213,7 +213,7 @@ def _strided_rows(t: Tensor) -> Optional[List[Tuple[Read, int]]]:
     row, j = t.axes[ri], t.axes[-1]
     rax = {ax.uid for ax in red.axes}
     out: List[Tuple[Read, int]] = []
-    for r in (x for x in walk(red.body) if isinstance(x, Read)):
+    for r in (x for x in walk(red.body, unique=True) if isinstance(x, Read)):
         if len(r.indices) != 2 or not all(isinstance(i, Axis) for i in r.indices):
             continue
         first, last = r.indices
@@ -242,8 +242,8 @@ def _moves(t: Tensor) -> Optional[List[Tuple[Read, int]]]:
     j = t.axes[-1]
     out: List[Tuple[Read, int]] = []
     exprs = [red.body] + ([red.where] if red.where is not None else [])
-    for r in (x for e in exprs for x in walk(e) if isinstance(x, Read)):
-        uses = [any(isinstance(x, Axis) and x.uid == j.uid for x in walk(i))
+    for r in (x for e in exprs for x in walk(e, unique=True) if isinstance(x, Read)):
+        uses = [any(isinstance(x, Axis) and x.uid == j.uid for x in walk(i, unique=True))
                 for i in r.indices]
         if not any(uses[:-1]):
             continue
@@ -262,7 +262,7 @@ def _moves(t: Tensor) -> Optional[List[Tuple[Read, int]]]:
         # the copy costs one such row.
         rows = 1
         for ax in t.axes[:-1]:
-            if any(isinstance(x, Axis) and x.uid == ax.uid for i in r.indices for x in walk(i)):
+            if any(isinstance(x, Axis) and x.uid == ax.uid for i in r.indices for x in walk(i, unique=True)):
                 continue
             lo, hi = const_value(ax.lo), const_value(ax.hi)
             rows *= MIN_ROWS if lo is None or hi is None else max(hi - lo, 0)

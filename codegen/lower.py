@@ -72,7 +72,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from tensorexpr import polyhedral
 from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read, Reduce,
                            ScatterAdd, Select, SizeVar, Tensor, Unary, INDEX_DTYPE, fresh_uid,
-                           is_float, promote, same, tensor_exprs, walk)
+                           is_float, promote, same, occurrences, tensor_exprs, walk,
+                           children, postorder)
 from tensorexpr.transform import const_value, eval_int, flat_index, free_axes
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
@@ -249,6 +250,10 @@ class Lowerer:
         self._affine: Dict[tuple, Optional[tuple]] = {}  # affine_offset's isl answers
         #: cheap elementwise intermediates evaluated where they are read, never stored
         self.inline = _inlinable(sig)
+        #: ids of float operations to compute once into a local (see ``_analyse``)
+        self._bind: Dict[int, bool] = {}
+        self._known: List[Expr] = []  # the analysed roots, kept alive: their ids are keys
+        self._staging = False
         layout.install(self)  # transposed copies for dot-product sums (codegen.layout)
 
     def fresh(self, prefix: str, dtype: str) -> Var:
@@ -869,7 +874,7 @@ class Lowerer:
         """Estimated operations of one parallel loop nest: None (large), False (too small
         to be worth threads) or a C expression for symbolic sizes."""
         factors = [ax.hi for ax in axes]
-        for x in walk(t.body):
+        for x in walk(t.body, unique=True):
             if isinstance(x, Reduce):
                 for ax in x.axes:
                     lo, hi = const_value(ax.lo), const_value(ax.hi)
@@ -1025,8 +1030,57 @@ class Lowerer:
 
     # {{{ expressions
 
+    def _analyse(self, e: Expr) -> None:
+        """Mark the float operations of ``e`` to compute into locals: those used more
+        than once (an expression is a DAG; a gradient's partials share the forward's
+        sub-expressions) and every ``STAGE``-th level of a deep one, so that the C
+        text grows with the DAG and no C expression is deeper than ``STAGE``."""
+        self._known.append(e)
+        uses: Dict[int, int] = {}
+        height: Dict[int, int] = {}
+        nodes = postorder(e)
+        for x in nodes:
+            kids = children(x)
+            for c in kids:
+                uses[id(c)] = uses.get(id(c), 0) + 1
+            height[id(x)] = 1 + max((height[id(c)] for c in kids), default=-1)
+        for x in nodes:
+            op = isinstance(x, (Binary, Unary, Cast)) and is_float(x.dtype)
+            bind = op and (uses.get(id(x), 0) > 1 or height[id(x)] % STAGE == STAGE - 1)
+            self._bind[id(x)] = self._bind.get(id(x), False) or bind
+
     def expr(self, e: Expr, scope: _Scope, out: List[Stmt]) -> CExpr:
-        """``e`` as a C expression; statements it needs first are appended to ``out``."""
+        """``e`` as a C expression; statements it needs first are appended to ``out``.
+
+        A float operation marked by ``_analyse`` is computed once into a local in
+        ``out`` and reused from ``scope.memo`` (scopes end at select branches and
+        guards, so nothing is hoisted out of them). Deep expressions are lowered
+        children first in stages, so Python's stack stays ``STAGE`` levels deep."""
+        if id(e) not in self._bind:
+            self._analyse(e)
+        if not self._staging and children(e):
+            self._staging = True
+            try:
+                for x in _same_scope_postorder(e):
+                    if x is not e and self._bind[id(x)] and ("cse", id(x)) not in scope.memo:
+                        self.expr(x, scope, out)
+            finally:
+                self._staging = False
+        if not self._bind[id(e)]:
+            return self._expr(e, scope, out)
+        # Keyed by identity: a structural key would compare deep expressions in full.
+        key = ("cse", id(e))
+        if key in scope.memo:
+            return scope.memo[key]
+        res = self._expr(e, scope, out)
+        if not isinstance(res, (Var, Lit)):
+            v = self.fresh("t", e.dtype)
+            out.append(Decl(v, res))
+            res = v
+        scope.memo[key] = res
+        return res
+
+    def _expr(self, e: Expr, scope: _Scope, out: List[Stmt]) -> CExpr:
         match e:
             case Const(v, dt):
                 return Lit(v, dt)
@@ -1160,7 +1214,7 @@ class Lowerer:
         ``X[n, k // 256, k // 16 % 16, k % 16]`` is ``X.flat[n * 8192 + k]``): no
         division per element, and contiguous. None otherwise."""
         if not any(isinstance(y, Binary) and y.op in ("floordiv", "mod")
-                   for x in e.indices for y in walk(x)):
+                   for x in e.indices for y in walk(x, unique=True)):
             return None
         indices, dims = self.stored_at(e.tensor.uid, e.indices)
         dims = [const_value(d) for d in dims]
@@ -1283,6 +1337,40 @@ class Lowerer:
 # {{{ schedule helpers
 
 
+#: the most levels of a float expression lowered into one C expression
+STAGE = 64
+
+
+def _same_scope_postorder(e: Expr) -> List[Expr]:
+    """The nodes of ``e`` evaluated wherever ``e`` is (not inside a select's branches,
+    the right operand of ``&``/``|`` or a reduction), each once, children first;
+    without recursion."""
+    out, seen, stack = [], set(), [(e, False)]
+    while stack:
+        x, expanded = stack.pop()
+        if expanded:
+            out.append(x)
+            continue
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        stack.append((x, True))
+        match x:
+            case Binary("and" | "or", a, _, _):
+                kids = (a,)  # the right operand is evaluated only where the left allows
+            case Binary(_, a, b, _):
+                kids = (a, b)
+            case Unary(_, a, _) | Cast(a, _):
+                kids = (a,)
+            case Select(c, _, _, _):
+                kids = (c,)
+            case _:
+                kids = ()
+        stack.extend((c, False) for c in reversed(kids))
+    return out
+
+
+
 def _row_reduce(t: Compute) -> Optional[Reduce]:
     """The reduction of ``t``'s body to compute a row at a time, or None.
 
@@ -1294,7 +1382,8 @@ def _row_reduce(t: Compute) -> Optional[Reduce]:
     """
     if not t.axes:
         return None
-    reds = [x for x in walk(t.body) if isinstance(x, Reduce)]
+    # occurrences in the tree: a reduction object used twice is two reductions
+    reds = [x for x, n in occurrences(t.body) if isinstance(x, Reduce) for _ in range(min(n, 2))]
     if len(reds) != 1 or not _on_path(t.body, reds[0]):
         return None
     red = reds[0]
@@ -1302,17 +1391,17 @@ def _row_reduce(t: Compute) -> Optional[Reduce]:
     if n is not None and n < ROW_MIN:
         return None
     for ax in red.axes:
-        if any(isinstance(x, Axis) for b in (ax.lo, ax.hi) for x in walk(b)):
+        if any(isinstance(x, Axis) for b in (ax.lo, ax.hi) for x in walk(b, unique=True)):
             return None
     body, where = _where_form(red)
-    if where is not None and any(isinstance(x, Reduce) for x in walk(where)):
+    if where is not None and any(isinstance(x, Reduce) for x in walk(where, unique=True)):
         return None
     j = t.axes[-1].uid
     along = False
-    rd = [x for x in walk(body) if isinstance(x, Read)]
-    rd += [x for x in walk(where) if isinstance(x, Read)] if where is not None else []
+    rd = [x for x in walk(body, unique=True) if isinstance(x, Read)]
+    rd += [x for x in walk(where, unique=True) if isinstance(x, Read)] if where is not None else []
     for r in rd:
-        uses = [any(isinstance(x, Axis) and x.uid == j for x in walk(i)) for i in r.indices]
+        uses = [any(isinstance(x, Axis) and x.uid == j for x in walk(i, unique=True)) for i in r.indices]
         if any(uses[:-1]):
             return None
         along = along or (bool(uses) and uses[-1])
@@ -1324,14 +1413,14 @@ def _row_reduce(t: Compute) -> Optional[Reduce]:
 def _split_factor(t: Compute) -> Optional[int]:
     """``c`` when ``t``'s innermost axis ``j`` (static extent, a multiple of ``c``) is read
     through ``j // c`` (and maybe ``j % c`` or ``j``), else None."""
-    if not t.axes or any(isinstance(x, Reduce) for x in walk(t.body)):
+    if not t.axes or any(isinstance(x, Reduce) for x in walk(t.body, unique=True)):
         return None
     j = t.axes[-1]
     n, lo = const_value(j.hi), const_value(j.lo)
     if n is None or lo != 0:
         return None
     found = set()
-    for x in walk(t.body):
+    for x in walk(t.body, unique=True):
         if (isinstance(x, Binary) and x.op in ("floordiv", "mod") and isinstance(x.a, Axis)
                 and x.a.uid == j.uid and isinstance(x.b, Const)):
             found.add(x.b.value)
@@ -1340,7 +1429,7 @@ def _split_factor(t: Compute) -> Optional[int]:
     c = found.pop()
     if c not in (2, 3, 4) or n % c or not any(
             isinstance(x, Binary) and x.op == "floordiv" and isinstance(x.a, Axis)
-            and x.a.uid == j.uid for x in walk(t.body)):
+            and x.a.uid == j.uid for x in walk(t.body, unique=True)):
         return None
     return c
 
@@ -1348,7 +1437,7 @@ def _split_factor(t: Compute) -> Optional[int]:
 def _split_memo(body: Expr, j: Axis, c: int, q: Var, r: int) -> Dict[Expr, CExpr]:
     """``j // c`` and ``j % c`` of ``body`` as ``q`` and ``r`` (for j = c*q + r, 0 <= r < c)."""
     out: Dict[Expr, CExpr] = {}
-    for x in walk(body):
+    for x in walk(body, unique=True):
         if (isinstance(x, Binary) and x.op in ("floordiv", "mod") and isinstance(x.a, Axis)
                 and x.a.uid == j.uid and isinstance(x.b, Const) and x.b.value == c):
             out[x] = q if x.op == "floordiv" else Lit(r, x.dtype)
@@ -1359,14 +1448,14 @@ def _transposed_axis(t: Compute) -> Optional[int]:
     """An outer axis ``a`` of ``t`` that some read walks along in its last index while the
     innermost axis ``j`` is in an earlier index of the same read (a transpose), or None.
     Both must be long: blocks of TRANSPOSE_BLOCK."""
-    if len(t.axes) < 2 or any(isinstance(x, Reduce) for x in walk(t.body)):
+    if len(t.axes) < 2 or any(isinstance(x, Reduce) for x in walk(t.body, unique=True)):
         return None
     j = t.axes[-1]
 
     def uses(e, ax) -> bool:
-        return any(isinstance(x, Axis) and x.uid == ax.uid for x in walk(e))
+        return any(isinstance(x, Axis) and x.uid == ax.uid for x in walk(e, unique=True))
 
-    for r in (x for x in walk(t.body) if isinstance(x, Read)):
+    for r in (x for x in walk(t.body, unique=True) if isinstance(x, Read)):
         if len(r.indices) < 2 or not any(uses(i, j) for i in r.indices[:-1]):
             continue
         for k, ax in enumerate(t.axes[:-1]):
@@ -1396,7 +1485,7 @@ def _row_invariant_indices(t: Compute) -> List[Tuple[Read, int]]:
                 return
             case Read(_, indices):
                 for d, x in enumerate(indices):
-                    if not _uses(x, {j}) and any(isinstance(y, Read) for y in walk(x)):
+                    if not _uses(x, {j}) and any(isinstance(y, Read) for y in walk(x, unique=True)):
                         out.append((e, d))
                     visit(x)
             case Binary("and" | "or", a, _, _):
@@ -1418,7 +1507,8 @@ def _jam_reduce(t: Compute) -> Optional[Reduce]:
     parallelize over."""
     if len(t.axes) < 2:
         return None
-    reds = [x for x in walk(t.body) if isinstance(x, Reduce)]
+    # occurrences in the tree: a reduction object used twice is two reductions
+    reds = [x for x, n in occurrences(t.body) if isinstance(x, Reduce) for _ in range(min(n, 2))]
     if len(reds) != 1 or not _on_path(t.body, reds[0]):
         return None
     red = reds[0]
@@ -1433,9 +1523,9 @@ def _jam_reduce(t: Compute) -> Optional[Reduce]:
             return None
     if red.where is not None and _uses(red.where, out_uids):
         return None
-    if any(isinstance(x, (Select, Reduce)) for x in walk(red.body)):
+    if any(isinstance(x, (Select, Reduce)) for x in walk(red.body, unique=True)):
         return None
-    reads = [x for x in walk(red.body) if isinstance(x, Read)]
+    reads = [x for x in walk(red.body, unique=True) if isinstance(x, Read)]
     j = {t.axes[-1].uid}
     if not any(_uses(r, j) for r in reads) or all(_uses(r, j) for r in reads):
         return None
@@ -1444,7 +1534,7 @@ def _jam_reduce(t: Compute) -> Optional[Reduce]:
 
 def _closed_value(e: Expr) -> Optional[int]:
     """The value of an integer expression of constants alone (``53 // 32``), else None."""
-    if any(isinstance(x, (SizeVar, Axis, Read)) for x in walk(e)):
+    if any(isinstance(x, (SizeVar, Axis, Read)) for x in walk(e, unique=True)):
         return None
     return int(eval_int(e))
 
@@ -1456,9 +1546,9 @@ def _row_block_axis(t: Compute, red: Reduce, block: int = 0) -> Optional[int]:
     j = t.axes[-1].uid
 
     def uses(e, uid) -> bool:
-        return any(isinstance(x, Axis) and x.uid == uid for x in walk(e))
+        return any(isinstance(x, Axis) and x.uid == uid for x in walk(e, unique=True))
 
-    reads = [x for x in walk(red.body) if isinstance(x, Read)]
+    reads = [x for x in walk(red.body, unique=True) if isinstance(x, Read)]
     for k in reversed(range(len(t.axes) - 1)):
         ax = t.axes[k]
         n = const_value(ax.hi)
@@ -1470,7 +1560,7 @@ def _row_block_axis(t: Compute, red: Reduce, block: int = 0) -> Optional[int]:
             continue
         if not any(uses(r, ax.uid) for r in reads):
             continue
-        if any(isinstance(x, (Select, Reduce)) for x in walk(red.body)):
+        if any(isinstance(x, (Select, Reduce)) for x in walk(red.body, unique=True)):
             continue  # branches would be duplicated per row
         return k
     return None
@@ -1511,14 +1601,15 @@ def _inlinable(sig) -> set:
     for t in sig.order:
         if not isinstance(t, Compute) or t.uid in outputs or t.self_ref is not None:
             continue
-        nodes = list(walk(t.body))
-        if any(isinstance(x, (Reduce, Select)) for x in nodes):
+        nodes = occurrences(t.body)  # the sizes below count the tree, in DAG time
+        if any(isinstance(x, (Reduce, Select)) for x, _ in nodes):
             continue
-        if t.uid in once and len(nodes) <= 64:
+        size = sum(n for _, n in nodes)
+        if t.uid in once and size <= 64:
             out.add(t.uid)
             continue
-        if (len(nodes) > 16 or sum(isinstance(x, Read) for x in nodes) > 2
-                or any(isinstance(x, (Binary, Unary)) and x.op in _COSTLY for x in nodes)):
+        if (size > 16 or sum(n for x, n in nodes if isinstance(x, Read)) > 2
+                or any(isinstance(x, (Binary, Unary)) and x.op in _COSTLY for x, _ in nodes)):
             continue
         out.add(t.uid)
     return out
@@ -1532,16 +1623,16 @@ def _read_once_in_place(sig) -> set:
     for r in sig.order:
         if not isinstance(r, Compute):
             for e in tensor_exprs(r):
-                for x in walk(e):
+                for x, n in occurrences(e):
                     if isinstance(x, Read):
-                        count[x.tensor.uid] = count.get(x.tensor.uid, 0) + 2
+                        count[x.tensor.uid] = count.get(x.tensor.uid, 0) + 2 * n
             continue
-        inside = {id(x) for red in walk(r.body) if isinstance(red, Reduce)
-                  for x in walk(red) if isinstance(x, Read)}
-        for x in walk(r.body):
+        inside = {id(x) for red in walk(r.body, unique=True) if isinstance(red, Reduce)
+                  for x in walk(red, unique=True) if isinstance(x, Read)}
+        for x, n in occurrences(r.body):
             if isinstance(x, Read):
                 u = x.tensor.uid
-                count[u] = count.get(u, 0) + 1
+                count[u] = count.get(u, 0) + n
                 if (r.self_ref is None and r.carry is None and id(x) not in inside
                         and len(x.indices) == len(r.axes) == x.tensor.ndim
                         and all(isinstance(i, Axis) and i.uid == a.uid
@@ -1561,12 +1652,12 @@ def _key_uses(key, uids: set) -> bool:
 
 def _uses(e: Expr, uids: set) -> bool:
     """Does ``e`` mention an axis whose uid is in ``uids``?"""
-    return any(isinstance(x, Axis) and x.uid in uids for x in walk(e))
+    return any(isinstance(x, Axis) and x.uid in uids for x in walk(e, unique=True))
 
 
 def _pure(e: Expr) -> bool:
     """Can ``e`` be evaluated where it is not needed: no reads, reductions or branches?"""
-    return not any(isinstance(x, (Read, Reduce, Select)) for x in walk(e))
+    return not any(isinstance(x, (Read, Reduce, Select)) for x in walk(e, unique=True))
 
 
 def _on_path(e: Expr, red: Reduce) -> bool:

@@ -84,7 +84,7 @@ class Plan:
 
 
 def _uses(e: Expr, uids: set) -> bool:
-    return any(isinstance(x, Axis) and x.uid in uids for x in walk(e))
+    return any(isinstance(x, Axis) and x.uid in uids for x in walk(e, unique=True))
 
 
 def _span(e: Expr, axes: Sequence[Axis]) -> Optional[Tuple[int, int]]:
@@ -154,7 +154,7 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
     taps = list(red.axes)
     # the row index is y + A(taps), the column index x + B(taps): nothing else moves
     if Hr is None or Wr is None or not all(
-            {a.uid for a in walk(i) if isinstance(a, Axis)} <= yx | {a.uid for a in taps}
+            {a.uid for a in walk(i, unique=True) if isinstance(a, Axis)} <= yx | {a.uid for a in taps}
             for i in (ri, ci)):
         return None
     form_r = polyhedral.affine_form(ri, [y, x] + taps)

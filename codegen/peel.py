@@ -38,12 +38,12 @@ def _tests(body: Expr, j: Axis) -> List[Tuple[Binary, int, int]]:
     """The tests of ``body`` on ``j`` alone: ``(node, c0, c1)`` with the difference of
     the node's two sides ``c0 + c1 * j`` (``c1 != 0``)."""
     out, seen = [], set()
-    for x in walk(body):
+    for x in walk(body, unique=True):
         if not (isinstance(x, Binary) and (x.op in BINARY_CMP or x.op in ("max", "min"))):
             continue
         if is_float(x.a.dtype) or is_float(x.b.dtype) or x in seen:
             continue
-        inside = list(walk(x))
+        inside = list(walk(x, unique=True))
         if any(isinstance(y, (Read, SizeVar)) for y in inside):
             continue
         axes = {y.uid for y in inside if isinstance(y, Axis)}

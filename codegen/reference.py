@@ -47,8 +47,35 @@ def identity(op: str, dtype: str):
 class _Eval:
     def __init__(self, env: Dict[int, np.ndarray], sizes: Dict[str, int], owner: Tensor):
         self.env, self.sizes, self.owner = env, sizes, owner
+        # (ctx, depth, mask) -> values of the nodes evaluated there, by node id. The
+        # context and mask are kept alive with their memo so that their ids stay theirs.
+        self.frames: Dict[tuple, tuple] = {}
 
     def ev(self, e: Expr, ctx: Dict[int, np.ndarray], depth: int, mask) -> np.ndarray:
+        """``e``'s values over ``ctx``; each shared node is evaluated once per context,
+        children first with an explicit stack (any depth). Only the branches of a
+        select (another mask) and reductions (other axes) are evaluated by a nested
+        call, so Python's stack grows with their nesting, not with ``e``'s depth."""
+        key = (id(ctx), depth, id(mask))
+        if key not in self.frames:
+            self.frames[key] = ({}, ctx, mask)
+        memo = self.frames[key][0]
+        stack = [e]
+        while stack:
+            x = stack[-1]
+            if id(x) in memo:
+                stack.pop()
+                continue
+            todo = [c for c in _same_context(x) if id(c) not in memo]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            memo[id(x)] = self._node(x, ctx, depth, mask, memo)
+        return memo[id(e)]
+
+    def _node(self, e: Expr, ctx, depth: int, mask, memo) -> np.ndarray:
+        """``e``'s values given those of its children in the same context (``memo``)."""
         dt = _NP[e.dtype]
         match e:
             case Const(v, _):
@@ -58,26 +85,25 @@ class _Eval:
             case Axis():
                 return _lift(ctx[e.uid], depth)
             case Cast(a, _):
-                return self.ev(a, ctx, depth, mask).astype(dt)
+                return memo[id(a)].astype(dt)
             case Unary(op, a, _):
-                return _unary(op, self.ev(a, ctx, depth, mask)).astype(dt, copy=False)
+                return _unary(op, memo[id(a)]).astype(dt, copy=False)
             case Binary("and" | "or" as op, a, b, _):
                 # ``&`` and ``|`` short-circuit: the right operand is evaluated only
                 # where the left one leaves the result open (ir.py)
-                x = self.ev(a, ctx, depth, mask)
+                x = memo[id(a)]
                 y = self.ev(b, ctx, depth, _and(mask, x if op == "and" else ~x))
                 return np.asarray(_binary(op, x, y)).astype(dt, copy=False)
             case Binary(op, a, b, _):
-                x, y = self.ev(a, ctx, depth, mask), self.ev(b, ctx, depth, mask)
-                return np.asarray(_binary(op, x, y)).astype(dt, copy=False)
+                return np.asarray(_binary(op, memo[id(a)], memo[id(b)])).astype(dt, copy=False)
             case Select(c, a, b, _):
-                cv = self.ev(c, ctx, depth, mask)
+                cv = memo[id(c)]
                 x = self.ev(a, ctx, depth, _and(mask, cv))
                 y = self.ev(b, ctx, depth, _and(mask, ~cv))
                 return np.where(cv, x, y).astype(dt, copy=False)
             case Read(t, idx, _):
-                return self._read(t, [self.ev(i, ctx, depth, mask) for i in idx], mask, depth)
-            case Reduce(op, body, axes, where, _):
+                return self._read(t, [memo[id(i)] for i in idx], mask, depth)
+            case Reduce():
                 return self._reduce(e, ctx, depth, mask)
         raise TypeError(f"cannot evaluate {type(e).__name__}")
 
@@ -129,6 +155,24 @@ class _Eval:
         else:
             out = (body.max if e.op == "max" else body.min)(axis=red)
         return np.asarray(out, dtype=_NP[e.dtype])
+
+
+def _same_context(e: Expr) -> tuple:
+    """The children of ``e`` evaluated where ``e`` is (not a select's branches, the
+    right operand of ``&``/``|`` nor a reduction's body, which see another mask or
+    more axes)."""
+    match e:
+        case Cast(a, _) | Unary(_, a, _):
+            return (a,)
+        case Binary("and" | "or", a, _, _):
+            return (a,)
+        case Binary(_, a, b, _):
+            return (a, b)
+        case Select(c, _, _, _):
+            return (c,)
+        case Read(_, idx, _):
+            return tuple(idx)
+    return ()
 
 
 def _binary(op: str, x, y):
@@ -211,6 +255,7 @@ def evaluate(t: Tensor, env: Dict[int, np.ndarray], sizes: Dict[str, int], shape
                     vals = np.array([v]) if k == c else np.arange(s)
                     ctx[ax.uid] = vals.astype(np.int64).reshape(
                         (1,) * k + (len(vals),) + (1,) * (n - k - 1))
+                ev.frames.clear()  # the values of the previous step are not needed again
                 slab = ev.ev(t.body, ctx, n, None)
                 sl = tuple(slice(v, v + 1) if k == c else slice(None) for k in range(n))
                 out[sl] = np.broadcast_to(slab, out[sl].shape)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Dict, Optional
 
 from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Reduce, INDEX_DTYPE, fresh_uid,
-                           walk)
+                           walk, occurrences)
 from tensorexpr.transform import const_value, rebuild, substitute
 
 I64 = INDEX_DTYPE
@@ -52,16 +52,16 @@ def factor(t: Compute, red: Reduce) -> Optional[int]:
     >>> k = te.reduce_axis((0, 3), name="k")
     >>> D = te.compute((4, 17), lambda i, x: te.sum(H[i, (x - k) // 2], axis=k,
     ...                where=((x - k) % 2 == 0) & (x >= k) & (x - k < 16)), name="D")
-    >>> factor(D, next(e for e in walk(D.body) if isinstance(e, Reduce)))
+    >>> factor(D, next(e for e in walk(D.body, unique=True) if isinstance(e, Reduce)))
     2
     """
     if not t.axes or const_value(t.axes[-1].lo) != 0:
         return None
     x = t.axes[-1].uid
     found = set()
-    for e in walk(t.body):
+    for e in walk(t.body, unique=True):
         if (isinstance(e, Binary) and e.op in ("floordiv", "mod")
-                and any(isinstance(a, Axis) and a.uid == x for a in walk(e.a))):
+                and any(isinstance(a, Axis) and a.uid == x for a in walk(e.a, unique=True))):
             s = const_value(e.b)
             if s is None or _linear(e.a, x) is None:
                 return None
@@ -90,7 +90,8 @@ def split(t: Compute, red: Reduce) -> Optional[Split]:
     # the last q of a residue may fall outside x's range (s does not divide n)
     count = Binary("floordiv", Binary("add", Binary("sub", n, r, I64), Const(s - 1, I64), I64),
                    Const(s, I64), I64)
-    reds = [e for e in walk(body) if isinstance(e, Reduce)]
+    # occurrences in the tree: a reduction object used twice is two reductions
+    reds = [x for x, n in occurrences(body) if isinstance(x, Reduce) for _ in range(min(n, 2))]
     if len(reds) != 1:
         return None
     t2 = Compute(t.name, t.dims[:-1] + (Const(s, I64), q.hi), t.dtype, fresh_uid(), t.origin,
@@ -114,14 +115,14 @@ def _linear(e: Expr, uid: int) -> Optional[int]:
             if ca is not None or cb is not None:
                 other = _linear(b if ca is not None else a, uid)
                 return None if other is None else (ca if ca is not None else cb) * other
-    if any(isinstance(a, Axis) and a.uid == uid for a in walk(e)):
+    if any(isinstance(a, Axis) and a.uid == uid for a in walk(e, unique=True)):
         return None
     return 0
 
 
 def _drop(e: Expr, uid: int) -> Expr:
     """``e`` (linear in the axis ``uid``) with the axis replaced by 0."""
-    return substitute(e, {a: Const(0, I64) for a in walk(e)
+    return substitute(e, {a: Const(0, I64) for a in walk(e, unique=True)
                           if isinstance(a, Axis) and a.uid == uid})
 
 
@@ -142,7 +143,7 @@ def _tidy(e: Expr, q: int, s: int) -> Expr:
                 if out.op == "mod":
                     out = rest
                 else:
-                    qa = next(a for a in walk(out.a) if isinstance(a, Axis) and a.uid == q)
+                    qa = next(a for a in walk(out.a, unique=True) if isinstance(a, Axis) and a.uid == q)
                     term = qa if lin == s else Binary("mul", Const(lin // s, I64), qa, I64)
                     out = Binary("add", term, rest, out.dtype)
         memo[id(x)] = out

@@ -127,13 +127,13 @@ def panel_chunk(t, red, tile: int) -> Optional[int]:
     # the output's y: each sweep reads a few rows of one image, which stay cached)
     outer = {ax.uid for ax in t.axes[:-1]}
     along, size = {}, 0
-    for r in (x for x in walk(red) if isinstance(x, Read)):
-        if any(isinstance(x, Axis) and x.uid == j.uid for i in r.indices for x in walk(i)):
+    for r in (x for x in walk(red, unique=True) if isinstance(x, Read)):
+        if any(isinstance(x, Axis) and x.uid == j.uid for i in r.indices for x in walk(i, unique=True)):
             dims = [const_value(d) for d in r.tensor.dims]
             if any(d is None for d in dims):
                 return None
             swept = [d for d, i in zip(dims, r.indices)
-                     if not any(isinstance(x, Axis) and x.uid in outer for x in walk(i))]
+                     if not any(isinstance(x, Axis) and x.uid in outer for x in walk(i, unique=True))]
             along[r.tensor.uid] = int(np.prod(swept, dtype=np.int64)) * np.dtype(
                 r.tensor.dtype).itemsize
     size = sum(along.values())
@@ -153,7 +153,7 @@ def padded_lanes(red, j: Axis) -> Optional[int]:
 
     from . import layout
     widths = set()
-    for r in (x for x in walk(red) if isinstance(x, Read)):
-        if any(isinstance(x, Axis) and x.uid == j.uid for i in r.indices for x in walk(i)):
+    for r in (x for x in walk(red, unique=True) if isinstance(x, Read)):
+        if any(isinstance(x, Axis) and x.uid == j.uid for i in r.indices for x in walk(i, unique=True)):
             widths.add(layout.padded_width(r.tensor))
     return widths.pop() if len(widths) == 1 and None not in widths else None

@@ -128,7 +128,7 @@ class Layout:
             sites.append(SiteInfo(
                 owner, read, describe(s.owner), expr_str(r) if r is not None else "",
                 r.tensor.name if r is not None else "",
-                tuple(any(isinstance(x, Read) for x in walk(i)) for i in r.indices)
+                tuple(any(isinstance(x, Read) for x in walk(i, unique=True)) for i in r.indices)
                 if r is not None else ()))
         return cls(n, tuple(sig.size_names), bufs, outputs, sites)
 
@@ -382,7 +382,7 @@ class KernelFunction:
             if read is not None:
                 from tensorexpr.printer import expr_str
                 name, text = read.tensor.name, expr_str(read)
-                data = any(isinstance(x, Read) for x in walk(read.indices[dim]))
+                data = any(isinstance(x, Read) for x in walk(read.indices[dim], unique=True))
             else:
                 name, text = info.read_tensor, info.read_text
                 data = dim < len(info.data_dims) and info.data_dims[dim]

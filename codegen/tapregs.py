@@ -121,7 +121,7 @@ def _axis_within(e: Expr, dim: Expr) -> bool:
 
 def _uses(e: Expr, axes) -> bool:
     uids = {a.uid for a in axes}
-    return any(isinstance(x, Axis) and x.uid in uids for x in walk(e))
+    return any(isinstance(x, Axis) and x.uid in uids for x in walk(e, unique=True))
 
 
 def _box_range(form: Tuple[int, Tuple[int, ...]], axes: List[Axis]) -> Tuple[int, int]:

@@ -30,7 +30,8 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from tensorexpr import polyhedral
-from tensorexpr.ir import Binary, Compute, Const, Read, Reduce, is_float, walk
+from tensorexpr.ir import (Binary, Compute, Const, Read, Reduce, is_float, occurrences,
+                           walk)
 from tensorexpr.transform import const_value, substitute
 
 from . import tapregs
@@ -56,7 +57,8 @@ def plan(t: Compute, tap: int = TAP, max_taps: int = MAX_TAPS, min_lanes: int = 
     from .lower import _on_path, _uses
     if t.carry is not None or t.self_ref is not None or len(t.axes) < 2:
         return None
-    reds = [x for x in walk(t.body) if isinstance(x, Reduce)]
+    # occurrences in the tree: a reduction object used twice is two reductions
+    reds = [x for x, n in occurrences(t.body) if isinstance(x, Reduce) for _ in range(min(n, 2))]
     if len(reds) != 1 or not _on_path(t.body, reds[0]):
         return None
     red = reds[0]
@@ -75,9 +77,9 @@ def plan(t: Compute, tap: int = TAP, max_taps: int = MAX_TAPS, min_lanes: int = 
         return None
     if const_value(x.hi) - const_value(x.lo) < min_lanes:
         return None
-    if any(isinstance(e, (Reduce,)) for e in walk(red.body)):
+    if any(isinstance(e, (Reduce,)) for e in walk(red.body, unique=True)):
         return None
-    reads = [e for e in walk(red.body) if isinstance(e, Read)]
+    reads = [e for e in walk(red.body, unique=True) if isinstance(e, Read)]
     if not any(r.indices and _uses(r.indices[-1], {x.uid}) for r in reads):
         return None
     # Block an axis that the reads moving with the taps do not use (f of dW: the X

@@ -83,7 +83,7 @@ def _view(t: Tensor, position: Dict[int, int], inputs) -> Optional[View]:
     dims = [const_value(d) for d in src.dims]
     if any(n is None or n < 1 for n in shape + dims):
         return None
-    if any(isinstance(x, Read) for i in body.indices for x in walk(i)):
+    if any(isinstance(x, Read) for i in body.indices for x in walk(i, unique=True)):
         return None  # data-dependent: its range is checked at run time
     form = polyhedral.affine_form(flat_index(body.indices, dims), t.axes)
     if form is None:

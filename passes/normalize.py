@@ -18,7 +18,7 @@ from tensorexpr.transform import free_axes, map_reads, rebuild, substitute
 
 
 def _has_reduce(e: Expr) -> bool:
-    return any(isinstance(x, Reduce) for x in walk(e))
+    return any(isinstance(x, Reduce) for x in walk(e, unique=True))
 
 
 def is_canonical(t: Tensor) -> bool:
@@ -94,7 +94,7 @@ def _extract(t: Compute, new: List[Tensor], found=None) -> Expr:
 def _reads_self(e: Expr, t: Compute) -> bool:
     ref = t.self_ref
     return ref is not None and any(isinstance(x, Read) and x.tensor.uid == ref.uid
-                                   for x in walk(e))
+                                   for x in walk(e, unique=True))
 
 
 def _hoistable(r: Reduce) -> bool:

@@ -46,91 +46,137 @@ def read_partials(body: Expr) -> List[Site]:
     """
     out: List[Site] = []
     if is_float(body.dtype):
-        _back(body, _one(body.dtype), (), out)
+        _back(body, _one(body.dtype), out)
     return [Site(s.read, simplify(s.factor), s.guards, s.axes) for s in out]
 
 
-def _back(e: Expr, adj: Expr, guards: tuple, out: list, axes: tuple = ()) -> None:
-    """Push ``adj`` (the adjoint of ``e``) down to the reads in ``e``.
+def _back(root: Expr, adj: Expr, out: list) -> None:
+    """Push ``adj`` (the adjoint of ``root``) down to the reads in ``root``.
 
-    ``axes`` are the reduction axes bound around ``e`` (non-empty only inside an
-    inline sum); every call below passes them on.
+    ``root`` is a DAG: a sub-expression shared by several parents (``x`` in
+    ``tanh(x) * 0.5 + x``) receives the sum of their contributions and passes it
+    on once, so the work and the partials grow with the DAG, not with its
+    (possibly exponential) tree. A node is keyed with the select conditions and
+    reduction axes around it: under other guards it is another contribution.
+    Nodes are visited parents first (reverse post-order, with an explicit stack);
+    on a tree this is the pre-order, so the sites come in reading order. A read
+    gets one site per contribution.
     """
-    if not is_float(e.dtype):
-        return
+    rules: dict = {}
+
+    def rules_of(e: Expr) -> list:
+        if id(e) not in rules:
+            rules[id(e)] = _rules(e) if is_float(e.dtype) else []
+        return rules[id(e)]
+
+    def key(e, guards, axes):
+        return (id(e), tuple(id(g) for g in guards), tuple(a.uid for a in axes))
+
+    # Discover the (node, guards, axes) keys and order them parents first.
+    where = {}
+    post = []
+    stack = [((root, (), ()), False)]
+    while stack:
+        (e, guards, axes), expanded = stack.pop()
+        k = key(e, guards, axes)
+        if expanded:
+            post.append(k)
+            continue
+        if k in where:
+            continue
+        where[k] = (e, guards, axes)
+        stack.append(((e, guards, axes), True))
+        if not isinstance(e, Read):
+            for child, _, g, ax in rules_of(e):
+                stack.append(((child, guards + g, axes + ax), False))
+    pending = {key(root, (), ()): [adj]}
+    for k in reversed(post):
+        e, guards, axes = where[k]
+        contribs = pending.pop(k, [])
+        if isinstance(e, Read):
+            if is_float(e.dtype):
+                out.extend(Site(e, c, guards, axes) for c in contribs)
+            continue
+        if not contribs:
+            continue
+        total = contribs[0]
+        for c in contribs[1:]:
+            total = api._binary("add", total, c)
+        for child, fn, g, ax in rules_of(e):
+            pending.setdefault(key(child, guards + g, axes + ax), []).append(fn(total))
+
+
+def _rules(e: Expr) -> list:
+    """``(child, adjoint -> child's contribution, added guards, added axes)`` for the
+    float children of ``e`` through which an adjoint flows."""
     m = api._binary
     match e:
-        case Read():
-            out.append(Site(e, adj, guards, axes))
         case Binary("add", a, b, _):
-            _back(a, adj, guards, out, axes)
-            _back(b, adj, guards, out, axes)
+            return [(a, lambda adj: adj, (), ()), (b, lambda adj: adj, (), ())]
         case Binary("sub", a, b, _):
-            _back(a, adj, guards, out, axes)
-            _back(b, -adj, guards, out, axes)
+            return [(a, lambda adj: adj, (), ()), (b, lambda adj: -adj, (), ())]
         case Binary("mul", a, b, _):
-            _back(a, m("mul", adj, b), guards, out, axes)
-            _back(b, m("mul", adj, a), guards, out, axes)
+            return [(a, lambda adj: m("mul", adj, b), (), ()),
+                    (b, lambda adj: m("mul", adj, a), (), ())]
         case Binary("div", a, b, _):
-            _back(a, m("div", adj, b), guards, out, axes)
-            _back(b, -m("div", m("mul", adj, e), b), guards, out, axes)
+            return [(a, lambda adj: m("div", adj, b), (), ()),
+                    (b, lambda adj: -m("div", m("mul", adj, e), b), (), ())]
         case Binary("pow", a, b, _):
             if isinstance(b, Const):
-                _back(a, m("mul", adj, m("mul", b, m("pow", a, b.value - 1))), guards, out, axes)
-            else:
-                _back(a, m("mul", adj, m("mul", b, m("pow", a, m("sub", b, 1)))), guards, out, axes)
-                _back(b, m("mul", adj, m("mul", e, api.log(a))), guards, out, axes)
+                return [(a, lambda adj: m("mul", adj, m("mul", b, m("pow", a, b.value - 1))),
+                         (), ())]
+            return [(a, lambda adj: m("mul", adj, m("mul", b, m("pow", a, m("sub", b, 1)))), (), ()),
+                    (b, lambda adj: m("mul", adj, m("mul", e, api.log(a))), (), ())]
         case Binary("max" | "min", a, b, _):
             win = m("gt", a, b) if e.op == "max" else m("lt", a, b)
             lose = m("lt", a, b) if e.op == "max" else m("gt", a, b)
-            half = m("mul", adj, 0.5)
-            share_a = api.select(win, adj, api.select(lose, 0.0, half))
-            share_b = api.select(lose, adj, api.select(win, 0.0, half))
-            _back(a, share_a, guards, out, axes)
-            _back(b, share_b, guards, out, axes)
+
+            def share(first, second):
+                return lambda adj: api.select(first, adj, api.select(second, 0.0,
+                                                                     m("mul", adj, 0.5)))
+            return [(a, share(win, lose), (), ()), (b, share(lose, win), (), ())]
         case Binary("mod", a, b, _):
             # a - b * (a // b), a // b locally constant; not floor(a / b), which rounds
             # up at 1.0 % 0.1 (10, where a // b is 9)
-            _back(a, adj, guards, out, axes)
-            _back(b, -m("mul", adj, m("floordiv", a, b)), guards, out, axes)
+            return [(a, lambda adj: adj, (), ()),
+                    (b, lambda adj: -m("mul", adj, m("floordiv", a, b)), (), ())]
         case Binary():
-            return  # floordiv is piecewise constant; comparisons/logic are not floats
+            return []  # floordiv is piecewise constant; comparisons/logic are not floats
         case Unary("stop_gradient"):
-            return  # a constant to differentiation: nothing reaches the reads inside
+            return []  # a constant to differentiation: nothing reaches the reads inside
         case Unary("neg", a, _):
-            _back(a, -adj, guards, out, axes)
+            return [(a, lambda adj: -adj, (), ())]
         case Unary("exp", a, _):
-            _back(a, m("mul", adj, e), guards, out, axes)
+            return [(a, lambda adj: m("mul", adj, e), (), ())]
         case Unary("log", a, _):
-            _back(a, m("div", adj, a), guards, out, axes)
+            return [(a, lambda adj: m("div", adj, a), (), ())]
         case Unary("sqrt", a, _):
-            _back(a, m("div", m("mul", adj, 0.5), e), guards, out, axes)
+            return [(a, lambda adj: m("div", m("mul", adj, 0.5), e), (), ())]
         case Unary("tanh", a, _):
-            _back(a, m("mul", adj, m("sub", 1.0, m("mul", e, e))), guards, out, axes)
+            return [(a, lambda adj: m("mul", adj, m("sub", 1.0, m("mul", e, e))), (), ())]
         case Unary("sigmoid", a, _):
-            _back(a, m("mul", adj, m("mul", e, m("sub", 1.0, e))), guards, out, axes)
+            return [(a, lambda adj: m("mul", adj, m("mul", e, m("sub", 1.0, e))), (), ())]
         case Unary("sin", a, _):
-            _back(a, m("mul", adj, api.cos(a)), guards, out, axes)
+            return [(a, lambda adj: m("mul", adj, api.cos(a)), (), ())]
         case Unary("cos", a, _):
-            _back(a, -m("mul", adj, api.sin(a)), guards, out, axes)
+            return [(a, lambda adj: -m("mul", adj, api.sin(a)), (), ())]
         case Unary("abs", a, _):
             sign = api.select(m("gt", a, 0.0), 1.0, api.select(m("lt", a, 0.0), -1.0, 0.0))
-            _back(a, m("mul", adj, sign), guards, out, axes)
+            return [(a, lambda adj: m("mul", adj, sign), (), ())]
         case Unary():
-            return  # floor, ceil: zero almost everywhere
+            return []  # floor, ceil: zero almost everywhere
         case Cast(a, _):
-            if is_float(a.dtype):
-                _back(a, api.cast(adj, a.dtype), guards, out, axes)
+            return [(a, lambda adj: api.cast(adj, a.dtype), (), ())] if is_float(a.dtype) else []
         case Select(c, a, b, _):
-            _back(a, adj, guards + (c,), out, axes)
-            _back(b, adj, guards + (api._unary("not", c),), out, axes)
+            return [(a, lambda adj: adj, (c,), ()),
+                    (b, lambda adj: adj, (api._unary("not", c),), ())]
         case Reduce("sum", body, raxes, where, _):
             # Only left inline where extraction is impossible (a recurrence's sum
             # over its own earlier values): the read's domain grows by the axes.
-            inner = axes + tuple(raxes)
-            _back(body, adj, guards if where is None else guards + (where,), out, inner)
+            return [(body, lambda adj: adj, () if where is None else (where,), tuple(raxes))]
         case Reduce(op=op):
             from tensorexpr.errors import TensorExprError
             raise TensorExprError(
                 f"cannot differentiate a {op} reduction over a recurrence's own earlier "
                 f"values; compute it as a sum, or restructure the recurrence")
+    return []

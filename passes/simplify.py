@@ -7,12 +7,10 @@ contributes nothing).
 """
 from __future__ import annotations
 
-from typing import Dict
-
 import numpy as np
 
 from tensorexpr.ir import Binary, Cast, Const, Expr, Reduce, Select, Unary, is_float, same
-from tensorexpr.transform import rebuild
+from tensorexpr.transform import bottom_up
 
 _NP = {"bool": np.bool_, "int32": np.int32, "int64": np.int64,
        "float32": np.float32, "float64": np.float64}
@@ -52,15 +50,7 @@ def simplify(e: Expr) -> Expr:
     >>> simplify((i + 0) * 1)
     i
     """
-    memo: Dict[int, Expr] = {}
-
-    def go(x: Expr) -> Expr:
-        key = id(x)
-        if key not in memo:
-            memo[key] = _rule(rebuild(x, go))
-        return memo[key]
-
-    return go(e)
+    return bottom_up(e, _rule)
 
 
 def _rule(e: Expr) -> Expr:

@@ -299,7 +299,7 @@ def _size(d, what: str) -> Expr:
             raise ValueError(f"{what}: negative size {d}")
         return Const(d, ir.INDEX_DTYPE)
     if isinstance(d, Expr) and ir.is_int(d.dtype):
-        for x in ir.walk(d):
+        for x in ir.walk(d, unique=True):
             if isinstance(x, (Axis, Read)):
                 raise TypeError(f"{what}: a size may use te.var sizes and constants only, not {x}")
         # Domains are isl sets with the sizes as parameters: n * n or n ** 2 cannot be one.
@@ -394,7 +394,7 @@ def _check_body(body: Expr, axes, name: str, origin: str, self_ref=None):
             f"tensor {name!r} (defined at {origin}) uses axis {ax.name!r} outside its scope: "
             f"a te.reduce_axis must be bound by te.sum/te.max/te.min(..., axis={ax.name}) "
             f"around its use, and another compute's axes cannot be used here")
-    for x in ir.walk(body):
+    for x in ir.walk(body, unique=True):
         if isinstance(x, Reduce):
             for ax in x.axes:
                 if ax.uid in own:
@@ -530,7 +530,7 @@ def _reduce(op: str, expr: ExprLike, axis, where) -> Reduce:
             raise TypeError(f"where= must be a boolean condition; got {where.dtype}")
     uids = {a.uid for a in axes}
     for part in (body,) if where is None else (body, where):
-        for x in ir.walk(part):
+        for x in ir.walk(part, unique=True):
             if isinstance(x, Reduce) and any(a.uid in uids for a in x.axes):
                 ax = next(a for a in x.axes if a.uid in uids)
                 raise ValueError(f"te.{op} at {user_origin()}: reduce axis {ax.name!r} is bound "

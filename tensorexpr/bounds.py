@@ -23,38 +23,47 @@ def read_sites(e: Expr, guards: Tuple[Expr, ...] = (), axes: Tuple[Axis, ...] = 
 
     ``guards`` are the boolean conditions under which the read is evaluated and
     ``reduce_axes`` the reduction axes bound around it (outermost first). The
-    right operand of ``a & b`` is guarded by ``a``, that of ``a | b`` by ``~a``.
+    right operand of ``a & b`` is guarded by ``a``, that of ``a | b`` by ``~a``. A
+    sub-expression shared by several parents under the same guards is visited
+    once (expressions are DAGs), with an explicit stack (any depth).
 
     >>> import tensorexpr as te
     >>> X = te.placeholder((4,), name="X")
     >>> i = te.reduce_axis(4, name="i")
     >>> [(str(r), [str(c) for c in g]) for r, g, _ in read_sites((i >= 1) & (X[i - 1] > 0.0))]
     [('X[i - 1]', ['(i >= 1)'])]
+    >>> x = X[1]
+    >>> [(str(r), g) for r, g, _ in read_sites(te.select(x > 0, x, 0.0))]
+    [('X[1]', ()), ('X[1]', ((X[1] > 0.0),))]
     """
-    match e:
-        case Select(c, a, b, _):
-            yield from read_sites(c, guards, axes)
-            yield from read_sites(a, guards + (c,), axes)
-            yield from read_sites(b, guards + (Unary("not", c, "bool"),), axes)
-        case Binary("and", a, b, _):
-            yield from read_sites(a, guards, axes)
-            yield from read_sites(b, guards + (a,), axes)
-        case Binary("or", a, b, _):
-            yield from read_sites(a, guards, axes)
-            yield from read_sites(b, guards + (Unary("not", a, "bool"),), axes)
-        case Reduce(_, body, raxes, where, _):
-            inner = axes + tuple(raxes)
-            g = guards if where is None else guards + (where,)
-            if where is not None:
-                yield from read_sites(where, guards, inner)
-            yield from read_sites(body, g, inner)
-        case Read(_, idx, _):
-            for x in idx:
-                yield from read_sites(x, guards, axes)
-            yield e, guards, axes
-        case _:
-            for c in children(e):
-                yield from read_sites(c, guards, axes)
+    seen = set()
+    stack: list = [(e, guards, axes, False)]
+    while stack:
+        x, g, ax, emit = stack.pop()
+        if emit:
+            yield x, g, ax
+            continue
+        key = (id(x), tuple(id(c) for c in g), tuple(a.uid for a in ax))
+        if key in seen:
+            continue
+        seen.add(key)
+        match x:
+            case Select(c, a, b, _):
+                todo = [(c, g, ax, False), (a, g + (c,), ax, False),
+                        (b, g + (Unary("not", c, "bool"),), ax, False)]
+            case Binary("and", a, b, _):
+                todo = [(a, g, ax, False), (b, g + (a,), ax, False)]
+            case Binary("or", a, b, _):
+                todo = [(a, g, ax, False), (b, g + (Unary("not", a, "bool"),), ax, False)]
+            case Reduce(_, body, raxes, where, _):
+                inner = ax + tuple(raxes)
+                todo = [] if where is None else [(where, g, inner, False)]
+                todo.append((body, g if where is None else g + (where,), inner, False))
+            case Read(_, idx, _):
+                todo = [(i, g, ax, False) for i in idx] + [(x, g, ax, True)]
+            case _:
+                todo = [(c, g, ax, False) for c in children(x)]
+        stack.extend(reversed(todo))
 
 
 def _definitions(t: Tensor):

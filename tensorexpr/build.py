@@ -169,7 +169,7 @@ def _worth_saving(t: Tensor) -> bool:
     if t.self_ref is not None:
         return True
     return any(isinstance(x, Reduce) or (isinstance(x, (Binary, Unary)) and x.op in _COSTLY)
-               for x in walk(t.body))
+               for x in walk(t.body, unique=True))
 
 
 def saved_values(gradients: Union[Tensor, Sequence[Tensor]],

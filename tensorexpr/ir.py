@@ -141,33 +141,81 @@ class Node:
     def __hash__(self) -> int:
         h = self.__dict__.get("_hash")
         if h is None:
-            h = hash((type(self).__name__,) + self._key())
-            object.__setattr__(self, "_hash", h)
+            # Children first, without recursion: an expression may be thousands deep.
+            for n in _unhashed_postorder(self):
+                object.__setattr__(n, "_hash", hash((type(n).__name__,) + n._key()))
+            h = self.__dict__["_hash"]
         return h
+
+
+def field_nodes(n: "Node"):
+    """The nodes held in ``n``'s fields (directly or in tuples), tensors excluded.
+
+    >>> from tensorexpr.ir import Const, Binary
+    >>> [str(x) for x in field_nodes(Binary("add", Const(1, "int64"), Const(2, "int64"), "int64"))]
+    ['1', '2']
+    """
+    for v in n._key():
+        if isinstance(v, tuple):
+            yield from (x for x in v if isinstance(x, Node) and not isinstance(x, Tensor))
+        elif isinstance(v, Node) and not isinstance(v, Tensor):
+            yield v
+
+
+def _unhashed_postorder(root: "Node") -> list:
+    """Nodes under ``root`` whose hash is not cached yet, children before parents."""
+    out, seen, stack = [], set(), [(root, False)]
+    while stack:
+        n, expanded = stack.pop()
+        if expanded:
+            out.append(n)
+            continue
+        if id(n) in seen or "_hash" in n.__dict__:
+            continue
+        seen.add(id(n))
+        stack.append((n, True))
+        stack.extend((c, False) for c in field_nodes(n))
+    return out
 
 
 def same(a: Any, b: Any) -> bool:
     """Structural equality of two IR values (nodes, tuples of nodes, constants).
 
+    Shared sub-expressions are compared once per pair, and without recursion, so
+    deep expressions and DAGs whose trees are exponentially large compare fast.
+
     >>> from tensorexpr.ir import Const, same
     >>> same(Const(1, "int64"), Const(1, "int64"))
     True
     """
-    if a is b:
-        return True
-    if isinstance(a, Node) or isinstance(b, Node):
-        if type(a) is not type(b):
+    done = set()
+    stack = [(a, b)]
+    while stack:
+        a, b = stack.pop()
+        if a is b:
+            continue
+        if isinstance(a, Node) or isinstance(b, Node):
+            if type(a) is not type(b):
+                return False
+            if isinstance(a, Tensor):
+                if a.uid != b.uid:
+                    return False
+                continue
+            if (id(a), id(b)) in done:
+                continue
+            if hash(a) != hash(b):
+                return False
+            done.add((id(a), id(b)))
+            stack.extend(zip(a._key(), b._key()))
+        elif isinstance(a, tuple) and isinstance(b, tuple):
+            if len(a) != len(b):
+                return False
+            stack.extend(zip(a, b))
+        elif isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+            continue
+        elif not (type(a) is type(b) and a == b):
             return False
-        if isinstance(a, Tensor):
-            return a.uid == b.uid
-        if hash(a) != hash(b):
-            return False
-        return all(same(x, y) for x, y in zip(a._key(), b._key()))
-    if isinstance(a, tuple) and isinstance(b, tuple):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    return type(a) is type(b) and a == b
+    return True
 
 
 # }}}
@@ -488,18 +536,73 @@ def children(e: Expr) -> Tuple[Expr, ...]:
             return ()
 
 
-def walk(e: Expr):
-    """Pre-order iteration over ``e`` and all its sub-expressions (with repeats)."""
+def walk(e: Expr, unique: bool = False):
+    """Pre-order iteration over ``e`` and all its sub-expressions.
+
+    By default a node shared by several parents is visited once per path (the
+    tree); ``unique=True`` visits each node object once, which stays linear on a
+    DAG whose tree is exponentially large (``x = tanh(x) * 0.5 + x``).
+
+    >>> from tensorexpr.ir import Const, Binary
+    >>> x = Binary("add", Const(1, "int64"), Const(2, "int64"), "int64")
+    >>> len(list(walk(Binary("mul", x, x, "int64")))), len(list(walk(x * x, unique=True)))
+    (7, 4)
+    """
+    seen = set()
     stack = [e]
     while stack:
         x = stack.pop()
+        if unique:
+            if id(x) in seen:
+                continue
+            seen.add(id(x))
         yield x
         stack.extend(reversed(children(x)))
 
 
+def postorder(e: Expr) -> list:
+    """The distinct node objects of ``e``, children before parents (left to right).
+
+    >>> from tensorexpr.ir import Const, Binary
+    >>> x = Binary("add", Const(1, "int64"), Const(2, "int64"), "int64")
+    >>> [str(n) for n in postorder(Binary("mul", x, x, "int64"))]
+    ['1', '2', '(1 + 2)', '((1 + 2) * (1 + 2))']
+    """
+    out, seen, stack = [], set(), [(e, False)]
+    while stack:
+        x, expanded = stack.pop()
+        if expanded:
+            out.append(x)
+            continue
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        stack.append((x, True))
+        stack.extend((c, False) for c in reversed(children(x)))
+    return out
+
+
+def occurrences(e: Expr) -> list:
+    """``(node, n)`` for each node object of ``e`` (pre-order), ``n`` its number of
+    occurrences in ``e``'s tree: what ``walk(e)`` would count, in time linear in
+    the DAG (``x * x`` holds ``x`` twice).
+
+    >>> from tensorexpr.ir import Const, Binary
+    >>> x = Binary("add", Const(1, "int64"), Const(2, "int64"), "int64")
+    >>> [(str(n), k) for n, k in occurrences(Binary("mul", x, x, "int64"))]
+    [('((1 + 2) * (1 + 2))', 1), ('(1 + 2)', 2), ('1', 2), ('2', 2)]
+    """
+    order = postorder(e)[::-1]  # parents before children
+    count = {id(e): 1}
+    for x in order:
+        for c in children(x):
+            count[id(c)] = count.get(id(c), 0) + count[id(x)]
+    return [(x, count[id(x)]) for x in walk(e, unique=True)]
+
+
 def reads(e: Expr):
-    """All :class:`Read` nodes in ``e``, in pre-order."""
-    return [x for x in walk(e) if isinstance(x, Read)]
+    """All :class:`Read` nodes in ``e``, in pre-order (each node object once)."""
+    return [x for x in walk(e, unique=True) if isinstance(x, Read)]
 
 
 def tensor_exprs(t: Tensor) -> Tuple[Expr, ...]:
@@ -521,7 +624,7 @@ def tensor_inputs(t: Tensor) -> Tuple[Tensor, ...]:
         for r in reads(e):
             if not isinstance(r.tensor, SelfRef):
                 seen.setdefault(r.tensor.uid, r.tensor)
-        for x in walk(e):
+        for x in walk(e, unique=True):
             if isinstance(x, Reduce):
                 for ax in x.axes:
                     for b in (ax.lo, ax.hi):
@@ -558,7 +661,7 @@ def topo_order(outputs) -> list:
 def size_vars(e: Expr) -> set:
     """Names of the size variables used in ``e`` (including in axis bounds)."""
     out = set()
-    for x in walk(e):
+    for x in walk(e, unique=True):
         if isinstance(x, SizeVar):
             out.add(x.name)
         elif isinstance(x, Axis):

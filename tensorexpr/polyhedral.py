@@ -40,7 +40,7 @@ def params_of(exprs: Iterable[Expr]) -> List[str]:
     seen = set()
     while stack:
         e = stack.pop()
-        for x in walk(e):
+        for x in walk(e, unique=True):
             if isinstance(x, SizeVar):
                 out.setdefault(x.name)
             elif isinstance(x, Axis) and x.uid not in seen:

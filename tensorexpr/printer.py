@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read, Reduce,
-                 ScatterAdd, Select, SelfRef, SizeVar, Tensor, Unary)
+                 ScatterAdd, Select, SelfRef, SizeVar, Tensor, Unary, children, postorder)
 
 _SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%",
         "pow": "**", "lt": "<", "le": "<=", "eq": "==", "ne": "!=", "gt": ">", "ge": ">=",
@@ -31,12 +31,26 @@ def expr_str(e: Expr) -> str:
 
     Operators are fully parenthesised (the outermost pair is kept here and
     dropped by :func:`tensor_str`), so the text never depends on precedence.
+    A sizeable sub-expression used more than once is named once (``let $1 = ...
+    in``), so the text grows with the expression's DAG, not its (possibly
+    exponential) tree.
 
     >>> import tensorexpr as te
     >>> expr_str(te.const(2) + 1)
     '(2 + 1)'
+    >>> x = te.placeholder((2,), name="X")[0]
+    >>> for _ in range(5):
+    ...     x = te.tanh(x) * 0.5 + x
+    >>> expr_str(x)[:60]
+    'let $1 = (tanh((tanh((tanh(X[0]) * 0.5) + X[0]) * 0.5) + ((t'
+    >>> expr_str(x)[-45:]
+    ' 0.5) + $1) * 0.5) + ((tanh($1) * 0.5) + $1))'
     """
     return _fmt(e, False)
+
+
+# A shared sub-expression of more nodes than this is named instead of repeated.
+LET_NODES = 32
 
 
 def _fmt(e: Expr, top: bool) -> str:
@@ -47,35 +61,82 @@ def _fmt(e: Expr, top: bool) -> str:
     prefix: both are parenthesised inside an operator, else ``-s / 9.0`` could
     mean ``-(s / 9.0)`` and ``-x ** 2`` would read as ``-(x ** 2)``.
     """
-    def wrap(text: str) -> str:
-        return text if top else f"({text})"
+    names = _shared_names(e)
+    lets = [f"{names[id(n)]} = {''.join(_pieces(n, True, names, bound=False))}"
+            for n in postorder(e) if id(n) in names and n is not e]
+    text = "".join(_pieces(e, top, names, bound=False))
+    return f"let {', '.join(lets)} in {text}" if lets else text
+
+
+def _shared_names(e: Expr) -> dict:
+    """``id -> $k`` for the sub-expressions of ``e`` worth naming (used twice, big)."""
+    uses: dict = {}
+    nodes = postorder(e)
+    for n in nodes:
+        for c in children(n):
+            uses[id(c)] = uses.get(id(c), 0) + 1
+    # Children first: a node's size counts its named children as one node.
+    size: dict = {}
+    names: dict = {}
+    for n in nodes:
+        size[id(n)] = 1 + sum(1 if id(c) in names else size[id(c)] for c in children(n))
+        if uses.get(id(n), 0) > 1 and size[id(n)] > LET_NODES:
+            names[id(n)] = f"${len(names) + 1}"
+    return names
+
+
+def _pieces(e: Expr, top: bool, names: dict, bound: bool = True) -> list:
+    """The text of ``e`` as a list of strings, built without recursion (any depth)."""
+    out: list = []
+    stack: list = [(e, top, bound)]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        x, top_x, use_name = item
+        if use_name and id(x) in names:
+            out.append(names[id(x)])
+            continue
+        parts = _layout(x, top_x)
+        stack.extend(reversed([p if isinstance(p, str) else (p[0], p[1], True) for p in parts]))
+    return out
+
+
+def _layout(e: Expr, top: bool) -> list:
+    """``e``'s text as strings and ``(child, child_top)`` pairs, in order."""
+    def wrap(parts: list) -> list:
+        return parts if top else ["("] + parts + [")"]
 
     match e:
         case Const():
-            return _const(e)
+            return [_const(e)]
         case SizeVar(name) | Axis(name):
-            return name
+            return [name]
         case Binary(op, a, b, _) if op in ("max", "min"):
-            return f"{op}({_fmt(a, True)}, {_fmt(b, True)})"
+            return [f"{op}(", (a, True), ", ", (b, True), ")"]
         case Binary(op, a, b, _):
-            return wrap(f"{_fmt(a, False)} {_SYM[op]} {_fmt(b, False)}")
+            return wrap([(a, False), f" {_SYM[op]} ", (b, False)])
         case Unary("neg", a, _):
-            return wrap(f"-{_fmt(a, False)}")
+            return wrap(["-", (a, False)])
         case Unary("not", a, _):
-            return f"~{_fmt(a, False)}"
+            return ["~", (a, False)]
         case Unary(op, a, _):
-            return f"{op}({_fmt(a, True)})"
+            return [f"{op}(", (a, True), ")"]
         case Cast(a, dt):
-            return f"{dt}({_fmt(a, True)})"
+            return [f"{dt}(", (a, True), ")"]
         case Select(c, a, b, _):
-            return f"select({_fmt(c, True)}, {_fmt(a, True)}, {_fmt(b, True)})"
+            return ["select(", (c, True), ", ", (a, True), ", ", (b, True), ")"]
         case Read(t, idx, _):
-            return f"{t.name}[{', '.join(_fmt(i, True) for i in idx)}]"
+            parts: list = [f"{t.name}["]
+            for k, i in enumerate(idx):
+                parts += ([", "] if k else []) + [(i, True)]
+            return parts + ["]"]
         case Reduce(op, body, axes, where, _):
             ranges = ", ".join(_range(a) for a in axes)
-            cond = "" if where is None else f" if {_fmt(where, True)}"
-            return wrap(f"{op}_{{{ranges}{cond}}} {_fmt(body, False)}")
-    return f"<{type(e).__name__}>"
+            cond = [] if where is None else [" if ", (where, True)]
+            return wrap([f"{op}_{{{ranges}"] + cond + ["} ", (body, False)])
+    return [f"<{type(e).__name__}>"]
 
 
 def tensor_str(t: Tensor) -> str:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Optional
 
-from .ir import (Axis, Binary, Cast, Const, Expr, Read, Reduce, Select, SizeVar, Unary, fresh_uid,
-                 walk)
+from .ir import (Axis, Binary, Cast, Const, Expr, Read, Reduce, Select, SizeVar, Unary,
+                 children, fresh_uid, walk)
 
 
 def rebuild(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
@@ -38,6 +38,42 @@ def rebuild(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
             return e
 
 
+def bottom_up(e: Expr, post: Callable[[Expr], Expr],
+              stop: Optional[Callable[[Expr], Optional[Expr]]] = None) -> Expr:
+    """Rewrite ``e`` children first: each node is rebuilt from its children's results
+    and ``post`` gives its own. ``stop(x)``, if not None, is ``x``'s result and its
+    children are left alone.
+
+    Each node object is rewritten once (an expression is a DAG: ``x = tanh(x) + x``
+    shares ``x``), and without recursion, so any depth works.
+
+    >>> from tensorexpr.ir import Const
+    >>> bump = lambda x: Const(x.value + 1, x.dtype) if isinstance(x, Const) else x
+    >>> bottom_up(Const(1, "int64") + 2, bump)
+    (2 + 3)
+    """
+    memo: Dict[int, Expr] = {}
+    stack = [e]
+    while stack:
+        x = stack[-1]
+        if id(x) in memo:
+            stack.pop()
+            continue
+        if stop is not None:
+            y = stop(x)
+            if y is not None:
+                memo[id(x)] = y
+                stack.pop()
+                continue
+        todo = [c for c in children(x) if id(c) not in memo]
+        if todo:
+            stack.extend(reversed(todo))
+            continue
+        stack.pop()
+        memo[id(x)] = post(rebuild(x, lambda c: memo[id(c)]))
+    return memo[id(e)]
+
+
 def substitute(e: Expr, mapping: Dict[Expr, Expr]) -> Expr:
     """Replace axes / size variables (keys, matched structurally) by expressions.
 
@@ -63,25 +99,23 @@ def substitute(e: Expr, mapping: Dict[Expr, Expr]) -> Expr:
 
 
 class _Substitution:
-    """One substitution, memoised per node; reductions open a scope of their own."""
+    """One substitution; reductions open a scope of their own. Iterative within a
+    scope (any depth, each shared node once); Python recursion only follows the
+    nesting of reductions."""
 
     def __init__(self, mapping: Dict[Expr, Expr]):
         self.mapping = mapping
-        self.memo: Dict[int, Expr] = {}
         self._value_axes: Optional[set] = None
 
     def go(self, x: Expr) -> Expr:
-        key = id(x)
-        if key in self.memo:
-            return self.memo[key]
+        return bottom_up(x, lambda y: y, self.leaf)
+
+    def leaf(self, x: Expr) -> Optional[Expr]:
         if isinstance(x, (Axis, SizeVar)) and x in self.mapping:
-            out = self.mapping[x]
-        elif isinstance(x, Reduce):
-            out = self.reduce(x)
-        else:
-            out = rebuild(x, self.go)
-        self.memo[key] = out
-        return out
+            return self.mapping[x]
+        if isinstance(x, Reduce):
+            return self.reduce(x)
+        return None
 
     def value_axes(self) -> set:
         """uids of every axis in a replacement (only these can be captured)."""
@@ -95,7 +129,7 @@ class _Substitution:
             return False
         inside = [r.body] if r.where is None else [r.body, r.where]
         used = {a.uid for part in inside for a in free_axes(part)}
-        sizes = {x for part in inside for x in walk(part) if isinstance(x, SizeVar)}
+        sizes = {x for part in inside for x in walk(part, unique=True) if isinstance(x, SizeVar)}
         for k, v in self.mapping.items():
             occurs = k.uid in used if isinstance(k, Axis) else k in sizes
             if occurs and not (isinstance(k, Axis) and k.uid == ax.uid) and \
@@ -129,7 +163,7 @@ class _Substitution:
 def _all_axes(e: Expr) -> list:
     """Every axis in ``e``, free or bound, and the axes in bounds of bound axes."""
     out = []
-    for x in walk(e):
+    for x in walk(e, unique=True):
         if isinstance(x, Axis):
             out.append(x)
             out += _all_axes(x.lo) + _all_axes(x.hi)
@@ -150,15 +184,7 @@ def map_reads(e: Expr, fn: Callable[[Read], Expr]) -> Expr:
     >>> map_reads(A[1] + A[2], lambda r: B[r.indices])
     (B[1] + B[2])
     """
-    memo: Dict[int, Expr] = {}
-
-    def go(x: Expr) -> Expr:
-        if id(x) not in memo:
-            y = rebuild(x, go)
-            memo[id(x)] = fn(y) if isinstance(y, Read) else y
-        return memo[id(x)]
-
-    return go(e)
+    return bottom_up(e, lambda y: fn(y) if isinstance(y, Read) else y)
 
 
 def replace_subexpr(e: Expr, target: Expr, repl: Expr) -> Expr:
@@ -175,19 +201,15 @@ def replace_subexpr(e: Expr, target: Expr, repl: Expr) -> Expr:
     from .ir import same
     h = hash(target)
     scoped = {a.uid for a in free_axes(target) + free_axes(repl)}
-    memo: Dict[int, Expr] = {}
 
-    def go(x: Expr) -> Expr:
-        if id(x) not in memo:
-            if hash(x) == h and same(x, target):
-                memo[id(x)] = repl
-            elif isinstance(x, Reduce) and any(a.uid in scoped for a in x.axes):
-                memo[id(x)] = x
-            else:
-                memo[id(x)] = rebuild(x, go)
-        return memo[id(x)]
+    def stop(x: Expr) -> Optional[Expr]:
+        if hash(x) == h and same(x, target):
+            return repl
+        if isinstance(x, Reduce) and any(a.uid in scoped for a in x.axes):
+            return x  # it binds an axis of the target or the replacement: another scope
+        return None
 
-    return go(e)
+    return bottom_up(e, lambda x: x, stop)
 
 
 def free_axes(e: Expr) -> list:
@@ -202,26 +224,26 @@ def free_axes(e: Expr) -> list:
     ['i']
     """
     out: Dict[int, Axis] = {}
-
-    def go(x: Expr, bound: frozenset):
+    # An explicit stack (any depth) and each (node, bound axes) pair once (a DAG).
+    seen = set()
+    stack = [(e, frozenset())]
+    while stack:
+        x, bound = stack.pop()
+        if (id(x), bound) in seen:
+            continue
+        seen.add((id(x), bound))
         match x:
             case Axis():
                 if x.uid not in bound:
                     out.setdefault(x.uid, x)
             case Reduce(_, body, axes, where, _):
-                for ax in axes:
-                    go(ax.lo, bound)
-                    go(ax.hi, bound)
                 inner = bound | {a.uid for a in axes}
-                go(body, inner)
+                todo = [(b, bound) for ax in axes for b in (ax.lo, ax.hi)] + [(body, inner)]
                 if where is not None:
-                    go(where, inner)
+                    todo.append((where, inner))
+                stack.extend(reversed(todo))
             case _:
-                from .ir import children
-                for c in children(x):
-                    go(c, bound)
-
-    go(e, frozenset())
+                stack.extend((c, bound) for c in reversed(children(x)))
     return list(out.values())
 
 
@@ -249,7 +271,7 @@ def is_const(e: Expr, value=None) -> bool:
 
 def contains(e: Expr, pred: Callable[[Expr], bool]) -> bool:
     """Does any sub-expression of ``e`` satisfy ``pred``?"""
-    return any(pred(x) for x in walk(e))
+    return any(pred(x) for x in walk(e, unique=True))
 
 
 def const_value(e: Expr) -> Optional[int]:

@@ -706,3 +706,130 @@ def test_sibling_reductions_sharing_an_axis_second_order(kind):
 
 
 # }}}
+
+
+# {{{ several outputs at once, one head each
+
+
+def _weighted(Y, H):
+    """``sum(H * Y)``: the scalar whose gradient is the VJP of ``Y`` with head ``H``."""
+    axes = [te.reduce_axis(s) for s in Y.shape]
+    return te.compute((), lambda: te.sum(Y[tuple(axes)] * H[tuple(axes)], axis=axes))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+@pytest.mark.parametrize("name", ["matmul", "softmax", "layer_norm", "maxpool", "embedding"])
+def test_several_outputs_sum_their_contributions(name, backend):
+    # Y1 = the pattern, Y2 = a loss reading Y1 (outputs feed each other): the gradient
+    # is that of sum(H1 * Y1) + Y2, against float64 central differences.
+    inputs, Y, arrays, _ = PATTERNS[name]()
+    Y2 = sum_of_squares(Y)
+    H = te.placeholder(Y.shape, F, "H")
+    h = rand(*Y.shape, seed=5)
+    wrt = _float_inputs(inputs)
+    grads = te.differentiate([Y, Y2], [inputs[k] for k in wrt], head=[H, None])
+    got = te.build(list(grads), inputs=inputs + [H], backend=backend)(*arrays, h)
+    got = got if isinstance(got, tuple) else (got,)
+    L1 = te.build(_weighted(Y, H), inputs=inputs + [H], backend="numpy")
+    L2 = te.build(Y2, inputs=inputs, backend="numpy")
+    for g, k in zip(got, wrt):
+        want = numeric_grad(lambda *a: L1(*a, h) + L2(*a), arrays, k)
+        assert rel_err(g, want) < 1e-6, (inputs[k].name, rel_err(g, want))
+
+
+def test_several_outputs_with_a_prefix_and_the_same_output_twice():
+    X = te.placeholder((3, 4), F, "X")
+    Y1 = te.compute((3, 4), lambda i, j: te.tanh(X[i, j]), name="Y1")
+    k = te.reduce_axis(4, name="k")
+    Y2 = te.compute((3,), lambda i: te.sum(X[i, k] * X[i, k], axis=k), name="Y2")
+    H1 = te.placeholder((2, 3, 4), F, "H1")
+    H2 = te.placeholder((2, 3), F, "H2")
+    H3 = te.placeholder((2, 3, 4), F, "H3")
+    (dX,) = te.differentiate([Y1, Y2, Y1], [X], head=[H1, H2, H3])
+    assert dX.shape == (2, 3, 4)
+    x, h1, h2, h3 = rand(3, 4), rand(2, 3, 4, seed=1), rand(2, 3, seed=2), rand(2, 3, 4, seed=3)
+    for backend in ("numpy", "c"):
+        got = te.build(dX, inputs=[X, H1, H2, H3], backend=backend)(x, h1, h2, h3)
+        want = (h1 + h3) * (1 - np.tanh(x) ** 2) + 2 * x * h2[:, :, None]
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_several_outputs_one_program_and_single_output_unchanged():
+    inputs, Y, arrays, _ = PATTERNS["softmax"]()
+    H = te.placeholder(Y.shape, F, "H")
+    (single,) = te.differentiate(Y, inputs[:1], head=H)
+    (listed,) = te.differentiate([Y], inputs[:1], head=[H])
+    # the list form of one output is the same program, printed the same
+    assert te.build(single, backend="numpy").source == te.build(listed, backend="numpy").source
+    # two outputs, one traversal: the shared forward and adjoint tensors appear once
+    L = sum_of_squares(Y)
+    (both,) = te.differentiate([Y, L], inputs[:1], head=[H, None])
+    names = [t.name for t in topo_order([both])]
+    assert names.count("dY") == 1 and len(names) == len(set(t.uid for t in topo_order([both])))
+
+
+def test_several_outputs_bad_heads():
+    X = te.placeholder((3,), F, "X")
+    Y = te.compute((3,), lambda i: X[i] * 2.0, name="Y")
+    i = te.reduce_axis(3)
+    L = te.compute((), lambda: te.sum(X[i], axis=i), name="L")
+    with pytest.raises(TypeError, match="head= is a list of 2 heads"):
+        te.differentiate([Y, L], [X], head=te.placeholder((3,), F, "H"))
+    with pytest.raises(ValueError, match=r"'Y'.*each non-scalar one needs a head"):
+        te.differentiate([Y, L], [X], head=[None, None])
+    # a prefix (2,) on Y, none on L (head None): every head has the one prefix
+    with pytest.raises(ValueError, match=r"'Y'.*'L'.*different prefixes \(2,\) and \(\)"):
+        te.differentiate([Y, L], [X], head=[te.placeholder((2, 3), F, "Hp"), None])
+
+
+# }}}
+
+# {{{ head=None on a non-scalar output
+
+
+def test_issue_forgotten_head_refuses_a_huge_jacobian():
+    # 300x300 output of a 300x300 input: 8.1e9 elements, 32 GiB at call time.
+    X = te.placeholder((300, 300), "float32", "X")
+    Y = te.compute((300, 300), lambda i, j: X[i, j] * 2.0, name="Y")
+    with pytest.raises(te.JacobianError) as err:
+        te.differentiate(Y, [X])
+    msg = str(err.value)
+    for part in ("'Y'", "test_differentiate.py", "(300, 300) + (300, 300)", "8,100,000,000",
+                 "head=", "jacobian=True"):
+        assert part in msg, (part, msg)
+    assert isinstance(err.value, ValueError)
+
+
+@pytest.mark.parametrize("shape,ok", [((4, 4), True), ((64, 64), True), ((65, 64), False),
+                                      ((4096,), True), ((4097,), False)])
+def test_jacobian_limit_is_the_documented_count(shape, ok):
+    # a (n,) output of the same input: n * n elements against JACOBIAN_LIMIT = 2**24
+    from passes.differentiate import JACOBIAN_LIMIT
+    size = int(np.prod(shape)) ** 2
+    assert ok == (size <= JACOBIAN_LIMIT)
+    X = te.placeholder(shape, F, "X")
+    Y = te.compute(shape, lambda *ix: X[ix] * 3.0, name="Y")
+    if ok:
+        (J,) = te.differentiate(Y, [X])
+        assert J.shape == shape + shape
+    else:
+        with pytest.raises(te.JacobianError):
+            te.differentiate(Y, [X])
+    (J,) = te.differentiate(Y, [X], jacobian=True)  # asked for: always built
+    assert J.shape == shape + shape
+
+
+def test_jacobian_of_symbolic_shape_needs_the_opt_in():
+    n = te.var("n")
+    X = te.placeholder((n,), F, "X")
+    Y = te.compute((n,), lambda i: X[i] * X[i], name="Y")
+    with pytest.raises(te.JacobianError, match="symbolic size"):
+        te.differentiate(Y, [X])
+    (J,) = te.differentiate(Y, [X], jacobian=True)
+    x = rand(3)
+    np.testing.assert_allclose(te.build(J, backend="numpy")(x), np.diag(2 * x))
+    with pytest.raises(ValueError, match="jacobian=True"):
+        te.differentiate(Y, [X], head=te.placeholder((n,), F, "H"), jacobian=True)
+
+
+# }}}

@@ -40,8 +40,12 @@ class Signature:
     ['n']
     """
 
-    def __init__(self, outputs: Sequence[Tensor], inputs: Sequence[Tensor]):
+    def __init__(self, outputs: Sequence[Tensor], inputs: Sequence[Tensor],
+                 inferred: bool = False):
         self.outputs = list(outputs)
+        # inputs= was None: the inputs are the placeholders the outputs read, and a
+        # caller's surplus argument is most likely an input they do not read.
+        self.inferred = inferred
         self.inputs = list(inputs)
         self.order = topo_order(self.outputs)
         input_uids = {t.uid for t in self.inputs}
@@ -113,11 +117,19 @@ class Signature:
                     return list(args), dict(got)
         return self._bind_checked(args, kwargs)
 
+    def _unread_hint(self) -> str:
+        if not self.inferred:
+            return ""
+        return (". te.build(..., inputs=None) takes only the placeholders the outputs read, and "
+                "a gradient need not read the input it is taken w.r.t. (that of a linear "
+                "function does not): list every input, te.build(grads, inputs=[...]), to keep "
+                "it in the signature")
+
     def _bind_checked(self, args: tuple, kwargs: dict):
         n = len(self.inputs)
         if len(args) > n:
             raise TypeError(f"the function takes {n} input(s) ({', '.join(self.input_names)}); "
-                            f"got {len(args)} positional arguments")
+                            f"got {len(args)} positional arguments{self._unread_hint()}")
         values = list(args) + [None] * (n - len(args))
         given = [k < len(args) for k in range(n)]
         index = {}
@@ -126,7 +138,7 @@ class Signature:
         for key, val in kwargs.items():
             if key not in index:
                 raise TypeError(f"unexpected input {key!r}; the inputs are "
-                                f"{', '.join(self.input_names)}")
+                                f"{', '.join(self.input_names) or 'none'}{self._unread_hint()}")
             k = index[key]
             if given[k]:
                 raise TypeError(f"input {key!r} given twice (positionally and by name)")
@@ -142,10 +154,15 @@ class Signature:
         for t, a in zip(self.inputs, arrays):
             want = self.shape(t, sizes)
             if tuple(a.shape) != want:
+                # only the sizes this input's shape uses, each with the input it came from
+                used = sorted(set().union(*(size_vars(d) for d in t.dims)))
+                bound = ", ".join(
+                    f"{k}={sizes[k]} from {self.input_names[self.size_source[k][0]]!r}"
+                    for k in used)
+                from tensorexpr.printer import shape_str
                 raise ValueError(
                     f"input {t.name!r} has shape {tuple(a.shape)}, expected {want} "
-                    f"(declared ({', '.join(str(s) for s in t.shape)}) with "
-                    f"{', '.join(f'{k}={v}' for k, v in sizes.items()) or 'no sizes'})")
+                    f"(declared {shape_str(t.dims)}{' with ' + bound if bound else ''})")
         for t in self._sized:
             shape = self.shape(t, sizes)
             if any(d < 0 for d in shape):

@@ -290,3 +290,41 @@ def test_size_zero_that_reads_outside_is_refused(backend):
 
 
 # }}}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_issue_gradient_that_does_not_read_its_input_hints_the_remedy(backend):
+    # dL/dX of a linear L does not read X: inputs=None builds a function of 0 inputs
+    X = te.placeholder((3,), name="X")
+    i = te.reduce_axis(3)
+    L = te.compute((), lambda: te.sum(X[i] * 2.0, axis=i), name="L")
+    (dX,) = te.differentiate(L, [X])
+    f = te.build(dX, backend=backend)
+    x = np.ones(3, np.float32)
+    for call in (lambda: f(x), lambda: f(X=x)):
+        with pytest.raises(TypeError, match=r"takes only the placeholders the outputs read.*"
+                           r"te.build\(grads, inputs=\[...\]\)"):
+            call()
+    kept = te.build(dX, inputs=[X], backend=backend)  # the remedy: the input stays
+    np.testing.assert_array_equal(kept(x), [2, 2, 2])
+    np.testing.assert_array_equal(kept(X=x), [2, 2, 2])
+    with pytest.raises(TypeError) as err:  # inputs listed: no hint, it would not apply
+        kept(x, x)
+    assert "inputs=None" not in str(err.value)
+
+
+def test_issue_shape_errors_mention_only_the_sizes_the_input_uses():
+    n, m = te.var("n"), te.var("m")
+    A = te.placeholder((n, 3), name="A")
+    B = te.placeholder((4, 3), name="B")
+    C = te.placeholder((m, n), name="C")
+    f = te.build(te.compute((n,), lambda i: A[i, 0] + B[0, 0] + C[0, i], name="Y"),
+                 backend="numpy")
+    a, c = np.ones((2, 3), np.float32), np.ones((1, 2), np.float32)
+    with pytest.raises(ValueError) as err:
+        f(a, np.ones((5, 3), np.float32), c)
+    assert str(err.value) == "input 'B' has shape (5, 3), expected (4, 3) (declared (4, 3))"
+    with pytest.raises(ValueError) as err:
+        f(a, np.ones((4, 3), np.float32), np.ones((1, 3), np.float32))
+    assert str(err.value) == ("input 'C' has shape (1, 3), expected (1, 2) (declared (m, n) "
+                              "with m=1 from 'C', n=2 from 'A')")

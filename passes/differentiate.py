@@ -166,6 +166,7 @@ class _Differentiator:
         self.originals = {t.uid: t for t in topo_order(list(outputs))}
         self.self_handle: Dict[int, SelfRef] = {}
         self.order = topo_order([self.norm[o.uid] for o in outputs])
+        self.taken = {t.name for t in self.order} | {t.name for t in self.originals.values()}
         # output uid -> its seeds (a head tensor, or None for the 0-d identity), in order
         self.seeds: Dict[int, List[Optional[Tensor]]] = {}
         self.prefix = None
@@ -253,6 +254,16 @@ class _Differentiator:
 
     # }}}
 
+    def adjoint_name(self, t: Tensor) -> str:
+        """``dX`` for ``X``; ``d2X`` (``d3X``...) when the differentiated program already
+        has a tensor of that name: a second derivative of ``X`` differentiates a
+        program holding its first, ``dX``, and must not print like it."""
+        name = f"d{t.name}"
+        k = 2
+        while name in self.taken:
+            name, k = f"d{k}{t.name}", k + 1
+        return name
+
     def adjoint_axes(self, t: Tensor) -> Tuple[Axis, ...]:
         if t.uid not in self.axes:
             # A compute's adjoint reuses its axis names; others (inputs, scatters) get i0, i1...
@@ -284,7 +295,7 @@ class _Differentiator:
             if g is None:
                 g = api.compute(self.prefix + tuple(x.dims),
                                 lambda *ax: api.const(0.0, x.dtype if is_float(x.dtype) else "float32"),
-                                name=f"d{x.name}")
+                                name=self.adjoint_name(x))
             grads.append(g)
         adjoints = {}
         for uid, g in self.adj.items():
@@ -308,7 +319,7 @@ class _Differentiator:
         if self_ref is None and _is_copy(body, axes):
             self.adj[t.uid] = body.tensor  # the adjoint is another tensor verbatim: no copy
             return
-        g = Compute(f"d{t.name}", self.prefix + tuple(t.dims), t.dtype, fresh_uid(),
+        g = Compute(self.adjoint_name(t), self.prefix + tuple(t.dims), t.dtype, fresh_uid(),
                     t.origin, axes=axes, body=body, self_ref=self_ref)
         if self_ref is not None:
             from tensorexpr.recurrence import verify_order
@@ -426,7 +437,7 @@ class _Differentiator:
     def _self_handle_for(self, t: Tensor) -> SelfRef:
         if t.uid not in self.self_handle:
             ax = self.adjoint_axes(t)
-            self.self_handle[t.uid] = SelfRef(f"d{t.name}", tuple(a.hi for a in ax), t.dtype,
+            self.self_handle[t.uid] = SelfRef(self.adjoint_name(t), tuple(a.hi for a in ax), t.dtype,
                                               fresh_uid(), t.origin)
         return self.self_handle[t.uid]
 
@@ -483,7 +494,7 @@ class _Differentiator:
             where = c if where is None else (where & c)
         sub = lambda e: substitute(e, new)
         idx = tuple(new[a] for a in q_axes) + tuple(sub(i) for i in read.indices)
-        s = ScatterAdd(f"d{x.name}_scatter", self.prefix + tuple(x.dims), x.dtype, fresh_uid(),
+        s = ScatterAdd(f"{self.adjoint_name(x)}_scatter", self.prefix + tuple(x.dims), x.dtype, fresh_uid(),
                        t.origin, axes=tuple(new.values()), where=None if where is None else sub(where),
                        indices=idx, value=api.cast(sub(g), x.dtype))
         return Read(s, tuple(q_axes) + tuple(j_axes), x.dtype)

@@ -768,6 +768,34 @@ def test_several_outputs_one_program_and_single_output_unchanged():
     assert names.count("dY") == 1 and len(names) == len(set(t.uid for t in topo_order([both])))
 
 
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_several_outputs_through_a_recurrence_and_an_override(backend):
+    # Y1 = an EWMA recurrence (head H), Y2 = a loss of its last row (head None) with a
+    # stop-gradient on an edge: one program, against central differences of
+    # sum(H * Y1) + Y2 with the stopped edge's input held constant.
+    d = te.placeholder((2, 5), F, "d")
+    s = te.placeholder((2,), F, "s")
+    e = te.recurrence((5, 2), lambda e, t, r: te.select(
+        t == 0, d[r, 0], 0.5 * d[r, t] + 0.5 * e[t - 1, r]), name="e", dtype=F)
+    r = te.reduce_axis(2, "r")
+    scaled = te.compute((2,), lambda q: e[4, q] * s[q], name="scaled")
+    L = te.compute((), lambda: te.sum(scaled[r] * scaled[r], axis=r), name="L")
+    H = te.placeholder((5, 2), F, "H")
+    dd, ds = te.differentiate([e, L], [d, s], head=[H, None],
+                              override={(scaled, e): None})
+    dv, sv, hv = rand(2, 5), rand(2, seed=1), rand(5, 2, seed=2)
+    got = te.build([dd, ds], inputs=[d, s, H], backend=backend)(dv, sv, hv)
+    fe = te.build(e, inputs=[d], backend="numpy")
+    fl = te.build(L, inputs=[d, s], backend="numpy")
+    e_fixed = fe(dv)
+    # through e only (the edge scaled <- e is stopped), and L through s only
+    want_d = numeric_grad(lambda v: (fe(v) * hv).sum(), [dv], 0)
+    want_s = 2 * e_fixed[4] ** 2 * sv
+    np.testing.assert_allclose(got[0], want_d, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(got[1], want_s, rtol=1e-6)
+    assert rel_err(got[1], numeric_grad(fl, [dv, sv], 1)) < 1e-6
+
+
 def test_several_outputs_bad_heads():
     X = te.placeholder((3,), F, "X")
     Y = te.compute((3,), lambda i: X[i] * 2.0, name="Y")

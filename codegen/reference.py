@@ -120,11 +120,15 @@ class _Eval:
             if live is not None:
                 bad &= live
             if bad.any():
-                pos = tuple(int(p[0]) for p in np.nonzero(bad))
+                pos = tuple(int(p[0]) for p in np.nonzero(bad)) if bad.ndim else ()
                 raise IndexError(
                     f"tensor {self.owner.name!r} (defined at {self.owner.origin}) reads "
                     f"{t.name!r} at index {int(ix[pos])} in dimension {d}, outside its size {n}")
             safe.append(np.where(live, ix, 0) if live is not None else ix)
+        if arr.size == 0:
+            # An empty tensor (a size of 0) is read at no live point (each would have
+            # failed above), and index 0 of it does not exist: the values are unused.
+            return np.zeros(np.broadcast_shapes(*(np.shape(i) for i in safe)), arr.dtype)
         return arr[tuple(safe)]
 
     def _reduce(self, e: Reduce, ctx, depth, mask) -> np.ndarray:

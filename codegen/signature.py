@@ -11,7 +11,8 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from tensorexpr.errors import TensorExprError, describe
-from tensorexpr.ir import Placeholder, SizeVar, Tensor, topo_order, size_vars, tensor_exprs
+from tensorexpr.ir import (Compute, Placeholder, ScatterAdd, SizeVar, Tensor, topo_order,
+                           size_vars, tensor_exprs)
 from tensorexpr.transform import eval_int, substitute
 from tensorexpr.ir import Const
 
@@ -39,8 +40,12 @@ class Signature:
     ['n']
     """
 
-    def __init__(self, outputs: Sequence[Tensor], inputs: Sequence[Tensor]):
+    def __init__(self, outputs: Sequence[Tensor], inputs: Sequence[Tensor],
+                 inferred: bool = False):
         self.outputs = list(outputs)
+        # inputs= was None: the inputs are the placeholders the outputs read, and a
+        # caller's surplus argument is most likely an input they do not read.
+        self.inferred = inferred
         self.inputs = list(inputs)
         self.order = topo_order(self.outputs)
         input_uids = {t.uid for t in self.inputs}
@@ -82,6 +87,7 @@ class Signature:
         #: boolean inputs: their bytes are checked on every call (see ``_array``)
         self._bools = [k for k, t in enumerate(self.inputs) if t.dtype == "bool"]
         self._bound: Dict[Tuple[Tuple[int, ...], ...], Dict[str, int]] = {}
+        self._empty_ok: set = set()
 
     def shape(self, t: Tensor, sizes: Dict[str, int]) -> Tuple[int, ...]:
         """The concrete shape of ``t`` once sizes are known."""
@@ -115,11 +121,19 @@ class Signature:
                     return list(args), dict(got)
         return self._bind_checked(args, kwargs)
 
+    def _unread_hint(self) -> str:
+        if not self.inferred:
+            return ""
+        return (". te.build(..., inputs=None) takes only the placeholders the outputs read, and "
+                "a gradient need not read the input it is taken w.r.t. (that of a linear "
+                "function does not): list every input, te.build(grads, inputs=[...]), to keep "
+                "it in the signature")
+
     def _bind_checked(self, args: tuple, kwargs: dict):
         n = len(self.inputs)
         if len(args) > n:
             raise TypeError(f"the function takes {n} input(s) ({', '.join(self.input_names)}); "
-                            f"got {len(args)} positional arguments")
+                            f"got {len(args)} positional arguments{self._unread_hint()}")
         values = list(args) + [None] * (n - len(args))
         given = [k < len(args) for k in range(n)]
         index = {}
@@ -128,7 +142,7 @@ class Signature:
         for key, val in kwargs.items():
             if key not in index:
                 raise TypeError(f"unexpected input {key!r}; the inputs are "
-                                f"{', '.join(self.input_names)}")
+                                f"{', '.join(self.input_names) or 'none'}{self._unread_hint()}")
             k = index[key]
             if given[k]:
                 raise TypeError(f"input {key!r} given twice (positionally and by name)")
@@ -144,13 +158,15 @@ class Signature:
         for t, a in zip(self.inputs, arrays):
             want = self.shape(t, sizes)
             if tuple(a.shape) != want:
+                # only the sizes this input's shape uses, each with the input it came from
+                used = sorted(set().union(*(size_vars(d) for d in t.dims)))
+                bound = ", ".join(
+                    f"{k}={sizes[k]} from {self.input_names[self.size_source[k][0]]!r}"
+                    for k in used)
+                from tensorexpr.printer import shape_str
                 raise ValueError(
                     f"input {t.name!r} has shape {tuple(a.shape)}, expected {want} "
-                    f"(declared ({', '.join(str(s) for s in t.shape)}) with "
-                    f"{', '.join(f'{k}={v}' for k, v in sizes.items()) or 'no sizes'})")
-        for name, v in sizes.items():
-            if v < 1:
-                raise ValueError(f"size {name!r} is {v}; symbolic sizes must be at least 1")
+                    f"(declared {shape_str(t.dims)}{' with ' + bound if bound else ''})")
         for t in self._sized:
             shape = self.shape(t, sizes)
             if any(d < 0 for d in shape):
@@ -158,10 +174,78 @@ class Signature:
                     f"{describe(t)} would have the negative shape {shape} with "
                     f"{', '.join(f'{k}={v}' for k, v in sizes.items())}; pass larger inputs "
                     f"or clamp the shape (e.g. te.maximum(n - 3, 0))")
+        zero = frozenset(k for k, v in sizes.items() if v == 0)
+        if zero:
+            self.check_empty(zero, sizes)
         if len(self._bound) > 4096:
             self._bound.clear()
         self._bound[tuple([tuple(a.shape) for a in arrays])] = dict(sizes)
         return arrays, sizes
+
+    def check_empty(self, zero: frozenset, sizes: Dict[str, int]) -> None:
+        """Raise ValueError unless the program reads inside its tensors when the sizes
+        ``zero`` are 0 (an empty batch) and the others are at least 1.
+
+        Reads are proven in range when a tensor is defined assuming every size is at
+        least 1: ``X[n - 1]`` is fine then, and outside ``X`` when ``n`` is 0. Each set
+        of zero sizes is proven once per program, the same way (isl, over the points
+        where each read is evaluated).
+
+        >>> import tensorexpr as te
+        >>> n = te.var("n")
+        >>> X = te.placeholder((n,), name="X")
+        >>> last = te.compute((), lambda: X[n - 1], name="last")
+        >>> Signature([last], [X]).check_empty(frozenset({"n"}), {"n": 0})
+        Traceback (most recent call last):
+        ...
+        ValueError: size 'n' is 0 (an empty input), but tensor 'last' ...
+        """
+        if zero in self._empty_ok:
+            return
+        from tensorexpr.bounds import guard_set, read_sites
+        from tensorexpr.polyhedral import NotAffine, Space, dim_name, params_of
+        from tensorexpr.printer import expr_str
+        for t in self.order:
+            match t:
+                case Compute():
+                    axes, parts = t.axes, [(t.body, ())]
+                case ScatterAdd():
+                    g = () if t.where is None else (t.where,)
+                    axes, parts = t.axes, [(x, g) for x in (*t.indices, t.value)]
+                    parts += [] if t.where is None else [(t.where, ())]
+                case _:
+                    continue
+            for expr, guards0 in parts:
+                for read, guards, raxes in read_sites(expr, guards0):
+                    ax = tuple(axes) + tuple(raxes)
+                    space = Space(ax, params_of(list(read.tensor.dims) + list(read.indices)
+                                                + list(guards) + [a.hi for a in ax]))
+                    dom = space.universe()
+                    for p in space.params:
+                        dom = dom & (space.vars[p].eq_set(space.vars[0]) if p in zero
+                                     else space.vars[p].ge_set(space.vars[0] + 1))
+                    for a in ax:
+                        v = space.vars[dim_name(a)]
+                        dom = dom & space.aff(a.lo).le_set(v) & v.lt_set(space.aff(a.hi))
+                    for g in guards:
+                        dom = dom & guard_set(space, g)
+                    if dom.is_empty():
+                        continue
+                    for ix, size in zip(read.indices, read.tensor.dims):
+                        try:
+                            pa, hi = space.aff(ix), space.aff(size)
+                        except NotAffine:
+                            continue  # data-dependent: checked when the kernel runs
+                        if not (dom & (pa.lt_set(space.vars[0]) | pa.ge_set(hi))).is_empty():
+                            names = " and ".join(f"{k!r}" for k in sorted(zero))
+                            raise ValueError(
+                                f"size{'s' if len(zero) > 1 else ''} {names} "
+                                f"{'are' if len(zero) > 1 else 'is'} 0 (an empty input), but {describe(t)} "
+                                f"reads {expr_str(read)} outside {read.tensor.name!r} then "
+                                f"(with {', '.join(f'{k}={v}' for k, v in sizes.items())}); "
+                                f"guard the read (te.select({sorted(zero)[0]} > 0, ..., 0.0)) "
+                                f"or pass a non-empty input")
+        self._empty_ok.add(zero)
 
     def _array(self, t: Tensor, v) -> np.ndarray:
         if isinstance(v, np.ndarray):

@@ -14,7 +14,9 @@ Rules at the tensor level (after :mod:`passes.normalize`):
 * ``Y[o] = sum_r body where w``: the same, over ``(o, r)`` restricted to ``w``;
 * ``Y[o] = max_r body`` (or min): the adjoint goes to the arg-extremum. Tie rule:
   it is split evenly among the tied points (``count[o]`` of them), the average
-  of the one-hot subgradients;
+  of the one-hot subgradients. A row holding NaN has the max NaN, which equals
+  no point: its gradient is 0 (the NaN shows in the forward value; testing for
+  it in every element cost the max-pooling VJP ~30%);
 * a recurrence's self-reads send adjoint to its own adjoint, which is then a
   recurrence running the other way (verified like any recurrence);
 * ``ScatterAdd``: the adjoint of its value is a (data-dependent) gather.
@@ -24,13 +26,14 @@ Every gradient is an ordinary tensor: buildable, printable, differentiable again
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from tensorexpr import api
-from tensorexpr.errors import describe
+from tensorexpr.errors import JacobianError, describe
 from tensorexpr.ir import (Axis, Compute, Const, Expr, Placeholder, Read, Reduce, ScatterAdd,
                            SelfRef, Tensor, fresh_uid, is_float, same, topo_order,
                            tensor_inputs, INDEX_DTYPE)
+from tensorexpr.printer import shape_str
 from tensorexpr.polyhedral import NotAffine, Space, params_of, simplify_affine, solve_fiber
 from tensorexpr.transform import map_reads, replace_subexpr, substitute
 
@@ -51,15 +54,34 @@ class Gradients(tuple):
         return obj
 
 
-def differentiate(output: Tensor, inputs: Optional[Sequence[Tensor]] = None,
-                  head: Optional[Tensor] = None, override: Optional[dict] = None) -> Gradients:
+#: ``head=None`` on a non-scalar output builds its full Jacobian, ``output.size *
+#: input.size`` elements per input. Past this many (64 MiB of float32), or when a
+#: symbolic size leaves the count unknown, ``differentiate`` refuses unless asked
+#: with ``jacobian=True``: forgetting ``head`` is the usual cause.
+JACOBIAN_LIMIT = 1 << 24
+
+
+def differentiate(output: Union[Tensor, Sequence[Tensor]],
+                  inputs: Optional[Sequence[Tensor]] = None,
+                  head: Union[None, Tensor, Sequence[Optional[Tensor]]] = None,
+                  override: Optional[dict] = None, jacobian: bool = False) -> Gradients:
     """Vector-Jacobian products of ``output`` w.r.t. ``inputs``, as tensor expressions.
 
     ``head`` (shape ``prefix + output.shape``) is the adjoint of ``output``; the
     gradients then have shape ``prefix + input.shape``. ``head=None`` means the
-    identity: for a 0-d output the gradients have the inputs' shapes, otherwise
-    the full Jacobian ``output.shape + input.shape`` is built (because it was
-    asked for). ``override={Y: fn}`` replaces the contribution through ``Y`` to
+    identity: for a 0-d output the gradients have the inputs' shapes; for any
+    other output it would build the full Jacobian ``output.shape + input.shape``,
+    which is refused with :class:`~tensorexpr.errors.JacobianError` (forgetting
+    ``head`` is the usual cause) unless ``jacobian=True`` asks for it, or it has
+    at most :data:`JACOBIAN_LIMIT` elements per input and no symbolic size.
+
+    Several outputs: ``differentiate([Y1, Y2], inputs, head=[H1, H2])`` seeds
+    each output with its head (``None`` for a 0-d output) and returns, per input,
+    the sum of the contributions of every output (as ``jax.vjp`` of a tuple), built
+    in one traversal of the graph (outputs may read each other). The heads share
+    one prefix.
+
+    ``override={Y: fn}`` replaces the contribution through ``Y`` to
     each of its inputs ``X`` by ``fn(Y, X, head_Y)``; ``override={(Y, X): fn}``
     replaces one edge. An override that is ``None`` (or a function returning
     None) stops the gradient there: the edge contributes nothing, as JAX's
@@ -79,24 +101,59 @@ def differentiate(output: Tensor, inputs: Optional[Sequence[Tensor]] = None,
     >>> ga
     array([[4., 4., 4.],
            [4., 4., 4.]], dtype=float32)
+    >>> H = te.placeholder((2, 4), name="H")
+    >>> (dA2,) = te.differentiate([C, L], [A], head=[H, None])
+    >>> f2 = te.build(dA2, inputs=[A, B, H], backend="numpy")  # dA2 does not read A
+    >>> f2(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32), np.ones((2, 4), np.float32))
+    array([[8., 8., 8.],
+           [8., 8., 8.]], dtype=float32)
     """
-    if not isinstance(output, Tensor):
-        raise TypeError("differentiate: output must be a tensor")
-    if not is_float(output.dtype):
-        raise TypeError(f"differentiate: {describe(output)} is {output.dtype}; only "
-                        f"floating-point outputs have gradients")
-    forward = topo_order([output])
+    several = isinstance(output, (list, tuple))
+    outputs = list(output) if several else [output]
+    if several:
+        if not outputs:
+            raise TypeError("differentiate: the list of outputs is empty")
+        if head is None:
+            heads = [None] * len(outputs)
+        elif isinstance(head, (list, tuple)) and len(head) == len(outputs):
+            heads = list(head)
+        else:
+            raise TypeError(f"differentiate: with {len(outputs)} outputs, head= is a list of "
+                            f"{len(outputs)} heads (None for a 0-d output)")
+    else:
+        heads = [head]
+    for out in outputs:
+        if not isinstance(out, Tensor):
+            raise TypeError("differentiate: output must be a tensor (or a list of tensors)")
+        if not is_float(out.dtype):
+            raise TypeError(f"differentiate: {describe(out)} is {out.dtype}; only "
+                            f"floating-point outputs have gradients")
+    if jacobian and any(h is not None for h in heads):
+        raise ValueError("differentiate: jacobian=True asks for the full Jacobian, which "
+                         "head=None seeds; pass one or the other")
+    forward = topo_order(outputs)
     if inputs is None:
         inputs = sorted((t for t in forward if isinstance(t, Placeholder)), key=lambda t: t.uid)
     elif isinstance(inputs, Tensor):
         inputs = [inputs]
     inputs = list(inputs)
-    return _Differentiator(output, inputs, head, override or {}).run()
+    return _Differentiator(outputs, inputs, heads, override or {}, several, jacobian).run()
+
+
+def _count(dims) -> Optional[int]:
+    """The number of elements of a shape, None if a size is symbolic."""
+    n = 1
+    for d in dims:
+        if not (isinstance(d, Const) and isinstance(d.value, int)):
+            return None
+        n *= d.value
+    return n
 
 
 class _Differentiator:
-    def __init__(self, output, inputs, head, override):
-        self.output, self.inputs = output, inputs
+    def __init__(self, outputs, inputs, heads, override, several=False, jacobian=False):
+        self.outputs, self.inputs = outputs, inputs
+        self.several, self.jacobian = several, jacobian
         self.whole: Dict[int, Callable] = {}
         self.edge: Dict[Tuple[int, int], Callable] = {}
         for key, fn in override.items():
@@ -107,11 +164,26 @@ class _Differentiator:
             else:
                 raise TypeError("override keys are tensors Y or pairs (Y, X)")
         self.group: Dict[int, int] = {}  # extracted tensor uid -> the user tensor it came from
-        self.norm = normalize([output], self.group)
-        self.originals = {t.uid: t for t in topo_order([output])}
+        self.norm = normalize(list(outputs), self.group)
+        self.originals = {t.uid: t for t in topo_order(list(outputs))}
         self.self_handle: Dict[int, SelfRef] = {}
-        self.order = topo_order([self.norm[output.uid]])
-        self.prefix, self.head_expr = self._head(head)
+        self.order = topo_order([self.norm[o.uid] for o in outputs])
+        self.taken = {t.name for t in self.order} | {t.name for t in self.originals.values()}
+        # output uid -> its seeds (a head tensor, or None for the 0-d identity), in order
+        self.seeds: Dict[int, List[Optional[Tensor]]] = {}
+        self.prefix = None
+        for out, head in zip(outputs, heads):
+            prefix, expr = self._head(out, head)
+            if self.prefix is None:
+                self.prefix, first = prefix, out
+            elif len(prefix) != len(self.prefix) or not all(
+                    same(a, b) for a, b in zip(prefix, self.prefix)):
+                raise ValueError(
+                    f"differentiate: the heads of {describe(first)} and {describe(out)} have "
+                    f"different prefixes {shape_str(self.prefix)} and {shape_str(prefix)}; "
+                    f"every head is prefix + its output's shape, with one prefix (a 0-d "
+                    f"output with head None has the prefix ())")
+            self.seeds.setdefault(out.uid, []).append(expr)
         self.active = self._active()
         self.adj: Dict[int, Tensor] = {}
         self.terms: Dict[int, List[Callable]] = {}
@@ -119,11 +191,16 @@ class _Differentiator:
 
     # {{{ set-up
 
-    def _head(self, head):
-        out = self.output
+    def _head(self, out, head):
         if head is None:
             if out.ndim == 0:
                 return (), None
+            if self.several:
+                raise ValueError(
+                    f"differentiate: {describe(out)} has shape {shape_str(out.dims)}; among "
+                    f"several outputs each non-scalar one needs a head of shape prefix + "
+                    f"{shape_str(out.dims)} (head=None is for 0-d outputs)")
+            self._check_jacobian(out)
             # The identity: dOut[p, o] = (p == o), built because a Jacobian was asked for.
             dims = tuple(out.dims) * 2
             n = out.ndim
@@ -143,6 +220,26 @@ class _Differentiator:
                              f"output's shape {out.shape}")
         return tuple(head.dims[:k]), head
 
+    def _check_jacobian(self, out):
+        """Refuse a Jacobian nobody asked for: past the limit, or of unknown size."""
+        if self.jacobian:
+            return
+        n_out = _count(out.dims)
+        for x in self.inputs:
+            n_in = _count(x.dims)
+            size = None if n_out is None or n_in is None else n_out * n_in
+            if size is not None and size <= JACOBIAN_LIMIT:
+                continue
+            what = (f"{size:,} elements" if size is not None else
+                    "a size known only at call time (a symbolic size)")
+            raise JacobianError(
+                f"differentiate: head=None on {describe(out)}, of shape "
+                f"{shape_str(out.dims)}, builds its full Jacobian w.r.t. {x.name!r} "
+                f"(shape {shape_str(out.dims)} + {shape_str(x.dims)}: {what}; the limit "
+                f"is {JACOBIAN_LIMIT:,}). For a vector-Jacobian product pass head= (a "
+                f"tensor of shape prefix + {shape_str(out.dims)}), or reduce the output "
+                f"to a 0-d loss; to build the Jacobian anyway pass jacobian=True")
+
     def _active(self) -> set:
         """uids on a path from an input to the output (float tensors only)."""
         want = {t.uid for t in self.inputs}
@@ -151,13 +248,23 @@ class _Differentiator:
             if t.uid in want or any(p.uid in reach for p in tensor_inputs(t)):
                 if is_float(t.dtype):
                     reach.add(t.uid)
-        live = {self.output.uid} & reach
+        live = set(self.seeds) & reach
         for t in reversed(self.order):
             if t.uid in live:
                 live |= {p.uid for p in tensor_inputs(t) if p.uid in reach}
         return live
 
     # }}}
+
+    def adjoint_name(self, t: Tensor) -> str:
+        """``dX`` for ``X``; ``d2X`` (``d3X``...) when the differentiated program already
+        has a tensor of that name: a second derivative of ``X`` differentiates a
+        program holding its first, ``dX``, and must not print like it."""
+        name = f"d{t.name}"
+        k = 2
+        while name in self.taken:
+            name, k = f"d{k}{t.name}", k + 1
+        return name
 
     def adjoint_axes(self, t: Tensor) -> Tuple[Axis, ...]:
         if t.uid not in self.axes:
@@ -171,20 +278,19 @@ class _Differentiator:
         return self.axes[t.uid]
 
     def run(self) -> Gradients:
-        out = self.norm[self.output.uid]
         for t in reversed(self.order):
             if t.uid not in self.active:
                 continue
-            if t.uid != out.uid and not self.terms.get(t.uid):
+            if not self.seeds.get(t.uid) and not self.terms.get(t.uid):
                 # Every use of t is under te.stop_gradient (or overridden away): its
                 # adjoint is zero and sends nothing on, so no tie count, no pass over X.
-                self._build_adjoint(t, is_output=False)
+                self._build_adjoint(t)
                 continue
             sites = self._sites(t)
             own = [s for s in sites if s[1].read.tensor.uid == t.uid]
             for s in own:  # a recurrence's adjoint reads itself: register before building
                 self._add_site(t, *s)
-            self._build_adjoint(t, is_output=(t.uid == out.uid))
+            self._build_adjoint(t)
             if self.group.get(t.uid, t.uid) == t.uid:
                 self._apply_overrides(t, self.adj[t.uid])
             for s in sites:
@@ -196,7 +302,7 @@ class _Differentiator:
             if g is None:
                 g = api.compute(self.prefix + tuple(x.dims),
                                 lambda *ax: api.const(0.0, x.dtype if is_float(x.dtype) else "float32"),
-                                name=f"d{x.name}")
+                                name=self.adjoint_name(x))
             grads.append(g)
         adjoints = {}
         for uid, g in self.adj.items():
@@ -206,13 +312,11 @@ class _Differentiator:
 
     # {{{ adjoint tensors
 
-    def _build_adjoint(self, t: Tensor, is_output: bool):
+    def _build_adjoint(self, t: Tensor):
         axes = self.adjoint_axes(t)
-        terms = [f(axes) for f in self.terms.get(t.uid, [])]
-        if is_output and self.head_expr is not None:
-            terms.insert(0, api.cast(Read(self.head_expr, axes, self.head_expr.dtype), t.dtype))
-        elif is_output:
-            terms.insert(0, api.const(1.0, t.dtype))
+        seeds = [api.const(1.0, t.dtype) if h is None else
+                 api.cast(Read(h, axes, h.dtype), t.dtype) for h in self.seeds.get(t.uid, ())]
+        terms = seeds + [f(axes) for f in self.terms.get(t.uid, [])]
         self_ref = self.self_handle.get(t.uid)
         terms = _merge_sums(terms)
         body = terms[0] if terms else api.const(0.0, t.dtype)
@@ -222,7 +326,7 @@ class _Differentiator:
         if self_ref is None and _is_copy(body, axes):
             self.adj[t.uid] = body.tensor  # the adjoint is another tensor verbatim: no copy
             return
-        g = Compute(f"d{t.name}", self.prefix + tuple(t.dims), t.dtype, fresh_uid(),
+        g = Compute(self.adjoint_name(t), self.prefix + tuple(t.dims), t.dtype, fresh_uid(),
                     t.origin, axes=axes, body=body, self_ref=self_ref)
         if self_ref is not None:
             from tensorexpr.recurrence import verify_order
@@ -340,7 +444,7 @@ class _Differentiator:
     def _self_handle_for(self, t: Tensor) -> SelfRef:
         if t.uid not in self.self_handle:
             ax = self.adjoint_axes(t)
-            self.self_handle[t.uid] = SelfRef(f"d{t.name}", tuple(a.hi for a in ax), t.dtype,
+            self.self_handle[t.uid] = SelfRef(self.adjoint_name(t), tuple(a.hi for a in ax), t.dtype,
                                               fresh_uid(), t.origin)
         return self.self_handle[t.uid]
 
@@ -397,7 +501,7 @@ class _Differentiator:
             where = c if where is None else (where & c)
         sub = lambda e: substitute(e, new)
         idx = tuple(new[a] for a in q_axes) + tuple(sub(i) for i in read.indices)
-        s = ScatterAdd(f"d{x.name}_scatter", self.prefix + tuple(x.dims), x.dtype, fresh_uid(),
+        s = ScatterAdd(f"{self.adjoint_name(x)}_scatter", self.prefix + tuple(x.dims), x.dtype, fresh_uid(),
                        t.origin, axes=tuple(new.values()), where=None if where is None else sub(where),
                        indices=idx, value=api.cast(sub(g), x.dtype))
         return Read(s, tuple(q_axes) + tuple(j_axes), x.dtype)

@@ -49,6 +49,9 @@ def simplify(e: Expr) -> Expr:
     >>> i = Axis("i", Const(0, "int64"), Const(4, "int64"), 1)
     >>> simplify((i + 0) * 1)
     i
+    >>> X = te.placeholder((4,), name="x")
+    >>> print(simplify(2.0 * X[i] ** 1.0))
+    (2.0 * x[i])
     """
     return bottom_up(e, _rule)
 
@@ -90,6 +93,12 @@ def _rule(e: Expr) -> Expr:
         case Binary("div", a, b, _):
             if _is(b, 1):
                 return a
+        case Binary("pow", a, b, _):
+            # exact for every value, NaN and infinities included (C pow and numpy agree)
+            if _is(b, 1):
+                return a
+            if _is(b, 0):
+                return _c(1, e.dtype)
         case Binary("and", a, b, _):
             if isinstance(a, Const):
                 return b if a.value else a

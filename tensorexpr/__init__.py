@@ -11,21 +11,20 @@ from .api import (abs, cast, ceil, compute, const, cos, exp, floor, log, max, ma
                   minimum, placeholder, recurrence, reduce_axis, select, sigmoid, sin, sqrt,
                   stop_gradient, sum, tanh, var)
 from .build import Function, build, saved_values
-from .errors import (BoundsError, CompilerError, CompilerNotFoundError, RecurrenceError,
-                     TensorExprError)
+from .errors import (BoundsError, CompilerError, CompilerNotFoundError, JacobianError,
+                     RecurrenceError, TensorExprError)
 from .ir import Tensor
 
 __all__ = ["abs", "cast", "ceil", "compute", "const", "cos", "exp", "floor", "log", "max",
            "maximum", "min", "minimum", "placeholder", "recurrence", "reduce_axis", "select",
            "sigmoid", "sin", "sqrt", "stop_gradient", "sum", "tanh", "var", "Function", "build",
-           "saved_values",
-           "BoundsError",
+           "saved_values", "BoundsError", "JacobianError",
            "CompilerError", "CompilerNotFoundError", "RecurrenceError", "TensorExprError",
            "Tensor"]
 
 
-def differentiate(output, inputs=None, head=None, override=None):
-    """Vector-Jacobian products of ``output``; see :func:`passes.differentiate.differentiate`.
+def differentiate(output, inputs=None, head=None, override=None, jacobian=False):
+    """Vector-Jacobian products of ``output`` (a tensor, or a list of them, one head each); see :func:`passes.differentiate.differentiate`.
 
     >>> import tensorexpr as te
     >>> X = te.placeholder((3,), name="X")
@@ -36,7 +35,8 @@ def differentiate(output, inputs=None, head=None, override=None):
     (3,)
     """
     from passes.differentiate import differentiate as _differentiate
-    return _differentiate(output, inputs=inputs, head=head, override=override)
+    return _differentiate(output, inputs=inputs, head=head, override=override,
+                           jacobian=jacobian)
 
 
 __all__.append("differentiate")

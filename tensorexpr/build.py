@@ -4,6 +4,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
+
 from .ir import (Binary, Compute, Placeholder, Read, Reduce, ScatterAdd, SelfRef, Tensor,
                  Unary, fresh_uid, tensor_inputs, topo_order, walk)
 
@@ -13,8 +15,24 @@ BACKENDS = ("c", "numpy")
 class Function:
     """A built program: call it with numpy arrays (positionally or by input name).
 
-    One output gives an array, several a tuple. ``source`` is the generated code
-    (C for the C backend, the program text for the numpy backend).
+    One output gives an array, several a tuple. ``out=`` (keyword only) writes the
+    results into arrays you own instead: one array for one output, a tuple with
+    one array (or None: a new one) per output for several; each must have the
+    output's dtype and shape and be C-contiguous and writeable. The results are
+    computed first, so an ``out`` array may also be an input (an in-place update).
+    The call returns the arrays written. ``inspect.signature(f)`` lists the
+    inputs by name. ``source`` is the generated code (C for the C backend, the
+    program text for the numpy backend).
+
+    >>> import inspect, numpy as np, tensorexpr as te
+    >>> X = te.placeholder((3,), name="X")
+    >>> f = te.build(te.compute((3,), lambda i: X[i] + 1.0, name="Y"), backend="numpy")
+    >>> inspect.signature(f)
+    <Signature (X, *, out=None)>
+    >>> x = np.zeros(3, np.float32)
+    >>> _ = f(x, out=x); _ = f(x, out=x)
+    >>> x
+    array([2., 2., 2.], dtype=float32)
     """
 
     def __init__(self, outputs, signature, impl, source: str, backend: str):
@@ -24,18 +42,74 @@ class Function:
         self._impl = impl
         self.source = source
         self.backend = backend
+        # An input named "out" keeps its name: such a function has no out= option.
+        self._takes_out = "out" not in signature.input_names
+
+    @property
+    def __signature__(self):
+        import inspect
+        import keyword
+        names = [t.name for t in self.inputs]
+        named = all(n.isidentifier() and not keyword.iskeyword(n) for n in names) \
+            and len(set(names)) == len(names)
+        # Names that cannot be keywords (or repeat) can only be passed by position.
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if named else \
+            inspect.Parameter.POSITIONAL_ONLY
+        params = [inspect.Parameter(n if named else f"input{k}", kind)
+                  for k, n in enumerate(names)]
+        if self._takes_out:
+            params.append(inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None))
+        return inspect.Signature(params)
 
     def __call__(self, *args, **kwargs):
+        out = kwargs.pop("out", None) if self._takes_out else None
+        targets = None if out is None else self._out_arrays(out)
         arrays, sizes = self.signature.bind(args, kwargs)
+        if targets is not None:
+            for t, dst in zip(self.signature.outputs, targets):
+                want = None if dst is None else self.signature.shape(t, sizes)
+                if dst is not None and dst.shape != want:
+                    raise ValueError(f"out= array for output {t.name!r} has shape {dst.shape}; "
+                                     f"the output's shape is {want}")
         outs = list(self._impl(arrays, sizes))
+        if targets is not None:
+            for k, (dst, a) in enumerate(zip(targets, outs)):
+                if dst is not None:
+                    np.copyto(dst, a)
+                    outs[k] = dst
         if len(outs) == 1:
             return outs[0]
         seen = set()
         for k, a in enumerate(outs):  # te.build([C, C]): two arrays, not one aliased twice
-            if id(a) in seen:
+            if id(a) in seen and (targets is None or targets[k] is None):
                 outs[k] = a.copy()
             seen.add(id(a))
         return tuple(outs)
+
+    def _out_arrays(self, out) -> list:
+        """The out= arrays, one per output (None: allocate), checked before computing."""
+        n = len(self.outputs)
+        if n == 1 and not isinstance(out, (tuple, list)):
+            out = (out,)
+        if not isinstance(out, (tuple, list)) or len(out) != n:
+            raise TypeError(f"out= takes {'an array' if n == 1 else f'a tuple of {n} arrays'} "
+                            f"(one per output: {', '.join(t.name for t in self.outputs)}; None "
+                            f"for a new array)")
+        for t, dst in zip(self.outputs, out):
+            if dst is None:
+                continue
+            if not isinstance(dst, np.ndarray):
+                raise TypeError(f"out= for output {t.name!r} must be a numpy array; "
+                                f"got {type(dst).__name__}")
+            if dst.dtype != np.dtype(t.dtype):
+                raise TypeError(f"out= array for output {t.name!r} is {dst.dtype}; the output "
+                                f"is {t.dtype} (allocate it with dtype=np.{t.dtype})")
+            if not (dst.flags.c_contiguous and dst.flags.writeable):
+                raise ValueError(f"out= array for output {t.name!r} must be C-contiguous and "
+                                 f"writeable (np.ascontiguousarray, or a new np.empty)")
+        if len({id(d) for d in out if d is not None}) != sum(d is not None for d in out):
+            raise ValueError("out= gives the same array for two outputs")
+        return list(out)
 
     def __repr__(self):
         ins = ", ".join(t.name for t in self.inputs)
@@ -69,6 +143,7 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
     outs = [outputs] if single else list(outputs)
     if not outs or not all(isinstance(t, Tensor) for t in outs):
         raise TypeError("te.build takes a tensor or a list of tensors")
+    inputs_inferred = inputs is None
     if inputs is None:
         inputs = sorted((t for t in topo_order(outs) if isinstance(t, Placeholder)),
                         key=lambda t: t.uid)
@@ -81,7 +156,7 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
                         f"tensors given as values), not {type(bad[0]).__name__}; pass arrays "
                         f"when calling the built function")
     cut_outs, cut_inputs = cut(outs, inputs)
-    sig = Signature(cut_outs, cut_inputs)
+    sig = Signature(cut_outs, cut_inputs, inferred=inputs_inferred)
     if backend == "numpy":
         from codegen import reference
         from .printer import program_str

@@ -25,6 +25,10 @@ class RecurrenceError(TensorExprError, ValueError):
     """A recurrence reads itself at a point that is not strictly earlier."""
 
 
+class JacobianError(TensorExprError, ValueError):
+    """``te.differentiate(..., head=None)`` would build a Jacobian nobody asked for."""
+
+
 class CompilerNotFoundError(TensorExprError, RuntimeError):
     """No C compiler is available for the C backend."""
 

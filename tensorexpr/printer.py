@@ -139,6 +139,18 @@ def _layout(e: Expr, top: bool) -> list:
     return [f"<{type(e).__name__}>"]
 
 
+def shape_str(dims) -> str:
+    """A shape as the user wrote it, sizes by name, for messages.
+
+    >>> import tensorexpr as te
+    >>> n = te.var("n")
+    >>> shape_str(te.placeholder((n + 1, 3), name="A").dims), shape_str((4,))
+    ('(n + 1, 3)', '(4,)')
+    """
+    items = [str(d) if isinstance(d, int) else _fmt(d, True) for d in dims]
+    return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+
+
 def tensor_str(t: Tensor) -> str:
     """The definition of a tensor in math-like notation.
 

@@ -9,9 +9,10 @@ import tensorexpr as te
 README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 
 
-def python_blocks():
-    """``(first line number, code)`` of every ```python block of the README."""
-    text = open(README, encoding="utf-8").read()
+def python_blocks(path: str = README):
+    """``(first line number, code)`` of every ```python block of a Markdown file
+    (the README unless ``path`` is given)."""
+    text = open(path, encoding="utf-8").read()
     out = []
     for m in re.finditer(r"^```python\n(.*?)^```", text, flags=re.S | re.M):
         out.append((text.count("\n", 0, m.start(1)) + 1, m.group(1)))

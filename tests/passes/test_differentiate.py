@@ -799,3 +799,229 @@ def test_modulo_gradient_uses_the_floor_quotient(backend):
     # central differences away from the jumps (1.0 % 0.1 is a hair below the next one)
     check_grads(sum_of_squares(Y), [A, B], [np.array([1.05, -1.05, 7.25, 0.33]), b],
                 backend=backend)
+
+# {{{ several outputs at once, one head each
+
+
+def _weighted(Y, H):
+    """``sum(H * Y)``: the scalar whose gradient is the VJP of ``Y`` with head ``H``."""
+    axes = [te.reduce_axis(s) for s in Y.shape]
+    return te.compute((), lambda: te.sum(Y[tuple(axes)] * H[tuple(axes)], axis=axes))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+@pytest.mark.parametrize("name", ["matmul", "softmax", "layer_norm", "maxpool", "embedding"])
+def test_several_outputs_sum_their_contributions(name, backend):
+    # Y1 = the pattern, Y2 = a loss reading Y1 (outputs feed each other): the gradient
+    # is that of sum(H1 * Y1) + Y2, against float64 central differences.
+    inputs, Y, arrays, _ = PATTERNS[name]()
+    Y2 = sum_of_squares(Y)
+    H = te.placeholder(Y.shape, F, "H")
+    h = rand(*Y.shape, seed=5)
+    wrt = _float_inputs(inputs)
+    grads = te.differentiate([Y, Y2], [inputs[k] for k in wrt], head=[H, None])
+    got = te.build(list(grads), inputs=inputs + [H], backend=backend)(*arrays, h)
+    got = got if isinstance(got, tuple) else (got,)
+    L1 = te.build(_weighted(Y, H), inputs=inputs + [H], backend="numpy")
+    L2 = te.build(Y2, inputs=inputs, backend="numpy")
+    for g, k in zip(got, wrt):
+        want = numeric_grad(lambda *a: L1(*a, h) + L2(*a), arrays, k)
+        assert rel_err(g, want) < 1e-6, (inputs[k].name, rel_err(g, want))
+
+
+def test_several_outputs_with_a_prefix_and_the_same_output_twice():
+    X = te.placeholder((3, 4), F, "X")
+    Y1 = te.compute((3, 4), lambda i, j: te.tanh(X[i, j]), name="Y1")
+    k = te.reduce_axis(4, name="k")
+    Y2 = te.compute((3,), lambda i: te.sum(X[i, k] * X[i, k], axis=k), name="Y2")
+    H1 = te.placeholder((2, 3, 4), F, "H1")
+    H2 = te.placeholder((2, 3), F, "H2")
+    H3 = te.placeholder((2, 3, 4), F, "H3")
+    (dX,) = te.differentiate([Y1, Y2, Y1], [X], head=[H1, H2, H3])
+    assert dX.shape == (2, 3, 4)
+    x, h1, h2, h3 = rand(3, 4), rand(2, 3, 4, seed=1), rand(2, 3, seed=2), rand(2, 3, 4, seed=3)
+    for backend in ("numpy", "c"):
+        got = te.build(dX, inputs=[X, H1, H2, H3], backend=backend)(x, h1, h2, h3)
+        want = (h1 + h3) * (1 - np.tanh(x) ** 2) + 2 * x * h2[:, :, None]
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_several_outputs_one_program_and_single_output_unchanged():
+    inputs, Y, arrays, _ = PATTERNS["softmax"]()
+    H = te.placeholder(Y.shape, F, "H")
+    (single,) = te.differentiate(Y, inputs[:1], head=H)
+    (listed,) = te.differentiate([Y], inputs[:1], head=[H])
+    # the list form of one output is the same program, printed the same
+    assert te.build(single, backend="numpy").source == te.build(listed, backend="numpy").source
+    # two outputs, one traversal: the shared forward and adjoint tensors appear once
+    L = sum_of_squares(Y)
+    (both,) = te.differentiate([Y, L], inputs[:1], head=[H, None])
+    names = [t.name for t in topo_order([both])]
+    assert names.count("dY") == 1 and len(names) == len(set(t.uid for t in topo_order([both])))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_several_outputs_through_a_recurrence_and_an_override(backend):
+    # Y1 = an EWMA recurrence (head H), Y2 = a loss of its last row (head None) with a
+    # stop-gradient on an edge: one program, against central differences of
+    # sum(H * Y1) + Y2 with the stopped edge's input held constant.
+    d = te.placeholder((2, 5), F, "d")
+    s = te.placeholder((2,), F, "s")
+    e = te.recurrence((5, 2), lambda e, t, r: te.select(
+        t == 0, d[r, 0], 0.5 * d[r, t] + 0.5 * e[t - 1, r]), name="e", dtype=F)
+    r = te.reduce_axis(2, "r")
+    scaled = te.compute((2,), lambda q: e[4, q] * s[q], name="scaled")
+    L = te.compute((), lambda: te.sum(scaled[r] * scaled[r], axis=r), name="L")
+    H = te.placeholder((5, 2), F, "H")
+    dd, ds = te.differentiate([e, L], [d, s], head=[H, None],
+                              override={(scaled, e): None})
+    dv, sv, hv = rand(2, 5), rand(2, seed=1), rand(5, 2, seed=2)
+    got = te.build([dd, ds], inputs=[d, s, H], backend=backend)(dv, sv, hv)
+    fe = te.build(e, inputs=[d], backend="numpy")
+    fl = te.build(L, inputs=[d, s], backend="numpy")
+    e_fixed = fe(dv)
+    # through e only (the edge scaled <- e is stopped), and L through s only
+    want_d = numeric_grad(lambda v: (fe(v) * hv).sum(), [dv], 0)
+    want_s = 2 * e_fixed[4] ** 2 * sv
+    np.testing.assert_allclose(got[0], want_d, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(got[1], want_s, rtol=1e-6)
+    assert rel_err(got[1], numeric_grad(fl, [dv, sv], 1)) < 1e-6
+
+
+def test_several_outputs_bad_heads():
+    X = te.placeholder((3,), F, "X")
+    Y = te.compute((3,), lambda i: X[i] * 2.0, name="Y")
+    i = te.reduce_axis(3)
+    L = te.compute((), lambda: te.sum(X[i], axis=i), name="L")
+    with pytest.raises(TypeError, match="head= is a list of 2 heads"):
+        te.differentiate([Y, L], [X], head=te.placeholder((3,), F, "H"))
+    with pytest.raises(ValueError, match=r"'Y'.*each non-scalar one needs a head"):
+        te.differentiate([Y, L], [X], head=[None, None])
+    # a prefix (2,) on Y, none on L (head None): every head has the one prefix
+    with pytest.raises(ValueError, match=r"'Y'.*'L'.*different prefixes \(2,\) and \(\)"):
+        te.differentiate([Y, L], [X], head=[te.placeholder((2, 3), F, "Hp"), None])
+
+
+# }}}
+
+# {{{ head=None on a non-scalar output
+
+
+def test_issue_forgotten_head_refuses_a_huge_jacobian():
+    # 300x300 output of a 300x300 input: 8.1e9 elements, 32 GiB at call time.
+    X = te.placeholder((300, 300), "float32", "X")
+    Y = te.compute((300, 300), lambda i, j: X[i, j] * 2.0, name="Y")
+    with pytest.raises(te.JacobianError) as err:
+        te.differentiate(Y, [X])
+    msg = str(err.value)
+    for part in ("'Y'", "test_differentiate.py", "(300, 300) + (300, 300)", "8,100,000,000",
+                 "head=", "jacobian=True"):
+        assert part in msg, (part, msg)
+    assert isinstance(err.value, ValueError)
+
+
+@pytest.mark.parametrize("shape,ok", [((4, 4), True), ((64, 64), True), ((65, 64), False),
+                                      ((4096,), True), ((4097,), False)])
+def test_jacobian_limit_is_the_documented_count(shape, ok):
+    # a (n,) output of the same input: n * n elements against JACOBIAN_LIMIT = 2**24
+    from passes.differentiate import JACOBIAN_LIMIT
+    size = int(np.prod(shape)) ** 2
+    assert ok == (size <= JACOBIAN_LIMIT)
+    X = te.placeholder(shape, F, "X")
+    Y = te.compute(shape, lambda *ix: X[ix] * 3.0, name="Y")
+    if ok:
+        (J,) = te.differentiate(Y, [X])
+        assert J.shape == shape + shape
+    else:
+        with pytest.raises(te.JacobianError):
+            te.differentiate(Y, [X])
+    (J,) = te.differentiate(Y, [X], jacobian=True)  # asked for: always built
+    assert J.shape == shape + shape
+
+
+def test_jacobian_of_symbolic_shape_needs_the_opt_in():
+    n = te.var("n")
+    X = te.placeholder((n,), F, "X")
+    Y = te.compute((n,), lambda i: X[i] * X[i], name="Y")
+    with pytest.raises(te.JacobianError, match="symbolic size"):
+        te.differentiate(Y, [X])
+    (J,) = te.differentiate(Y, [X], jacobian=True)
+    x = rand(3)
+    np.testing.assert_allclose(te.build(J, backend="numpy")(x), np.diag(2 * x))
+    with pytest.raises(ValueError, match="jacobian=True"):
+        te.differentiate(Y, [X], head=te.placeholder((n,), F, "H"), jacobian=True)
+
+
+# }}}
+
+
+# {{{ how gradients print
+
+
+@pytest.mark.parametrize("exponent,want", [
+    (2, "dx[i0] = dy[i0] * (2.0 * x[i0])"),
+    (1, None),
+    (3, "dx[i0] = dy[i0] * (3.0 * (x[i0] ** 2.0))"),
+])
+def test_issue_pow_gradient_prints_without_exponent_one(exponent, want):
+    X = te.placeholder((3,), "float32", "x")
+    Y = te.compute((3,), lambda i: X[i] ** exponent, name="y")
+    H = te.placeholder((3,), "float32", "dy")
+    (dx,) = te.differentiate(Y, [X], head=H)
+    if want is None:  # x ** 1: the gradient is the head itself, no x ** 0.0 * ... left
+        assert dx is H
+        return
+    assert str(dx).startswith(want + "    for"), str(dx)
+    assert "** 1.0" not in str(dx) and "** 0.0" not in str(dx)
+    x = np.array([-2.0, 0.0, np.nan], np.float32)
+    h = np.ones(3, np.float32)
+    for backend in ("numpy", "c"):
+        got = te.build(dx, inputs=[X, H], backend=backend)(x, h)
+        np.testing.assert_array_equal(got, exponent * np.power(x, exponent - 1))
+
+
+def test_issue_derivatives_of_each_order_have_their_own_names():
+    X = te.placeholder((3,), F, "x")
+    Y = te.compute((3,), lambda i: X[i] ** 3, name="y")
+    L = sum_of_squares(Y)
+    (d1,) = te.differentiate(L, [X])
+    (d2,) = te.differentiate(sum_of_squares(d1), [X])
+    (d3,) = te.differentiate(sum_of_squares(d2), [X])
+    assert (d1.name, d2.name, d3.name) == ("dx", "d2x", "d3x")
+    names = [t.name for t in topo_order([d3])]
+    assert len(names) == len(set(names)), names  # every tensor of the program: its own name
+    x = rand(3)
+    want = numeric_grad(te.build(sum_of_squares(d2), backend="numpy"), [x], 0)
+    np.testing.assert_allclose(te.build(d3, backend="numpy")(x), want, rtol=1e-6)
+
+
+# }}}
+
+
+# {{{ a NaN in a max/min reduction's row
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_issue_nan_in_a_max_row_is_documented(op, backend):
+    # Decided and documented (docs/guide.md, differentiate's docstring): the forward's
+    # max of a row holding NaN is NaN, and NaN equals nothing, so that row has no
+    # arg-extremum and its gradient is 0; the NaN shows in the forward value. (Sending
+    # the adjoint to the NaN points cost the max-pooling VJP ~30% in the benchmark.)
+    X = te.placeholder((3, 4), F, "X")
+    k = te.reduce_axis(4)
+    M = te.compute((3,), lambda i: getattr(te, op)(X[i, k], axis=k), name="M")
+    H = te.placeholder((3,), F, "H")
+    (dX,) = te.differentiate(M, [X], head=H)
+    nan = np.nan
+    x = np.array([[1, nan, 3, 2], [nan, 2, nan, 0], [1, 5, -5, 5]])
+    h = np.array([2.0, 4.0, 6.0])
+    m = te.build(M, backend=backend)(x)
+    assert np.isnan(m[0]) and np.isnan(m[1]) and not np.isnan(m[2])
+    g = te.build(dX, inputs=[X, H], backend=backend)(x, h)
+    want = np.zeros((3, 4))
+    want[2, [1, 3] if op == "max" else [2]] = 6.0 / (2 if op == "max" else 1)
+    np.testing.assert_array_equal(g, want)
+
+
+# }}}

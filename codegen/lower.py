@@ -73,7 +73,7 @@ from tensorexpr import polyhedral
 from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read, Reduce,
                            ScatterAdd, Select, SizeVar, Tensor, Unary, INDEX_DTYPE, fresh_uid,
                            is_float, promote, same, occurrences, tensor_exprs, walk,
-                           children, postorder)
+                           children, evaluated_with, postorder)
 from tensorexpr.transform import const_value, eval_int, flat_index, free_axes
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
@@ -1061,7 +1061,7 @@ class Lowerer:
         if not self._staging and children(e):
             self._staging = True
             try:
-                for x in _same_scope_postorder(e):
+                for x in postorder(e, evaluated_with):
                     if x is not e and self._bind[id(x)] and ("cse", id(x)) not in scope.memo:
                         self.expr(x, scope, out)
             finally:
@@ -1339,36 +1339,6 @@ class Lowerer:
 
 #: the most levels of a float expression lowered into one C expression
 STAGE = 64
-
-
-def _same_scope_postorder(e: Expr) -> List[Expr]:
-    """The nodes of ``e`` evaluated wherever ``e`` is (not inside a select's branches,
-    the right operand of ``&``/``|`` or a reduction), each once, children first;
-    without recursion."""
-    out, seen, stack = [], set(), [(e, False)]
-    while stack:
-        x, expanded = stack.pop()
-        if expanded:
-            out.append(x)
-            continue
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        stack.append((x, True))
-        match x:
-            case Binary("and" | "or", a, _, _):
-                kids = (a,)  # the right operand is evaluated only where the left allows
-            case Binary(_, a, b, _):
-                kids = (a, b)
-            case Unary(_, a, _) | Cast(a, _):
-                kids = (a,)
-            case Select(c, _, _, _):
-                kids = (c,)
-            case _:
-                kids = ()
-        stack.extend((c, False) for c in reversed(kids))
-    return out
-
 
 
 def _row_reduce(t: Compute) -> Optional[Reduce]:

@@ -15,7 +15,8 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read,
-                           Reduce, ScatterAdd, Select, SelfRef, SizeVar, Tensor, Unary, topo_order)
+                           Reduce, ScatterAdd, Select, SizeVar, Tensor, Unary,
+                           evaluated_with, topo_order)
 
 _NP = {"bool": np.bool_, "int32": np.int32, "int64": np.int64,
        "float32": np.float32, "float64": np.float64}
@@ -66,7 +67,7 @@ class _Eval:
             if id(x) in memo:
                 stack.pop()
                 continue
-            todo = [c for c in _same_context(x) if id(c) not in memo]
+            todo = [c for c in evaluated_with(x) if id(c) not in memo]
             if todo:
                 stack.extend(todo)
                 continue
@@ -159,24 +160,6 @@ class _Eval:
         else:
             out = (body.max if e.op == "max" else body.min)(axis=red)
         return np.asarray(out, dtype=_NP[e.dtype])
-
-
-def _same_context(e: Expr) -> tuple:
-    """The children of ``e`` evaluated where ``e`` is (not a select's branches, the
-    right operand of ``&``/``|`` nor a reduction's body, which see another mask or
-    more axes)."""
-    match e:
-        case Cast(a, _) | Unary(_, a, _):
-            return (a,)
-        case Binary("and" | "or", a, _, _):
-            return (a,)
-        case Binary(_, a, b, _):
-            return (a, b)
-        case Select(c, _, _, _):
-            return (c,)
-        case Read(_, idx, _):
-            return tuple(idx)
-    return ()
 
 
 def _binary(op: str, x, y):

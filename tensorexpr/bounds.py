@@ -10,7 +10,7 @@ Index dimensions that are data-dependent are left to the run-time check.
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Tuple
 
 from .errors import BoundsError, describe
 from .ir import (Axis, Binary, Compute, Expr, Read, Reduce, ScatterAdd, Select, Tensor,

@@ -200,6 +200,16 @@ class Program:
                 if isinstance(dim, SizeVar):
                     self._size_source.setdefault(dim.name, (k, d))
         self._forward = None
+        self._key: Optional[str] = None
+
+    def key(self) -> str:
+        """A digest of what the forward computes (its results from its inputs): equal
+        for two programs exactly when they compute the same, in any process."""
+        if self._key is None:
+            from codegen.fingerprint import fingerprint
+            from codegen.signature import Signature
+            self._key = fingerprint(Signature(self.results, self.inputs))
+        return self._key
 
     @staticmethod
     def _head(y: Tensor) -> Placeholder:

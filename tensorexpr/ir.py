@@ -560,8 +560,33 @@ def walk(e: Expr, unique: bool = False):
         stack.extend(reversed(children(x)))
 
 
-def postorder(e: Expr) -> list:
-    """The distinct node objects of ``e``, children before parents (left to right).
+def evaluated_with(e: Expr) -> Tuple[Expr, ...]:
+    """The children of ``e`` evaluated wherever ``e`` is: not a select's branches, the
+    right operand of ``&``/``|`` (each evaluated only where its condition allows) nor
+    a reduction's body and where (evaluated over more axes).
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((3,), name="X")
+    >>> [str(c) for c in evaluated_with(te.select(X[0] > 0.0, X[1], X[2]))]
+    ['(X[0] > 0.0)']
+    """
+    match e:
+        case Cast(a, _) | Unary(_, a, _):
+            return (a,)
+        case Binary("and" | "or", a, _, _):
+            return (a,)
+        case Binary(_, a, b, _):
+            return (a, b)
+        case Select(c, _, _, _):
+            return (c,)
+        case Read(_, idx, _):
+            return tuple(idx)
+    return ()
+
+
+def postorder(e: Expr, kids=None) -> list:
+    """The distinct node objects of ``e``, children before parents (left to right);
+    ``kids(x)`` gives the children to follow (default :func:`children`).
 
     >>> from tensorexpr.ir import Const, Binary
     >>> x = Binary("add", Const(1, "int64"), Const(2, "int64"), "int64")
@@ -578,7 +603,7 @@ def postorder(e: Expr) -> list:
             continue
         seen.add(id(x))
         stack.append((x, True))
-        stack.extend((c, False) for c in reversed(children(x)))
+        stack.extend((c, False) for c in reversed((kids or children)(x)))
     return out
 
 

@@ -28,7 +28,6 @@ tensor([2., 4., 6.], dtype=torch.float64)
 """
 from __future__ import annotations
 
-import itertools
 import keyword
 import threading
 from typing import List, Optional, Sequence
@@ -44,8 +43,9 @@ __all__ = ["op", "Op"]
 
 NAMESPACE = "tensorexpr"
 _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
-_COUNTER = itertools.count()
 _LOCK = threading.Lock()
+#: operator name -> the registered operator (a program registers once per process)
+_REGISTERED: dict = {}
 _DTYPES = {"bool": torch.bool, "int32": torch.int32, "int64": torch.int64,
            "float32": torch.float32, "float64": torch.float64}
 
@@ -69,7 +69,12 @@ def op(outputs, inputs=None, name: Optional[str] = None) -> "Op":
     >>> rowsum.qualname.startswith("tensorexpr::rowsum_")
     True
     """
-    return Op(Program(outputs, inputs, name))
+    f = Op(Program(outputs, inputs, name))
+    if f.program.differentiable:
+        # Registered now, not when autograd first asks: a backward compiled by
+        # torch.compile in another process (its graph cache) calls it by name at once.
+        f.grad_op()
+    return f
 
 
 def _arg_names(program: Program) -> List[str]:
@@ -121,8 +126,18 @@ class Op:
 
     def _register(self):
         p = self.program
+        # Named by what the program computes, not by a counter: torch.compile's graph
+        # cache, shared across processes, calls operators by name, so a name must mean
+        # the same program in every process (a counter gave another program's kernel).
+        self._opname = f"{p.name}_{p.key()[:16]}"
         with _LOCK:
-            self._opname = f"{p.name}_{next(_COUNTER)}"
+            if self._opname in _REGISTERED:
+                return _REGISTERED[self._opname]
+            _REGISTERED[self._opname] = operator = self._define()
+        return operator
+
+    def _define(self):
+        p = self.program
         n_res = len(p.results)
         ret = "Tensor" if n_res == 1 else "(" + ", ".join(["Tensor"] * n_res) + ")"
         args = ", ".join(f"Tensor {a}" for a in self._arg_names)

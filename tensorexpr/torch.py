@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import keyword
 import threading
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 import numpy as np
 import torch

@@ -132,3 +132,15 @@ def test_fuzz_recurrence_read_under_a_symbolic_guard():
         np.array([0.9398107176008175], dtype='float64'),
         np.array([[1.238266731833165, 0.3199073273015396, 0.6884896829519951, 0.1308749743962685], [1.3052172713633046, 0.9475606623645962, -1.4917844994895557, 1.0722128297627078]], dtype='float64')],
           second_order=True, seed=0)
+
+
+def test_recurrence_self_read_at_a_floordiv_under_a_data_dependent_select():
+    # fuzz seed 565, reduced: the adjoint reads dT[i0, i1, 2] under the condition
+    # (i2 == 0) & ... & (X[...] > 0); the data-dependent conjunct made the ordering
+    # check drop the whole condition (RecurrenceError: "not strictly later")
+    X = te.placeholder((2, 2, 3), dtype="float64", name="X")
+    T = te.recurrence((2, 2, 3), lambda S, i0, i1, i2: te.sin(te.select(
+        (X[i0, 0, 1] > 0.5) & (i0 % 2 == 0), X[i0, i1, i2],
+        te.select(i2 >= 2, S[i2 // 2, 1, i2 - 2], 0.0)) + 0.5 * te.select(
+        i2 >= 1, S[i0, i1, i2 - 1], 0.0)), name="T", dtype="float64")
+    check(T, [X], [_rand(2, 2, 3, seed=565)], second_order=True)

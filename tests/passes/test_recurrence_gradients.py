@@ -237,3 +237,22 @@ def test_adjoint_reads_the_forward_sums_instead_of_recomputing_them(kind):
               and not any(r.tensor.uid == dh.self_ref.uid for r in te.ir.reads(x))]
     assert not inline, [str(x) for x in inline]
     check_grads(_weighted_loss(h), inputs, arrays)
+
+
+# {{{ adjoints whose self-reads sit under data-dependent guards
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_adjoint_of_a_constant_self_read_under_a_data_dependent_select(backend):
+    # c[t] reads c[0] where X[t] > 0 and t >= 2. The adjoint gathers it as
+    # sum_{t if (i == 0) & (t >= 2) & (X[t] > 0)} dc[t]: the data-dependent conjunct made
+    # the ordering check drop the whole condition, and the valid adjoint was refused
+    X = te.placeholder((5,), "float64", "X")
+    c = te.recurrence((5,), lambda c, t: te.sin(X[t] + te.select(
+        X[t] > 0.0, te.select(t >= 2, c[0], 0.0), 0.0)), name="c", dtype="float64")
+    k = te.reduce_axis(5)
+    L = te.compute((), lambda: te.sum(c[k] * c[k], axis=k), name="L")
+    x = np.array([0.3, -0.2, 0.5, -0.4, 0.7])
+    check_grads(L, [X], [x], backend=backend)
+    second_order(L, [X], [x], backend=backend)
+
+# }}}

@@ -72,7 +72,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from tensorexpr import polyhedral
 from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read, Reduce,
                            ScatterAdd, Select, SizeVar, Tensor, Unary, INDEX_DTYPE, fresh_uid,
-                           is_float, promote, same, tensor_exprs, walk)
+                           children, is_float, promote, same, tensor_exprs, walk)
 from tensorexpr.transform import const_value, eval_int, flat_index, free_axes
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
@@ -1505,21 +1505,36 @@ def _inlinable(sig) -> set:
     once: inlining only saves storing and loading it)."""
     outputs = {t.uid for t in sig.outputs}
     once = _read_once_in_place(sig)
-    out = set()
+    depth: Dict[int, int] = {}  # inlined uid -> nesting depth of its body, reads expanded
     for t in sig.order:
         if not isinstance(t, Compute) or t.uid in outputs or t.self_ref is not None:
             continue
         nodes = list(walk(t.body))
         if any(isinstance(x, (Reduce, Select)) for x in nodes):
             continue
-        if t.uid in once and len(nodes) <= 64:
-            out.add(t.uid)
-            continue
-        if (len(nodes) > 16 or sum(isinstance(x, Read) for x in nodes) > 2
+        if not (t.uid in once and len(nodes) <= 64) and (
+                len(nodes) > 16 or sum(isinstance(x, Read) for x in nodes) > 2
                 or any(isinstance(x, (Binary, Unary)) and x.op in _COSTLY for x in nodes)):
             continue
-        out.add(t.uid)
-    return out
+        # A chain of inlined tensors is one expression, lowered (and emitted, and
+        # compiled) recursively: past a bounded depth the link is stored instead.
+        d = _expanded_depth(t.body, depth)
+        if d <= INLINE_DEPTH:
+            depth[t.uid] = d
+    return set(depth)
+
+
+#: the deepest expression that inlining may build out of a chain of tensors
+INLINE_DEPTH = 64
+
+
+def _expanded_depth(e: Expr, inlined: Dict[int, int]) -> int:
+    """Nesting depth of ``e`` with the reads of ``inlined`` tensors (uid -> depth of their
+    own expanded body) replaced by those bodies."""
+    below = [_expanded_depth(c, inlined) for c in children(e)]
+    if isinstance(e, Read):
+        below.append(inlined.get(e.tensor.uid, 0))
+    return 1 + max(below, default=0)
 
 
 def _read_once_in_place(sig) -> set:

@@ -1567,7 +1567,7 @@ def _inlinable(sig) -> set:
     once: inlining only saves storing and loading it)."""
     outputs = {t.uid for t in sig.outputs}
     once = _read_once_in_place(sig)
-    out = set()
+    depth: Dict[int, int] = {}  # inlined uid -> nesting depth of its body, reads expanded
     for t in sig.order:
         if not isinstance(t, Compute) or t.uid in outputs or t.self_ref is not None:
             continue
@@ -1575,14 +1575,32 @@ def _inlinable(sig) -> set:
         if any(isinstance(x, (Reduce, Select)) for x, _ in nodes):
             continue
         size = sum(n for _, n in nodes)
-        if t.uid in once and size <= 64:
-            out.add(t.uid)
-            continue
-        if (size > 16 or sum(n for x, n in nodes if isinstance(x, Read)) > 2
+        if not (t.uid in once and size <= 64) and (
+                size > 16 or sum(n for x, n in nodes if isinstance(x, Read)) > 2
                 or any(isinstance(x, (Binary, Unary)) and x.op in _COSTLY for x, _ in nodes)):
             continue
-        out.add(t.uid)
-    return out
+        # A chain of inlined tensors is one expression, lowered (and emitted, and
+        # compiled) recursively: past a bounded depth the link is stored instead.
+        d = _expanded_depth(t.body, depth)
+        if d <= INLINE_DEPTH:
+            depth[t.uid] = d
+    return set(depth)
+
+
+#: the deepest expression that inlining may build out of a chain of tensors
+INLINE_DEPTH = 64
+
+
+def _expanded_depth(e: Expr, inlined: Dict[int, int]) -> int:
+    """Nesting depth of ``e`` with the reads of ``inlined`` tensors (uid -> depth of their
+    own expanded body) replaced by those bodies."""
+    height: Dict[int, int] = {}
+    for x in postorder(e):  # children first, without recursion (any depth)
+        h = max((height[id(c)] for c in children(x)), default=0)
+        if isinstance(x, Read):
+            h = max(h, inlined.get(x.tensor.uid, 0))
+        height[id(x)] = 1 + h
+    return height[id(e)]
 
 
 def _read_once_in_place(sig) -> set:

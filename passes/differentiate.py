@@ -319,9 +319,7 @@ class _Differentiator:
         terms = seeds + [f(axes) for f in self.terms.get(t.uid, [])]
         self_ref = self.self_handle.get(t.uid)
         terms = _merge_sums(terms)
-        body = terms[0] if terms else api.const(0.0, t.dtype)
-        for x in terms[1:]:
-            body = body + x
+        body = balanced_sum(terms) if terms else api.const(0.0, t.dtype)
         body = simplify(api.cast(body, t.dtype))
         if self_ref is None and _is_copy(body, axes):
             self.adj[t.uid] = body.tensor  # the adjoint is another tensor verbatim: no copy
@@ -533,21 +531,45 @@ def _is_copy(body: Expr, axes) -> bool:
             and all(same(d, a.hi) for d, a in zip(body.tensor.dims, axes)))
 
 
+def balanced_sum(terms: Sequence[Expr], leaf: int = 16) -> Expr:
+    """``terms[0] + terms[1] + ...`` as a balanced tree: an adjoint may collect one term
+    per reader (hundreds along a chain of tensors), and a left-leaning sum of them would
+    be an expression as deep as the chain, which every recursive pass and backend walks.
+    Up to ``leaf`` terms it is the left-leaning sum (the usual adjoint's code is as it was).
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4,), name="X")
+    >>> print(balanced_sum([X[0], X[1], X[2], X[3]], leaf=2))
+    ((X[0] + X[1]) + (X[2] + X[3]))
+    """
+    if len(terms) <= leaf:
+        body = terms[0]
+        for x in terms[1:]:
+            body = body + x
+        return body
+    half = len(terms) // 2
+    return balanced_sum(terms[:half], leaf) + balanced_sum(terms[half:], leaf)
+
+
 def _merge_sums(terms: List[Expr]) -> List[Expr]:
     """Fuse sums over equal ranges and conditions: one loop instead of several."""
     out: List[Expr] = []
+    bodies: List[List[Expr]] = []  # the bodies of out[k] when it is a merged sum
     for term in terms:
         for k, prev in enumerate(out):
-            merged = _merge_two(prev, term)
-            if merged is not None:
-                out[k] = merged
+            body = _merge_body(prev, term)
+            if body is not None:
+                bodies[k].append(body)
                 break
         else:
             out.append(term)
-    return out
+            bodies.append([term.body] if isinstance(term, Reduce) else [])
+    return [dataclasses.replace(t, body=balanced_sum(b)) if len(b) > 1 else t
+            for t, b in zip(out, bodies)]
 
 
-def _merge_two(a: Expr, b: Expr) -> Optional[Expr]:
+def _merge_body(a: Expr, b: Expr) -> Optional[Expr]:
+    """The body of the sum ``b`` over ``a``'s axes, if ``a + b`` is one sum; else None."""
     if not (isinstance(a, Reduce) and isinstance(b, Reduce) and a.op == b.op == "sum"
             and len(a.axes) == len(b.axes) and a.dtype == b.dtype):
         return None
@@ -558,7 +580,7 @@ def _merge_two(a: Expr, b: Expr) -> Optional[Expr]:
     if not ((where is None and a.where is None) or
             (where is not None and a.where is not None and same(where, a.where))):
         return None
-    return Reduce("sum", a.body + substitute(b.body, sub), a.axes, a.where, a.dtype)
+    return substitute(b.body, sub)
 
 
 def _reads_inside(e: Expr, axes) -> bool:

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 import tensorexpr as te
 
 from ..passes.gradcheck import check_grads, numeric_grad, rel_err, sum_of_squares
-from .util import agree, assert_same, rand
+from .util import agree, assert_same, rand, without_comments
 
 
 def _gather(shape, index, n=5, dtype="int32"):
@@ -277,3 +277,25 @@ def test_random_programs_with_data_dependent_indices(recipe, xshape, seed):
     assert rel_err(got, numeric_grad(lambda xx: loss(xx, iv, h), [x], 0)) < 1e-6
 
 # }}}
+
+
+def _chain(X, links, body):
+    P = X
+    for _ in range(links):
+        P = (lambda P: te.compute(X.shape, lambda i: body(P, i), name="T", dtype=X.dtype))(P)
+    return P
+
+
+@pytest.mark.parametrize("links", [3, 70, 400])
+@pytest.mark.parametrize("body", [
+    lambda P, i: 0.9 * te.tanh(P[i]) + 0.1,   # read once in place: inlined at any size
+    lambda P, i: 0.5 * P[3 - i] + 0.25,       # cheap: inlined wherever it is read
+])
+def test_a_long_chain_of_inlinable_tensors_lowers(links, body):
+    # Every link was inlined into the next, so the chain became one expression as deep
+    # as the chain, and lowering it recursed past Python's limit (RecursionError)
+    X = te.placeholder((4,), dtype="float64", name="X")
+    Y = _chain(X, links, body)
+    fc, _ = agree(Y, [X], np.linspace(-1.0, 1.0, 4))
+    if links == 3:  # a short chain is still computed where it is read: one loop nest
+        assert without_comments(fc.source).count("for (") == 1

@@ -175,3 +175,14 @@ def test_fuzz_recurrence_tanh_of_a_sum_over_two_steps_back():
         np.array([[[0.66899176426503, 1.4866204037735664], [-0.9905979575251073, 0.7240859009012146], [-1.0233183056719475, -0.9901926589050483]]], dtype='float64'),
         np.array(-0.2787726196628353, dtype='float64')],
           second_order=False, seed=515)
+
+def test_recurrence_self_read_at_a_floordiv_under_a_data_dependent_select():
+    # fuzz seed 565, reduced: the adjoint reads dT[i0, i1, 2] under the condition
+    # (i2 == 0) & ... & (X[...] > 0); the data-dependent conjunct made the ordering
+    # check drop the whole condition (RecurrenceError: "not strictly later")
+    X = te.placeholder((2, 2, 3), dtype="float64", name="X")
+    T = te.recurrence((2, 2, 3), lambda S, i0, i1, i2: te.sin(te.select(
+        (X[i0, 0, 1] > 0.5) & (i0 % 2 == 0), X[i0, i1, i2],
+        te.select(i2 >= 2, S[i2 // 2, 1, i2 - 2], 0.0)) + 0.5 * te.select(
+        i2 >= 1, S[i0, i1, i2 - 1], 0.0)), name="T", dtype="float64")
+    check(T, [X], [_rand(2, 2, 3, seed=565)], second_order=True)

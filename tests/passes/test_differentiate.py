@@ -1025,3 +1025,22 @@ def test_issue_nan_in_a_max_row_is_documented(op, backend):
 
 
 # }}}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+@pytest.mark.parametrize("links,reduce", [(20, False), (400, False), (300, True)])
+def test_gradient_of_an_input_read_by_every_link_of_a_long_chain(backend, links, reduce):
+    # dX collects one term per link; summed left to right they made an expression as
+    # deep as the chain, and building it recursed past Python's limit (RecursionError).
+    # With `reduce` every term is a sum over the same range, merged into one sum.
+    X = te.placeholder((4,), dtype="float64", name="X")
+    W = te.placeholder((4, 3), dtype="float64", name="W")
+    k = te.reduce_axis(3, name="k")
+    P = X
+    for _ in range(links):
+        P = (lambda P: te.compute((4,), lambda i: 0.5 * P[i] + (
+            te.sum(W[i, k], axis=k) if reduce else X[i]) * 0.25, dtype="float64"))(P)
+    L = sum_of_squares(P)
+    rng = np.random.default_rng(links)
+    check_grads(L, [X, W], [rng.uniform(-1, 1, 4), rng.uniform(-1, 1, (4, 3))],
+                backend=backend)

@@ -237,3 +237,84 @@ def test_adjoint_reads_the_forward_sums_instead_of_recomputing_them(kind):
               and not any(r.tensor.uid == dh.self_ref.uid for r in te.ir.reads(x))]
     assert not inline, [str(x) for x in inline]
     check_grads(_weighted_loss(h), inputs, arrays)
+
+
+# {{{ adjoints whose self-reads sit under data-dependent guards
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_adjoint_of_a_constant_self_read_under_a_data_dependent_select(backend):
+    # c[t] reads c[0] where X[t] > 0 and t >= 2. The adjoint gathers it as
+    # sum_{t if (i == 0) & (t >= 2) & (X[t] > 0)} dc[t]: the data-dependent conjunct made
+    # the ordering check drop the whole condition, and the valid adjoint was refused
+    X = te.placeholder((5,), "float64", "X")
+    c = te.recurrence((5,), lambda c, t: te.sin(X[t] + te.select(
+        X[t] > 0.0, te.select(t >= 2, c[0], 0.0), 0.0)), name="c", dtype="float64")
+    k = te.reduce_axis(5)
+    L = te.compute((), lambda: te.sum(c[k] * c[k], axis=k), name="L")
+    x = np.array([0.3, -0.2, 0.5, -0.4, 0.7])
+    check_grads(L, [X], [x], backend=backend)
+    second_order(L, [X], [x], backend=backend)
+
+# }}}
+
+
+# {{{ the class: self-reads at earlier points that are not a fixed shift
+
+# (index along the carried axis t, the guard that makes it earlier than t)
+EARLIER = {
+    "shift1": (lambda t: t - 1, lambda t: t >= 1),
+    "shift2": (lambda t: t - 2, lambda t: t >= 2),
+    "shift3": (lambda t: t - 3, lambda t: t >= 3),
+    "const": (lambda t: 0 * t + 1, lambda t: t >= 2),
+    "half": (lambda t: t // 2, lambda t: t >= 1),
+    "parity": (lambda t: t - 1 - t % 2, lambda t: t >= 2),
+}
+OTHER = {  # index along the other axis (of extent 3), given it and t
+    "same": lambda i, t: i,
+    "const": lambda i, t: 0 * i + 2,
+    "mod": lambda i, t: (i + t) % 3,
+    "rev": lambda i, t: 2 - i,
+}
+
+
+def _earlier_recurrence(carry, form, other, guard):
+    shape = (4, 3) if carry == 0 else (3, 4)
+    X = te.placeholder(shape, "float64", "X")
+    at, when = EARLIER[form]
+
+    def body(S, *ax):
+        t, i = ax[carry], ax[1 - carry]
+        idx = [None, None]
+        idx[carry], idx[1 - carry] = at(t), OTHER[other](i, t)
+        cond = when(t) if guard == "affine" else (X[ax] > -0.5) & when(t)
+        prev = [None, None]
+        prev[carry], prev[1 - carry] = t - 1, i
+        return te.sin(X[ax] + 0.7 * te.select(cond, S[tuple(idx)], 0.0)
+                      + 0.4 * te.select(t >= 1, S[tuple(prev)], 0.0))
+    R = te.recurrence(shape, body, name="R", dtype="float64")
+    assert R.carry.axis == carry
+    x = np.random.default_rng(carry * 7 + len(form)).uniform(-1.5, 1.5, shape)
+    return X, R, x
+
+
+@pytest.mark.parametrize("guard", ["affine", "data"])
+@pytest.mark.parametrize("other", sorted(OTHER))
+@pytest.mark.parametrize("form", sorted(EARLIER))
+@pytest.mark.parametrize("carry", [0, 1])
+def test_adjoint_of_a_self_read_at_an_earlier_point(carry, form, other, guard):
+    X, R, x = _earlier_recurrence(carry, form, other, guard)
+    L = _weighted_loss(R)
+    check_grads(L, [X], [x])
+    if other == "mod":
+        second_order(L, [X], [x])
+
+
+@pytest.mark.parametrize("form", sorted(EARLIER))
+@pytest.mark.parametrize("carry", [0, 1])
+def test_adjoint_of_a_self_read_at_an_earlier_point_c(carry, form):
+    X, R, x = _earlier_recurrence(carry, form, "mod", "data")
+    L = _weighted_loss(R)
+    check_grads(L, [X], [x], backend="c")
+    second_order(L, [X], [x], backend="c")
+
+# }}}

@@ -87,3 +87,27 @@ def test_data_dependent_self_read_is_an_error():
 def test_self_read_out_of_range_is_a_bounds_error():
     with pytest.raises(te.BoundsError, match=r"'unguarded'.*t = 0"):
         te.recurrence((8,), lambda e, t: e[t - 1] + 1.0, name="unguarded")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("guard", [
+    lambda X, t: (X[t] > 0.0) & (t >= 1),
+    lambda X, t: (t >= 1) & (X[t] > 0.0),
+    lambda X, t: ~((X[t] <= 0.0) | (t < 1)),
+])
+def test_order_is_proven_from_the_affine_part_of_a_data_dependent_guard(backend, guard):
+    # c[0] is earlier than c[t] only where t >= 1; the guard's data-dependent conjunct
+    # once made isl drop the whole guard, and the valid recurrence was refused
+    x = rand(6)
+    X = te.placeholder((6,), name="X")
+    c = te.recurrence((6,), lambda c, t: X[t] + te.select(guard(X, t), c[0], 0.0), name="c")
+    assert c.carry.axis == 0 and c.carry.step == 1
+    want = x + np.where((x > 0) & (np.arange(6) >= 1), x[0], 0.0).astype(np.float32)
+    check(run(backend, c, x), want)
+
+
+def test_a_data_dependent_guard_does_not_hide_a_read_of_the_same_point():
+    X = te.placeholder((6,), name="X")
+    with pytest.raises(te.RecurrenceError, match=r"reads itself at c\[0\]"):
+        te.recurrence((6,), lambda c, t: X[t] + te.select((X[t] > 0.0) | (t >= 1), c[0], 0.0),
+                      name="c")

@@ -298,3 +298,28 @@ class Program:
 
     # }}}
 
+
+class GradOps:
+    """The backward operators of an adapter's op, built on first use as ops of the
+    same adapter (``type(self)``): :meth:`grad_op` (inputs, one head per float
+    output, the saved values) and :meth:`extras_grad_op` (the gradient through the
+    saved values that are not outputs, needed by higher derivatives only). A subclass
+    sets ``self.program`` and calls ``GradOps.__init__``."""
+
+    def __init__(self):
+        self._grad_op = None
+        self._extras_grad_op = None
+
+    def grad_op(self):
+        """The backward as an op of the inputs, one head per float output and the saved
+        values (built on first use)."""
+        if self._grad_op is None:
+            self._grad_op = type(self)(self.program.grad())
+        return self._grad_op
+
+    def extras_grad_op(self):
+        """The gradient through the saved values that are not outputs, as an op
+        (needed by higher derivatives only)."""
+        if self._extras_grad_op is None:
+            self._extras_grad_op = type(self)(self.program.extras_grad())
+        return self._extras_grad_op

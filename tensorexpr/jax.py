@@ -33,7 +33,7 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from .errors import describe
-from .interop import Program
+from .interop import GradOps, Program
 
 __all__ = ["op", "Op", "VMAP_METHOD"]
 
@@ -58,7 +58,7 @@ def op(outputs, inputs=None, name: Optional[str] = None) -> "Op":
     return Op(Program(outputs, inputs, name))
 
 
-class Op:
+class Op(GradOps):
     """A tensor program as a ``jax.custom_vjp`` function; call it with arrays.
 
     >>> import tensorexpr as te, tensorexpr.jax as tej
@@ -74,8 +74,7 @@ class Op:
         self._result_dtypes = [np.dtype(t.dtype) for t in program.results]
         self._n_in = len(program.inputs)
         self._n_out = program.n_outputs
-        self._grad_op: Optional[Op] = None
-        self._extras_grad_op: Optional[Op] = None
+        GradOps.__init__(self)
         self._all = jax.custom_vjp(self._primal)
         self._all.defvjp(self._fwd, self._bwd, symbolic_zeros=True)
 
@@ -173,19 +172,6 @@ class Op:
             out[k] = g
         return tuple(out)
 
-    def grad_op(self) -> "Op":
-        """The backward as an :class:`Op` of the inputs, one head per float output and
-        the saved values (built on first use)."""
-        if self._grad_op is None:
-            self._grad_op = Op(self.program.grad())
-        return self._grad_op
-
-    def extras_grad_op(self) -> "Op":
-        """The gradient through the saved values that are not outputs, as an :class:`Op`
-        (needed by higher derivatives only)."""
-        if self._extras_grad_op is None:
-            self._extras_grad_op = Op(self.program.extras_grad())
-        return self._extras_grad_op
 
     # }}}
 

@@ -37,7 +37,7 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 
 from .errors import describe
-from .interop import Program, op_name
+from .interop import GradOps, Program, op_name
 
 __all__ = ["op", "Op"]
 
@@ -90,7 +90,7 @@ def _arg_names(program: Program) -> List[str]:
     return names
 
 
-class Op:
+class Op(GradOps):
     """A tensor program registered as PyTorch operators; call it with tensors.
 
     ``program`` is the :class:`tensorexpr.interop.Program`, ``qualname`` the
@@ -110,8 +110,7 @@ class Op:
         self._dtypes = [_DTYPES[t.dtype] for t in program.inputs]
         self._result_dtypes = [_DTYPES[t.dtype] for t in program.results]
         self._arg_names = _arg_names(program)
-        self._grad_op: Optional[Op] = None
-        self._extras_grad_op: Optional[Op] = None
+        GradOps.__init__(self)
         self._n_in = len(program.inputs)
         self._n_out = program.n_outputs
         self.operator = self._register()
@@ -199,19 +198,6 @@ class Op:
                 out[k] = g
         return tuple(out)
 
-    def grad_op(self) -> "Op":
-        """The backward as an :class:`Op` of the inputs, one head per float output and
-        the saved values (built on first use)."""
-        if self._grad_op is None:
-            self._grad_op = Op(self.program.grad())
-        return self._grad_op
-
-    def extras_grad_op(self) -> "Op":
-        """The gradient through the saved values that are not outputs, as an :class:`Op`
-        (needed by higher derivatives only)."""
-        if self._extras_grad_op is None:
-            self._extras_grad_op = Op(self.program.extras_grad())
-        return self._extras_grad_op
 
     # }}}
 

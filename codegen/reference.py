@@ -141,6 +141,11 @@ class _Eval:
             shape = (1,) * (depth + j) + (max(hi - lo, 0),) + (1,) * (k - j - 1)
             inner[ax.uid] = np.arange(lo, max(hi, lo), dtype=np.int64).reshape(shape)
         d2 = depth + k
+        ident = identity(e.op, e.dtype)
+        if any(inner[ax.uid].size == 0 for ax in e.axes):
+            # An empty domain (the bounds depend on sizes only) evaluates no body point: a
+            # read of it at a constant index may be out of range, and is never made.
+            return np.full((1,) * depth, ident, dtype=_NP[e.dtype])
         m = None if mask is None else _lift(mask, d2)
         if e.where is not None:
             m = _and(m, self.ev(e.where, inner, d2, m))
@@ -149,14 +154,11 @@ class _Eval:
         target = np.broadcast_shapes(body.shape, (1,) * depth + full,
                                      *(() if m is None else (m.shape,)))
         body = np.broadcast_to(body, target)
-        ident = identity(e.op, e.dtype)
         if m is not None:
             body = np.where(m, body, ident)
         red = tuple(range(depth, d2))
         if e.op == "sum":
             out = body.sum(axis=red, dtype=_NP[e.dtype])
-        elif body.shape and any(body.shape[a] == 0 for a in red):
-            out = np.full(tuple(s for a, s in enumerate(body.shape) if a not in red), ident)
         else:
             out = (body.max if e.op == "max" else body.min)(axis=red)
         return np.asarray(out, dtype=_NP[e.dtype])

@@ -186,3 +186,19 @@ def test_recurrence_self_read_at_a_floordiv_under_a_data_dependent_select():
         te.select(i2 >= 2, S[i2 // 2, 1, i2 - 2], 0.0)) + 0.5 * te.select(
         i2 >= 1, S[i0, i1, i2 - 1], 0.0)), name="T", dtype="float64")
     check(T, [X], [_rand(2, 2, 3, seed=565)], second_order=True)
+
+
+# fixed: the numpy reference checked a constant-index read inside a reduction over an empty domain
+# (second order: d2X0 reads ddX0_sum[3, 2] under sum_{i1 in [4, n)}, with n = 2)
+@pytest.mark.parametrize("n_value", [1, 2, 3])
+def test_second_order_with_an_empty_clamped_tail(n_value):
+    n = te.var("n")
+    X0 = te.placeholder((n, 4), dtype="float64", name="X0")
+    k0 = te.reduce_axis((0, 1), name="k0")
+
+    def body(i0, i1):
+        r = X0[te.minimum(i0 + 2, n - 1), te.minimum(i1, 3)]
+        return te.sum(X0[i0 // 4, i0 % 4] / (1.0 + r * r), axis=k0, where=i0 < 1)
+
+    T0 = te.compute((2, n), body, name="T0", dtype="float64")
+    check(T0, [X0], [_rand(n_value, 4)], second_order=True)

@@ -73,7 +73,9 @@ from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, Read, Redu
 from tensorexpr.transform import eval_int
 
 from .loopast import Block, Comment, Decl, For, If, Kernel, Lit, Load, Op, Stmt, Store, Var
-from .lower import Lowerer, Program, _Scope, _add, _cast, _fold, _mul
+from .cexpr import add, cast, mul
+from .program import Program
+from .scope import Scope
 
 I64 = INDEX_DTYPE
 
@@ -367,11 +369,14 @@ def _segment_buffers(p: Plan) -> None:
 # {{{ lowering
 
 
-def lower(lowerer: Lowerer) -> Optional[Program]:
+def lower(lowerer) -> Optional[Program]:
     """The program of ``lowerer`` with rings and checkpointed segments, or None when
-    no recurrence qualifies (the caller then lowers the full tape).
+    no recurrence qualifies (the caller then lowers the full tape). ``lowerer`` is a
+    new :class:`codegen.lower.Lowerer`: its ring tensors are addressed modulo their
+    row count from then on.
 
     >>> import tensorexpr as te
+    >>> from codegen.lower import Lowerer
     >>> from codegen.signature import Signature
     >>> x = te.placeholder((3,), name="x")
     >>> y = te.compute((3,), lambda i: x[i] + 1.0, name="y")
@@ -384,64 +389,40 @@ def lower(lowerer: Lowerer) -> Optional[Program]:
     p = plan(lowerer.sig)
     if not p.rings:
         return None
-    return _RingLowerer(lowerer.sig, lowerer.title, p).program()
+    return _RingProgram(lowerer, p).program()
 
 
-class _RingLowerer(Lowerer):
-    """A :class:`Lowerer` whose ring tensors are addressed modulo their row count."""
+class _RingProgram:
+    """The program of a lowerer whose ring tensors are addressed modulo their row count
+    (``Lowerer.rings``), with the checkpointed segments of ``p`` (if any)."""
 
-    def __init__(self, sig, title, p: Plan):
-        super().__init__(sig, title)
+    def __init__(self, lw, p: Plan):
+        self.lw = lw
         self.plan = p
         self.ring_of: Dict[int, Ring] = {}
         self.logical: Dict[int, Tensor] = {}  # scratch buffer uid -> the tensor it holds
-        for k, t in enumerate(self.tensors):
+        for k, t in enumerate(lw.tensors):
             ring = p.rings.get(t.uid)
             if ring is None:
                 continue
-            self.tensors[k] = ring.scratch
+            lw.tensors[k] = ring.scratch
             self.logical[ring.scratch.uid] = t
-            b = self.buf[t.uid]
-            self.buf[ring.scratch.uid] = type(b)(b.name, b.dtype, False,
-                                                 f"{t.name} (ring of {ring.rows} rows)")
+            b = lw.buf[t.uid]
+            lw.buf[ring.scratch.uid] = type(b)(b.name, b.dtype, False,
+                                               f"{t.name} (ring of {ring.rows} rows)")
             for uid in (t.uid, t.self_ref.uid if t.self_ref is not None else None):
                 if uid is not None:
-                    self.buf[uid] = self.buf[ring.scratch.uid]
+                    lw.buf[uid] = lw.buf[ring.scratch.uid]
                     self.ring_of[uid] = ring
+                    lw.rings[uid] = (ring.tensor.carry.axis, ring.rows)
         s = p.segments
         if s is not None and s.store is not None:
             st = s.store
-            self.buf[st.uid] = type(self.buf[s.e.uid])(
-                f"b{len(self.tensors)}", st.dtype, False,
+            lw.buf[st.uid] = type(lw.buf[s.e.uid])(
+                f"b{len(lw.tensors)}", st.dtype, False,
                 f"{s.e.name} checkpoints ({s.k} x {s.back} rows)")
-            self.dims[st.uid] = st.dims
-            self.tensors.append(st)
-
-    def offset(self, uid: int, idx):
-        ring = self.ring_of.get(uid)
-        if ring is None or not idx:
-            return super().offset(uid, idx)
-        c = ring.tensor.carry.axis
-        dims = list(self.dims[uid])
-        dims[c] = ring.rows
-        idx = list(idx)
-        idx[c] = _fold("mod", idx[c], self.size_expr(ring.rows), I64)
-        out = idx[0]
-        for d, x in zip(dims[1:], idx[1:]):
-            out = _add(_mul(out, self.size_expr(d)), x)
-        return out
-
-    def stored_at(self, uid: int, indices):
-        """A ring tensor's element ``indices`` lies at carry row ``index % rows``
-        (the address :meth:`offset` computes), anything else where ``Lowerer`` puts it."""
-        ring = self.ring_of.get(uid)
-        if ring is None or not indices:
-            return super().stored_at(uid, indices)
-        c = ring.tensor.carry.axis
-        dims, indices = list(self.dims[uid]), list(indices)
-        dims[c] = ring.rows
-        indices[c] = Binary("mod", indices[c], ring.rows, I64)
-        return tuple(indices), tuple(dims)
+            lw.dims[st.uid] = st.dims
+            lw.tensors.append(st)
 
     def program(self) -> Program:
         s = self.plan.segments
@@ -449,7 +430,7 @@ class _RingLowerer(Lowerer):
         if s is not None:
             skip = {s.de.uid} | {x.uid for x, _ in s.consumers} | {x.uid for x in s.early}
         body: List[Stmt] = []
-        for t in self.tensors:
+        for t in self.lw.tensors:
             if isinstance(t, Placeholder):
                 continue
             t = self.logical.get(t.uid, t)
@@ -462,18 +443,18 @@ class _RingLowerer(Lowerer):
                                  and t.uid == s.store.uid):
                 continue
             if s is not None and s.recompute and t.uid == s.e.uid:
-                self._owner = t
+                self.lw.owner = t
                 body.append(Block((Comment(f"{t} [forward sweep, checkpointed]"),) +
                                   tuple(self.rows(t, 0, None, None, self._save(s)))))
                 continue
             body.append(self._tensor(t))
-        kernel = Kernel(self.title, tuple((v, n) for n, v in self.sizes.items()),
-                        tuple(self.buf[t.uid] for t in self.tensors), tuple(body))
-        return Program(kernel, self.tensors, self.sites)
+        kernel = Kernel(self.lw.title, tuple((v, n) for n, v in self.lw.sizes.items()),
+                        tuple(self.lw.buf[t.uid] for t in self.lw.tensors), tuple(body))
+        return Program(kernel, self.lw.tensors, self.lw.sites)
 
     def _tensor(self, t: Tensor) -> Stmt:
-        self._owner = t
-        stmts = self.scatter(t) if isinstance(t, ScatterAdd) else self.compute(t)
+        self.lw.owner = t
+        stmts = self.lw.scatter(t) if isinstance(t, ScatterAdd) else self.lw.compute(t)
         note = f" [ring of {self.ring_of[t.uid].rows} rows]" if t.uid in self.ring_of else ""
         return Block((Comment(f"{t}{note}"),) + tuple(stmts))
 
@@ -487,25 +468,25 @@ class _RingLowerer(Lowerer):
         carry = t.carry.axis if t.carry is not None else None
         order = ([carry] if carry is not None else []) + [k for k in range(len(axes))
                                                           if k != carry]
-        vars_ = {k: self.fresh("i", I64) for k in range(len(axes))}
+        vars_ = {k: self.lw.fresh("i", I64) for k in range(len(axes))}
         # isl sees each axis' whole box: a superset of the rows run here, so its
         # in-range proofs stay valid.
-        scope = _Scope({axes[k].uid: vars_[k] for k in order}, tuple(axes), (), {})
+        scope = Scope({axes[k].uid: vars_[k] for k in order}, tuple(axes), (), {})
         stmts: List[Stmt] = []
-        value = self.expr(t.body, scope, stmts)
-        stmts.append(Store(self.buf[t.uid].name, self.offset(t.uid, [vars_[k] for k in
+        value = self.lw.expr(t.body, scope, stmts)
+        stmts.append(Store(self.lw.buf[t.uid].name, self.lw.offset(t.uid, [vars_[k] for k in
                                                                      range(len(axes))]),
-                           _cast(value, t.dtype)))
+                           cast(value, t.dtype)))
         body = Block(tuple(stmts))
         par = [k for k in order if k != carry]
-        work = self.work(t, [axes[k] for k in par])
+        work = self.lw.work(t, [axes[k] for k in par])
         for k in reversed(order):
             ax = axes[k]
             if k == carry and after_step is not None:
                 body = Block(body.stmts + tuple(after_step(vars_[k])))
             parallel = bool(par) and k == par[0] and work is not False
-            a_lo = self.size_expr(ax.lo) if k != a or lo is None else lo
-            a_hi = self.size_expr(ax.hi) if k != a or hi is None else hi
+            a_lo = self.lw.size_expr(ax.lo) if k != a or lo is None else lo
+            a_hi = self.lw.size_expr(ax.hi) if k != a or hi is None else hi
             body = Block((For(vars_[k], a_lo, a_hi, 1, body,
                               descending=(k == carry and t.carry.step < 0),
                               parallel=parallel, work=work if parallel else None,
@@ -519,27 +500,27 @@ class _RingLowerer(Lowerer):
     def _row_size(self, t: Compute):
         n = Lit(1, I64)
         for d in t.dims[1:]:
-            n = _mul(n, self.size_expr(d))
+            n = mul(n, self.lw.size_expr(d))
         return n
 
     def _copy_row(self, dst: str, dst_row, src: str, src_row, n) -> Stmt:
-        z = self.fresh("k", I64)
+        z = self.lw.fresh("k", I64)
         dtype = self.plan.segments.e.dtype
         return For(z, Lit(0, I64), n, 1, Block((
-            Store(dst, _add(_mul(dst_row, n), z), Load(src, _add(_mul(src_row, n), z), dtype)),)),
+            Store(dst, add(mul(dst_row, n), z), Load(src, add(mul(src_row, n), z), dtype)),)),
             note="copy a row")
 
     def _save(self, s: Segments):
         """After forward step ``t``: keep it if it is one of the ``W`` rows before a
         segment start ``j * S`` (``j = t // S + 1``)."""
         e = s.e
-        ring, store = self.buf[e.uid].name, self.buf[s.store.uid].name
+        ring, store = self.lw.buf[e.uid].name, self.lw.buf[s.store.uid].name
 
         def after(t: Var) -> List[Stmt]:
-            seg, rows, n = (self.size_expr(s.seg), self.size_expr(self.ring_of[e.uid].rows),
+            seg, rows, n = (self.lw.size_expr(s.seg), self.lw.size_expr(self.ring_of[e.uid].rows),
                             self._row_size(e))
-            j = self.fresh("k", I64)
-            first = self.fresh("k", I64)
+            j = self.lw.fresh("k", I64)
+            first = self.lw.fresh("k", I64)
             return [Decl(j, Op("add", (Op("floordiv", (t, seg), I64), Lit(1, I64)), I64)),
                     Decl(first, Op("sub", (Op("mul", (j, seg), I64), Lit(s.back, I64)), I64)),
                     If(Op("and", (Op("lt", (j, Lit(s.k, I64)), "bool"),
@@ -553,44 +534,44 @@ class _RingLowerer(Lowerer):
     def _restore(self, s: Segments, j: Var, lo: Var) -> Stmt:
         """Copy segment ``j``'s checkpoint (the ``W`` rows before ``lo``) into the ring."""
         e = s.e
-        rows = self.size_expr(self.ring_of[e.uid].rows)
-        w, row = self.fresh("k", I64), self.fresh("k", I64)
+        rows = self.lw.size_expr(self.ring_of[e.uid].rows)
+        w, row = self.lw.fresh("k", I64), self.lw.fresh("k", I64)
         return For(w, Lit(0, I64), Lit(s.back, I64), 1, Block((
             Decl(row, Op("add", (Op("sub", (lo, Lit(s.back, I64)), I64), w), I64)),
             If(Op("ge", (row, Lit(0, I64)), "bool"), Block((
-                self._copy_row(self.buf[e.uid].name, Op("mod", (row, rows), I64),
-                               self.buf[s.store.uid].name,
+                self._copy_row(self.lw.buf[e.uid].name, Op("mod", (row, rows), I64),
+                               self.lw.buf[s.store.uid].name,
                                Op("add", (Op("mul", (j, Lit(s.back, I64)), I64), w), I64),
                                self._row_size(e)),))),)),
             note="restore the checkpoint")
 
     def _segments(self, s: Segments) -> Stmt:
         e, de = s.e, s.de
-        T = self.size_expr(e.dims[0])
-        seg_v, nseg = self.fresh("k", I64), self.fresh("k", I64)
-        j, lo, hi = self.fresh("k", I64), self.fresh("k", I64), self.fresh("k", I64)
+        T = self.lw.size_expr(e.dims[0])
+        seg_v, nseg = self.lw.fresh("k", I64), self.lw.fresh("k", I64)
+        j, lo, hi = self.lw.fresh("k", I64), self.lw.fresh("k", I64), self.lw.fresh("k", I64)
         inner: List[Stmt] = [
             Decl(lo, Op("mul", (j, seg_v), I64)),
             Decl(hi, Op("min", (T, Op("add", (lo, seg_v), I64)), I64)),
         ]
         if s.recompute:
             inner += [self._restore(s, j, lo), Comment(f"recompute {e.name} over the segment")]
-            self._owner = e
+            self.lw.owner = e
             e_hi = Op("min", (T, Op("add", (hi, Lit(s.ahead, I64)), I64)), I64)
             inner += self.rows(e, 0, lo, e_hi)
         inner.append(Comment(f"{de} [ring of {self.ring_of[de.uid].rows} rows]"))
-        self._owner = de
+        self.lw.owner = de
         inner += self.rows(de, 0, lo, hi)
         for x, a in s.consumers:
             inner.append(Comment(f"{x} [rows of the segment]"))
-            self._owner = x
+            self.lw.owner = x
             inner += self.rows(x, a, lo, hi)
         return Block((
             Comment(f"checkpointed gradient of {e.name}: {s.k} segments, "
                     + ("recomputed backwards" if s.recompute else
                        f"{de.name} runs backwards a segment at a time ({e.name} is read "
                        f"only at its last steps: nothing to recompute)")),
-            Decl(seg_v, self.size_expr(s.seg)),
+            Decl(seg_v, self.lw.size_expr(s.seg)),
             Decl(nseg, Op("floordiv", (Op("add", (T, Op("sub", (seg_v, Lit(1, I64)), I64)), I64),
                                        seg_v), I64)),
             For(j, Lit(0, I64), nseg, 1, Block(tuple(inner)), descending=True,

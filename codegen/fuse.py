@@ -59,6 +59,7 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, SizeVar, Te
 from tensorexpr.transform import const_value, substitute
 
 from . import target
+from .copies import is_copy
 from .loopast import Block, Comment, Decl, For, If, Lit, Op, Stmt, Var, flat, total_work
 
 I64 = INDEX_DTYPE
@@ -114,9 +115,8 @@ def plan(tensors: Sequence[Tensor], inline: set) -> List[List[Tensor]]:
 
 
 def _candidate(t: Tensor) -> bool:
-    from . import layout  # its transposed copies are read across rows: never fused
     return (isinstance(t, Compute) and t.carry is None and t.self_ref is None and t.ndim >= 1
-            and not layout.is_copy(t))
+            and not is_copy(t))  # a copy is read across rows: never fused
 
 
 def _joins(t: Tensor, group: List[Tensor], inlined: Dict[int, Compute]) -> bool:
@@ -335,7 +335,7 @@ def _lower(lowerer, group: List[Compute], stored: List[Compute],
                 axes[k] = replace(a, lo=Binary("max", a.lo, first, I64),
                                   hi=Binary("min", a.hi, SizeVar(hi_name), I64))
             member = replace(t, axes=tuple(axes))
-            lowerer._owner = t
+            lowerer.owner = t
             works.append(lowerer.work(t, list(t.axes)))
             stmts = lowerer.compute(member)
             if not _outermost(stmts, los, his):

@@ -19,8 +19,8 @@ replaces such a sum in the lowerer's tensor list by its rewritten form (same
 uid, so same buffer and output) and places the copies before it; the sum then
 takes the rows schedule by the ordinary rules. A copy is made only when
 
-* the sum is dot-product shaped (``lower._jam_reduce``) and would otherwise not be
-  computed by rows, and after the move it would be (``lower._row_reduce``);
+* the sum is dot-product shaped (``patterns.jam_reduce``) and would otherwise not be
+  computed by rows, and after the move it would be (``patterns.row_reduce``);
 * each moved read indexes its tensor with the output axis ``j`` itself in one
   dimension other than the last, and the last dimension free of ``j``; every index
   is an axis ranging over its whole dimension (no read that a run-time check guards
@@ -30,13 +30,13 @@ takes the rows schedule by the ordinary rules. A copy is made only when
   the outer output axes the moved read does not use): the copy costs one row;
 * the copy can be placed between its source and the sum without changing how
   row fusion (``codegen.fuse``) groups the other tensors. Copies are never fused
-  (``fuse`` asks :func:`is_copy`): the sum reads a copy across its rows, so the
+  (``fuse`` asks ``copies.is_copy``): the sum reads a copy across its rows, so the
   copy must be complete before the sum's slab loop starts.
 
 Programs with recurrences are left alone (their lowering keeps rolling buffers).
 
 A row sum narrower than a vector register (``h W2`` with 10 outputs per row) gets
-zero-padded copies of the operands it reads along the row instead (:func:`padded`,
+zero-padded copies of the operands it reads along the row instead (``copies.padded``,
 :func:`_pads`): its row blocks then run whole vectors of lanes, the lanes beyond
 the row computed and never stored.
 """
@@ -47,11 +47,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tensorexpr.ir import (Axis, Binary, Compute, Const, Placeholder, Read, Select, Tensor,
-                           INDEX_DTYPE, fresh_uid, is_float, same, tensor_inputs, walk)
+from tensorexpr.ir import (Axis, Compute, Placeholder, Read, Select, Tensor, INDEX_DTYPE,
+                           is_float, same, tensor_inputs, walk)
 from tensorexpr.transform import const_value, map_reads
 
 from . import fuse, target
+from .copies import moved_read, padded, transposed
+from .patterns import jam_reduce, row_block_axis, row_reduce, where_form
 
 I64 = INDEX_DTYPE
 
@@ -59,70 +61,6 @@ I64 = INDEX_DTYPE
 #: this many times (once per value of the outer output axes the read does not use;
 #: symbolic extents count as many)
 MIN_ROWS = 8
-
-
-#: uids of the copies made here (uids are never reused); ``fuse`` keeps them out of groups
-_COPIES: set = set()
-
-
-def is_copy(t: Tensor) -> bool:
-    """Is ``t`` a transposed copy made by this module?"""
-    return t.uid in _COPIES
-
-
-def transposed(x: Tensor, p: int) -> Compute:
-    """A copy of ``x`` with dimension ``p`` moved last: ``x_T[..., a_p] = x[..., a_p, ...]``.
-
-    >>> import tensorexpr as te
-    >>> B = te.placeholder((3, 5), name="B")
-    >>> t = transposed(B, 0)
-    >>> t.name, t.shape
-    ('B_T', (5, 3))
-    """
-    dims = tuple(d for k, d in enumerate(x.dims) if k != p) + (x.dims[p],)
-    axes = tuple(Axis(f"a{k}", Const(0, I64), d, fresh_uid()) for k, d in enumerate(dims))
-    rest = list(axes[:-1])
-    idx = tuple(axes[-1] if k == p else rest.pop(0) for k in range(x.ndim))
-    out = Compute(f"{x.name}_T", dims, x.dtype, fresh_uid(), x.origin, axes=axes,
-                  body=Read(x, idx, x.dtype))
-    _COPIES.add(out.uid)
-    return out
-
-
-def moved_read(r: Read, p: int, copy: Tensor) -> Read:
-    """``r`` (of ``x``) as the same element of ``copy = transposed(x, p)``."""
-    idx = tuple(x for k, x in enumerate(r.indices) if k != p) + (r.indices[p],)
-    return Read(copy, idx, r.dtype)
-
-
-#: uids of the zero-padded copies made here, with their padded width
-_PADDED: Dict[int, int] = {}
-
-
-def padded_width(t: Tensor) -> Optional[int]:
-    """The width of ``t``'s last dimension if ``t`` is a zero-padded copy made here."""
-    return _PADDED.get(t.uid)
-
-
-def padded(x: Tensor, n: int, width: int) -> Compute:
-    """A copy of ``x`` (last dimension ``n``) with its last dimension widened to
-    ``width`` by zeros: ``x_pad[..., a] = a < n ? x[..., a] : 0``.
-
-    >>> import tensorexpr as te
-    >>> W = te.placeholder((5, 10), name="W")
-    >>> p = padded(W, 10, 16)
-    >>> p.name, p.shape, padded_width(p)
-    ('W_pad', (5, 16), 16)
-    """
-    dims = tuple(x.dims[:-1]) + (Const(width, I64),)
-    axes = tuple(Axis(f"a{k}", Const(0, I64), d, fresh_uid()) for k, d in enumerate(dims))
-    zero = Const(0.0 if is_float(x.dtype) else 0, x.dtype)
-    body = Select(Binary("lt", axes[-1], Const(n, I64), "bool"), Read(x, axes, x.dtype), zero,
-                  x.dtype)
-    out = Compute(f"{x.name}_pad", dims, x.dtype, fresh_uid(), x.origin, axes=axes, body=body)
-    _COPIES.add(out.uid)
-    _PADDED[out.uid] = width
-    return out
 
 
 def pad_width(n: int, dtype: str) -> Optional[int]:
@@ -144,23 +82,22 @@ def pad_width(n: int, dtype: str) -> Optional[int]:
 def _pads(t: Tensor) -> Optional[List[Read]]:
     """The reads of ``t``'s sum to read from zero-padded copies instead, or None.
 
-    A row sum (``lower._row_reduce``) whose row axis ``j`` is narrower than a register
+    A row sum (``patterns.row_reduce``) whose row axis ``j`` is narrower than a register
     tile and not whole vectors (10 outputs of a perceptron's last layer: ``h W2``) runs
     its lanes loop ``n`` wide; gcc splits it into a vector and a spilled remainder (a
     256 x 512 x 10 product ran at 22 GFLOP/s on AVX-512). Read through copies padded with
     zeros to whole vectors (:func:`pad_width`), every row block runs whole vectors (the
     lanes beyond ``n`` are computed, and never stored: ``lower.compute_rows`` asks
-    :func:`padded_width`; the other reads are at the
+    :func:`copies.padded_width`; the other reads are at the
     points of the stored lanes). Only float sums without branches whose every read along
     ``j`` indexes the last dimension with ``j`` itself, over all of it, static sizes,
     with an outer axis to block the rows over.
     """
     from tensorexpr.ir import Reduce
 
-    from .lower import _row_block_axis, _row_reduce, _where_form
     if not isinstance(t, Compute) or t.carry is not None or t.self_ref is not None:
         return None
-    red = _row_reduce(t)
+    red = row_reduce(t)
     if (red is None or red.op != "sum" or not is_float(red.dtype)
             or any(isinstance(x, (Select, Reduce)) for x in walk(red.body, unique=True))):
         return None
@@ -168,8 +105,8 @@ def _pads(t: Tensor) -> Optional[List[Read]]:
     n = const_value(j.hi)
     if n is None or pad_width(n, red.dtype) is None or n < 2 or const_value(j.lo) != 0:
         return None
-    body, where = _where_form(red)
-    if where is not None or red.where is not None or _row_block_axis(t, red) is None:
+    body, where = where_form(red)
+    if where is not None or red.where is not None or row_block_axis(t, red) is None:
         return None
     out: List[Read] = []
     for r in (x for x in walk(red.body, unique=True) if isinstance(x, Read)):
@@ -201,13 +138,12 @@ def _strided_rows(t: Tensor) -> Optional[List[Tuple[Read, int]]]:
     of a tensor over ``STRIDED_BYTES`` with rows of ``PAGE_BYTES`` or more (static
     sizes). Moved, ``A_T[i, k]`` is read
     along ``k``: contiguous."""
-    from .lower import _row_block_axis, _row_reduce
     if not isinstance(t, Compute) or t.carry is not None or t.self_ref is not None:
         return None
-    red = _row_reduce(t)
+    red = row_reduce(t)
     if red is None:
         return None
-    ri = _row_block_axis(t, red)
+    ri = row_block_axis(t, red)
     if ri is None:
         return None
     row, j = t.axes[ri], t.axes[-1]
@@ -233,11 +169,10 @@ def _strided_rows(t: Tensor) -> Optional[List[Tuple[Read, int]]]:
 def _moves(t: Tensor) -> Optional[List[Tuple[Read, int]]]:
     """The reads of ``t``'s sum to move and the dimension of each to move last, or None
     when ``t`` is not a sum that moving reads turns into a row sum."""
-    from .lower import _jam_reduce, _row_reduce
     if not isinstance(t, Compute) or t.carry is not None or t.self_ref is not None:
         return None
-    red = _jam_reduce(t)
-    if red is None or _row_reduce(t) is not None:
+    red = jam_reduce(t)
+    if red is None or row_reduce(t) is not None:
         return None
     j = t.axes[-1]
     out: List[Tuple[Read, int]] = []
@@ -288,7 +223,6 @@ def _apply(t: Compute, copies: Dict[Tuple[int, int], Compute]) -> Optional[Compu
     moved dimension), or None when a copy is missing or the result is no row sum."""
     from dataclasses import replace
 
-    from .lower import _row_reduce
     moves = _moves(t)
     if moves is None or any((r.tensor.uid, p) not in copies for r, p in moves):
         return None
@@ -301,7 +235,7 @@ def _apply(t: Compute, copies: Dict[Tuple[int, int], Compute]) -> Optional[Compu
         return r if p is None else moved_read(r, p, copies[(r.tensor.uid, p)])
 
     out = replace(t, body=map_reads(t.body, move))
-    return out if _row_reduce(out) is not None else None
+    return out if row_reduce(out) is not None else None
 
 
 def plan(computed: Sequence[Tensor], inline: set) -> List[Tensor]:

@@ -12,7 +12,7 @@ are meant to be functions ``Kernel -> Kernel`` on this tree.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import List, Optional, Tuple, Union
 
 # {{{ expressions
@@ -287,6 +287,47 @@ def flat(stmts) -> List[Stmt]:
         else:
             out.append(s)
     return out
+
+
+def simd_safe(s) -> bool:
+    """Can ``s`` run in vector lanes: no loops or run-time checks inside?
+
+    >>> simd_safe(Block((Comment("x"),))), simd_safe(Block((Local("p", "float32", 4),)))
+    (True, False)
+    """
+    match s:
+        case Block(stmts):
+            return all(simd_safe(x) for x in stmts)
+        case If(_, then, orelse):
+            return simd_safe(then) and (orelse is None or simd_safe(orelse))
+        case For() | Fail() | Local():
+            return False
+    return True
+
+
+def mark_inner_simd(stmts: List[Stmt], reduction=(), only=None) -> List[Stmt]:
+    """``stmts`` with their innermost loops marked ``simd`` (where safe; ``only``: and
+    where ``only(loop)`` holds), with the ``reduction`` clauses given.
+
+    >>> i = Var("i0", "int64")
+    >>> loop = For(i, Lit(0, "int64"), Lit(8, "int64"), 1, Block(()))
+    >>> mark_inner_simd([loop])[0].simd
+    True
+    """
+    def go(s):
+        match s:
+            case Block(items):
+                return Block(tuple(go(x) for x in items))
+            case If(c, then, orelse):
+                return If(c, go(then), None if orelse is None else go(orelse))
+            case For():
+                if simd_safe(s.body):
+                    if only is not None and not only(s):
+                        return s
+                    return replace(s, simd=True, reduction=tuple(reduction))
+                return replace(s, body=go(s.body))
+        return s
+    return [go(x) for x in stmts]
 
 # }}}
 

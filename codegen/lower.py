@@ -66,27 +66,29 @@ its preconditions do not hold):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorexpr import polyhedral
 from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read, Reduce,
-                           ScatterAdd, Select, SizeVar, Tensor, Unary, INDEX_DTYPE, fresh_uid,
-                           is_float, promote, same, occurrences, tensor_exprs, walk,
+                           ScatterAdd, Select, SizeVar, Tensor, Unary, fresh_uid,
+                           is_float, promote, same, walk,
                            children, evaluated_with, postorder)
-from tensorexpr.transform import const_value, eval_int, flat_index, free_axes
+from tensorexpr.transform import const_value, flat_index, free_axes
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
-from . import (fulltile, fuse, layout, padcopy, peel, reference, regtile, residue, rowtiles, target,
-               taps)
-from .loopast import (Accumulate, Assign, Block, Buffer, CExpr, Comment, Decl, Fail, For, If,
-                      Kernel, Lit, Load, Local, Op, Stmt, Store, Var, loads)
+from . import (checkpoint, fulltile, fuse, layout, padcopy, peel, regions, regtile, residue,
+               rowtiles, target, taps)
+from .cexpr import I64, add, all_of, cast, checked, fold, identity, mul, wrap_int, zero
+from .loopast import (Accumulate, Assign, Block, Buffer, CExpr, Comment, Decl, For, If,
+                      Kernel, Lit, Load, Local, Op, Stmt, Store, Var, loads, mark_inner_simd,
+                      simd_safe)
+from .patterns import (JAM, TRANSPOSE_BLOCK, closed_value, conj, inlinable, jam_reduce, pure,
+                       row_block, row_block_axis, row_invariant_indices, row_reduce, split_factor,
+                       transposed_axis, uses, where_form)
+from .program import READ_OUT_OF_RANGE, SCATTER_OUT_OF_RANGE, Program, Site
+from .scope import Scope
 
-I64 = INDEX_DTYPE
-
-#: error codes of :class:`loopast.Fail` records
-READ_OUT_OF_RANGE = 1
-SCATTER_OUT_OF_RANGE = 2
 
 #: below this many estimated operations a loop nest is serial on any machine; above it,
 #: the generated code compares the estimate with a threshold measured at run time
@@ -97,12 +99,6 @@ SERIAL_WORK = 1 << 12
 ROW_TILE = 256
 
 
-def row_block() -> int:
-    """Rows of an outer axis computed together when they share the reads along the row:
-    the register tile's rows on this target (``codegen.target``; 6 on AVX2, 8 on AVX-512)."""
-    return target.current().row_block
-
-
 def row_tile_blocked(dtype: str) -> int:
     """The tile when :func:`row_block` rows are computed together: their accumulators fit
     the registers (``tile_vectors`` vectors a row, so one broadcast serves two FMAs; on
@@ -110,108 +106,10 @@ def row_tile_blocked(dtype: str) -> int:
     t = target.current()
     return t.tile_vectors * t.lanes(dtype)
 
-#: square blocks of a transposing loop nest
-TRANSPOSE_BLOCK = 8
 #: interleaved partial results of a max/min over one axis
 LANES = 16
 #: a float sum keeps partial sums per value of its last axis if it has at most this many
 PARTIAL_SUMS = 4096
-#: elements of the innermost axis reduced together by a dot-product-like sum
-JAM = 4
-#: a reduction is computed by rows only if its innermost output axis is at least this long
-ROW_MIN = 8
-
-
-@dataclass(frozen=True)
-class Site:
-    """Where a run-time check can fail: ``owner`` reads ``read`` (or scatters, read=None)."""
-
-    owner: Tensor
-    read: Optional[Read]
-
-
-@dataclass
-class Program:
-    """A lowered program: the kernel, the tensor behind each buffer, the error sites."""
-
-    kernel: Kernel
-    tensors: List[Tensor]
-    sites: List[Site]
-
-
-def identity(op: str, dtype: str) -> Lit:
-    """The value of an empty ``op`` reduction (the reference backend's definition).
-
-    >>> identity("max", "int32").value
-    -2147483648
-    """
-    return Lit(reference.identity(op, dtype).item(), dtype)
-
-
-def zero(dtype: str) -> Lit:
-    """0 of ``dtype`` (False for bool)."""
-    return Lit(0.0 if is_float(dtype) else (False if dtype == "bool" else 0), dtype)
-
-
-class _Scope:
-    """What holds at a point of the generated code.
-
-    ``env`` maps axis uids to C expressions; ``axes`` are the enclosing logical
-    axes (outermost first), ``guards`` the IR conditions known to hold (both
-    feed isl); ``memo`` reuses temporaries already computed in this scope.
-    """
-
-    def __init__(self, env, axes, guards, memo):
-        self.env: Dict[int, CExpr] = env
-        self.axes: Tuple[Axis, ...] = axes
-        self.guards: Tuple[Expr, ...] = guards
-        self.memo: Dict[Expr, CExpr] = memo
-        self._points: Optional[polyhedral.PointSet] = None
-
-    def child(self, axes=(), guards=(), env=None) -> "_Scope":
-        base = self.unbind(axes)
-        new_env = dict(base.env)
-        new_env.update(env or {})
-        # A temporary holds its value at the axes' old values and is declared in the
-        # statements lowered there: rebinding an axis starts without them.
-        rebinds = any(u in self.env and self.env[u] is not x for u, x in (env or {}).items())
-        return _Scope(new_env, base.axes + tuple(axes), base.guards + tuple(guards),
-                      {} if rebinds else dict(base.memo))
-
-    def unbind(self, axes) -> "_Scope":
-        """This scope where ``axes`` are about to be bound again (a reduction nested
-        in one over the same axis, as the IR allows): the outer binding is shadowed,
-        so it leaves the axes (isl names each axis once, by uid), and the guards and
-        temporaries that speak of it are forgotten (fewer guards only enlarge the
-        set of points isl reasons about: still sound)."""
-        uids = {a.uid for a in axes} & {a.uid for a in self.axes}
-        if not uids:
-            return self
-        return _Scope({u: v for u, v in self.env.items() if u not in uids},
-                      tuple(a for a in self.axes if a.uid not in uids),
-                      tuple(g for g in self.guards if not _uses(g, uids)),
-                      {k: v for k, v in self.memo.items() if not _key_uses(k, uids)})
-
-    def proves_nonneg(self, e: Expr, params: Sequence[str]) -> bool:
-        """Does ``e >= 0`` hold wherever this code runs?"""
-        if _nonneg(e):
-            return True
-        if not self.axes:
-            return False
-        if self._points is None:
-            self._points = polyhedral.PointSet(self.axes, self.guards, params)
-        return self._points.within(e, Const(1 << 62, I64))
-
-    def proves_inside(self, index: Expr, size: Expr, params: Sequence[str]) -> bool:
-        """Does ``0 <= index < size`` hold wherever this code runs (no check needed)?"""
-        if isinstance(index, Axis):  # the common case needs no isl
-            lo, hi, n = const_value(index.lo), const_value(index.hi), const_value(size)
-            if lo is not None and lo >= 0 and (same(index.hi, size) or
-                                               (hi is not None and n is not None and hi <= n)):
-                return True
-        if self._points is None:
-            self._points = polyhedral.PointSet(self.axes, self.guards, params)
-        return self._points.within(index, size)
 
 
 class Lowerer:
@@ -246,10 +144,14 @@ class Lowerer:
         self.sizes = {name: Var(f"n{k}", I64) for k, name in enumerate(sig.size_names)}
         #: size variables isl may see in bounds (``fuse`` adds a slab's bounds while lowering it)
         self.params: Tuple[str, ...] = tuple(sig.size_names)
-        self._owner: Optional[Tensor] = None  # the tensor being lowered (for error sites)
+        #: the tensor being lowered (the owner of the error sites recorded)
+        self.owner: Optional[Tensor] = None
+        #: tensor uid -> (axis, rows): a ring of ``rows`` along ``axis``, holding index ``x``
+        #: at ``x mod rows`` (``codegen.checkpoint``'s rolling state)
+        self.rings: Dict[int, Tuple[int, Expr]] = {}
         self._affine: Dict[tuple, Optional[tuple]] = {}  # affine_offset's isl answers
         #: cheap elementwise intermediates evaluated where they are read, never stored
-        self.inline = _inlinable(sig)
+        self.inline = inlinable(sig)
         #: ids of float operations to compute once into a local (see ``_analyse``)
         self._bind: Dict[int, bool] = {}
         self._known: List[Expr] = []  # the analysed roots, kept alive: their ids are keys
@@ -262,7 +164,6 @@ class Lowerer:
         return Var(f"{prefix}{k}", dtype)
 
     def program(self) -> Program:
-        from . import checkpoint  # rolling state and checkpointed recurrences (issue 4)
         bounded = checkpoint.lower(self)
         if bounded is not None:
             return bounded
@@ -274,7 +175,6 @@ class Lowerer:
                 body.append(Block(tuple(fused)))
                 continue
             body.extend(self.lower_alone(group))
-        from . import regions  # one parallel region for consecutive loop nests
         body = regions.merge(body)
         kernel = Kernel(self.title, tuple((v, n) for n, v in self.sizes.items()),
                         tuple(self.buf[t.uid] for t in self.tensors), tuple(body))
@@ -284,7 +184,7 @@ class Lowerer:
         """Each of ``tensors`` in its own loop nest (or as a comment, if inlined)."""
         body: List[Stmt] = []
         for t in tensors:
-            self._owner = t
+            self.owner = t
             if t.uid in self.inline:
                 body.append(Comment(f"{t} [computed where it is read]"))
                 continue
@@ -300,21 +200,28 @@ class Lowerer:
     # {{{ tensors
 
     def offset(self, uid: int, idx: Sequence[CExpr]) -> CExpr:
-        """Row-major element offset of ``idx`` in the buffer of tensor ``uid``."""
+        """Row-major element offset of ``idx`` in the buffer of tensor ``uid`` (a ring's
+        rows modulo their count, see :attr:`rings`)."""
         dims = self.dims[uid]
         if not idx:
             return Lit(0, I64)
+        ring = self.rings.get(uid)
+        if ring is not None:
+            c, rows = ring
+            dims, idx = list(dims), list(idx)
+            dims[c] = rows
+            idx[c] = fold("mod", idx[c], self.size_expr(rows), I64)
         out = idx[0]
         for d, x in zip(dims[1:], idx[1:]):
-            out = _add(_mul(out, self.size_expr(d)), x)
+            out = add(mul(out, self.size_expr(d)), x)
         return out
 
     def stored_at(self, uid: int, indices: Sequence[Expr]) -> Tuple[Tuple[Expr, ...],
                                                                    Tuple[Expr, ...]]:
         """``(indices, dims)``: where the element ``indices`` of tensor ``uid`` lies in
         its buffer, as IR, row-major in ``dims``. :meth:`offset` is the same address
-        as C; a lowering that stores a tensor differently (a ring of rows) overrides
-        both, so that :meth:`affine_offset` flattens the address actually used.
+        as C (a ring's carry row modulo its row count, see :attr:`rings`), so that
+        :meth:`affine_offset` flattens the address actually used.
 
         >>> import tensorexpr as te
         >>> from codegen.signature import Signature
@@ -323,39 +230,46 @@ class Lowerer:
         >>> Lowerer(Signature([B], [A])).stored_at(A.uid, B.body.a.indices)[1]
         (4, 3)
         """
-        return tuple(indices), tuple(self.dims[uid])
+        ring = self.rings.get(uid)
+        if ring is None or not indices:
+            return tuple(indices), tuple(self.dims[uid])
+        c, rows = ring
+        dims, indices = list(self.dims[uid]), list(indices)
+        dims[c] = rows
+        indices[c] = Binary("mod", indices[c], rows, I64)
+        return tuple(indices), tuple(dims)
 
     def size_expr(self, d: Expr) -> CExpr:
         """A size (constant or expression of size variables) as a C expression."""
-        return self.expr(d, _Scope({}, (), (), {}), [])
+        return self.expr(d, Scope({}, (), (), {}), [])
 
     def compute(self, t: Compute) -> List[Stmt]:
         if t.carry is None:
-            red = _row_reduce(t)
+            red = row_reduce(t)
             if red is not None:
                 # a gather inside a zero-padded copy: a plain sum (codegen.padcopy)
                 padded = padcopy.lower(self, t, red)
                 return padded if padded is not None else self.compute_rows(t, red)
-            red = _jam_reduce(t)
+            red = jam_reduce(t)
             if red is not None:
                 return self.compute_jam(t, red)
             tapped = taps.lower(self, t)  # short innermost axes: all taps per pass
             if tapped is not None:
                 return tapped
-            hoist = _row_invariant_indices(t)
-            if hoist and _transposed_axis(t) is None and _split_factor(t) is None:
+            hoist = row_invariant_indices(t)
+            if hoist and transposed_axis(t) is None and split_factor(t) is None:
                 return self.compute_gather_rows(t, hoist)
         axes = list(t.axes)
-        if t.carry is None and axes and _transposed_axis(t) is None and _split_factor(t) is None:
+        if t.carry is None and axes and transposed_axis(t) is None and split_factor(t) is None:
             cut = peel.pieces(t.body, axes[-1])
             if cut is not None:
                 return self.compute_pieces(t, cut)
         carry = t.carry.axis if t.carry is not None else None
         order = ([carry] if carry is not None else []) + [k for k in range(len(axes)) if k != carry]
         vars_ = {k: self.fresh("i", I64) for k in range(len(axes))}
-        scope = _Scope({axes[k].uid: vars_[k] for k in order}, tuple(axes), (), {})
-        a = _transposed_axis(t) if carry is None else None
-        c = _split_factor(t) if carry is None and a is None else None
+        scope = Scope({axes[k].uid: vars_[k] for k in order}, tuple(axes), (), {})
+        a = transposed_axis(t) if carry is None else None
+        c = split_factor(t) if carry is None and a is None else None
         body = Block(())
         if c is None:
             # Lowered once, in the form that is kept: a lowering thrown away would
@@ -363,11 +277,11 @@ class Lowerer:
             stmts: List[Stmt] = []
             value = self.expr(t.body, scope, stmts)
             offset = self.offset(t.uid, [vars_[k] for k in range(len(axes))])
-            stmts.append(Store(self.buf[t.uid].name, offset, _cast(value, t.dtype)))
+            stmts.append(Store(self.buf[t.uid].name, offset, cast(value, t.dtype)))
             body = Block(tuple(stmts))
         # The innermost loop runs in vector lanes when it is not the carried axis: its
         # points are independent (each stores its own element).
-        simd = bool(order) and order[-1] != carry and _simd_safe(body)
+        simd = bool(order) and order[-1] != carry and simd_safe(body)
         par = [k for k in order if k != carry]
         work = self.work(t, [axes[k] for k in par])
         if a is not None:
@@ -378,18 +292,18 @@ class Lowerer:
             j, q = axes[k], self.fresh("i", I64)
             stmts = []
             for r in range(c):
-                jv = _add(_mul(q, Lit(c, I64)), Lit(r, I64))
+                jv = add(mul(q, Lit(c, I64)), Lit(r, I64))
                 sc = scope.child(env={j.uid: jv})
                 sc.memo.update(_split_memo(t.body, j, c, q, r))
                 value = self.expr(t.body, sc, stmts)
                 stmts.append(Store(self.buf[t.uid].name,
                                    self.offset(t.uid, [vars_[x] for x in range(k)] + [jv]),
-                                   _cast(value, t.dtype)))
+                                   cast(value, t.dtype)))
             body = Block(tuple(stmts))
             vars_[k] = q
             axes[k] = Axis(j.name + f"//{c}", j.lo, Const(const_value(j.hi) // c, I64),
                            fresh_uid())
-            simd = _simd_safe(body)
+            simd = simd_safe(body)
         for k in reversed(order):
             ax = axes[k]
             parallel = bool(par) and k == par[0] and work is not False
@@ -412,15 +326,15 @@ class Lowerer:
         loops: List[Stmt] = []
         for k, (lo, hi, body) in enumerate(cut):
             jv = self.fresh("i", I64)
-            scope = _Scope({ax.uid: v for ax, v in zip(axes, outer + [jv])}, tuple(axes),
+            scope = Scope({ax.uid: v for ax, v in zip(axes, outer + [jv])}, tuple(axes),
                            (j >= lo, j < hi), {})
             stmts: List[Stmt] = []
             value = self.expr(body, scope, stmts)
             stmts.append(Store(self.buf[t.uid].name, self.offset(t.uid, outer + [jv]),
-                               _cast(value, t.dtype)))
+                               cast(value, t.dtype)))
             block = Block(tuple(stmts))
             parallel = not outer and k == longest and work is not False
-            loops.append(For(jv, Lit(lo, I64), Lit(hi, I64), 1, block, simd=_simd_safe(block),
+            loops.append(For(jv, Lit(lo, I64), Lit(hi, I64), 1, block, simd=simd_safe(block),
                              parallel=parallel, work=work if parallel else None,
                              note=f"{j.name} in [{lo}, {hi})"))
         return self.outer_loops(axes[:-1], outer, loops, work)
@@ -447,7 +361,7 @@ class Lowerer:
         j = axes[-1]
         outer = axes[:-1]
         vars_ = [self.fresh("i", I64) for _ in outer]
-        oscope = _Scope({ax.uid: v for ax, v in zip(outer, vars_)}, tuple(outer), (), {})
+        oscope = Scope({ax.uid: v for ax, v in zip(outer, vars_)}, tuple(outer), (), {})
         pre: List[Stmt] = []
         bad: List[CExpr] = []
         known: Dict[Expr, CExpr] = {}
@@ -469,10 +383,10 @@ class Lowerer:
             stmts: List[Stmt] = []
             value = self.expr(t.body, sc, stmts)
             stmts.append(Store(self.buf[t.uid].name, self.offset(t.uid, vars_ + [jv]),
-                               _cast(value, t.dtype)))
+                               cast(value, t.dtype)))
             block = Block(tuple(stmts))
             return For(jv, self.size_expr(j.lo), self.size_expr(j.hi), 1, block, note=j.name,
-                       simd=_simd_safe(block))
+                       simd=simd_safe(block))
 
         fast = row({("in range", x): v for x, v in known.items()})
         cond = bad[0]
@@ -501,7 +415,7 @@ class Lowerer:
                              Block(()), note=ax.name + " (block)"))
         for k in (a, j):
             ax = axes[k]
-            hi = Op("min", (_add(tiles[k], Lit(B, I64)), self.size_expr(ax.hi)), I64)
+            hi = Op("min", (add(tiles[k], Lit(B, I64)), self.size_expr(ax.hi)), I64)
             loops.append(For(vars_[k], tiles[k], hi, 1, Block(()), note=ax.name))
         for k in reversed(range(len(loops))):
             extra = {}
@@ -522,43 +436,43 @@ class Lowerer:
         vars_ = [self.fresh("i", I64) for _ in outer]
         env = {ax.uid: v for ax, v in zip(outer, vars_)}
         work = self.work(t, axes)
-        ri = _row_block_axis(t, red, JAM)
+        ri = row_block_axis(t, red, JAM)
 
         def block(rows: List[Optional[Var]], cols: List[CExpr]) -> List[Stmt]:
-            scope = _Scope(dict(env), tuple(outer) + (j,), (), {})
+            scope = Scope(dict(env), tuple(outer) + (j,), (), {})
             pairs = [(r, c) for r in rows for c in cols]
             accs = [self.fresh("t", red.dtype) for _ in pairs]
             out: List[Stmt] = [Decl(a, identity(red.op, red.dtype)) for a in accs]
 
-            def at(sc: _Scope, r, c) -> _Scope:
+            def at(sc: Scope, r, c) -> Scope:
                 bind = {j.uid: c}
                 if r is not None:
                     bind[outer[ri].uid] = r
                 return sc.child(env=bind)
 
-            def point(inner: _Scope, stmts: List[Stmt]):
+            def point(inner: Scope, stmts: List[Stmt]):
                 for a, (r, c) in zip(accs, pairs):
-                    v = _cast(self.expr(red.body, at(inner, r, c), stmts), red.dtype)
+                    v = cast(self.expr(red.body, at(inner, r, c), stmts), red.dtype)
                     stmts.append(Accumulate(a, "sum", v))
 
             nest: List[Stmt] = []
             self.loops(red.axes, red.where, scope, point, nest)
-            out.extend(_mark_inner_simd(nest, tuple(("sum", a) for a in accs)))
+            out.extend(mark_inner_simd(nest, tuple(("sum", a) for a in accs)))
             for a, (r, c) in zip(accs, pairs):
                 es = at(scope, r, c)
                 es.memo[red] = a
                 value = self.expr(t.body, es, out)
                 idx = [v if k != ri or r is None else r for k, v in enumerate(vars_)]
                 out.append(Store(self.buf[t.uid].name, self.offset(t.uid, idx + [c]),
-                                 _cast(value, t.dtype)))
+                                 cast(value, t.dtype)))
             return out
 
         def split(v: Var, lo: CExpr, hi: CExpr, inner, note: str, **kw) -> List[Stmt]:
             """``v`` over [lo, hi) JAM at a time (``inner(vars)``), then one at a time."""
-            mid = _add(lo, _mul(_fold("floordiv", _fold("sub", hi, lo, I64), Lit(JAM, I64),
+            mid = add(lo, mul(fold("floordiv", fold("sub", hi, lo, I64), Lit(JAM, I64),
                                       I64), Lit(JAM, I64)))
             each = [self.fresh("i", I64) for _ in range(JAM)]
-            decls = tuple(Decl(c, _add(v, Lit(r, I64))) for r, c in enumerate(each))
+            decls = tuple(Decl(c, add(v, Lit(r, I64))) for r, c in enumerate(each))
             rv = self.fresh("i", I64)
             return [For(v, lo, mid, JAM, Block(decls + tuple(inner(each))), note=note, **kw),
                     For(rv, mid, hi, 1, Block(tuple(inner([rv]))), note=note + " (remainder)")]
@@ -603,10 +517,10 @@ class Lowerer:
         j = axes[-1]
         outer = axes[:-1]
         orig = red
-        body, where = _where_form(red)
+        body, where = where_form(red)
         red = Reduce(red.op, body, red.axes, where, red.dtype)
         vars_ = [self.fresh("i", I64) for _ in outer]
-        ri = _row_block_axis(t, red)
+        ri = row_block_axis(t, red)
         n = const_value(j.hi)
         tile = row_tile_blocked(red.dtype) if ri is not None else ROW_TILE
         lanes = target.current().lanes(red.dtype)
@@ -632,7 +546,7 @@ class Lowerer:
             tv = self.fresh("i", I64)
             env[jt.uid] = tv
             scope_axes += (jt,)
-            base: CExpr = _mul(tv, Lit(tile, I64))
+            base: CExpr = mul(tv, Lit(tile, I64))
             start = Binary("mul", jt, Const(tile, I64), I64)
             conds = conds + [Binary("ge", j, start, "bool"),
                              Binary("lt", j, Binary("add", start, Const(tile, I64), I64),
@@ -657,10 +571,10 @@ class Lowerer:
         # combined at the end: a reassociation of the reduction, as ir.py allows.
         phase, phases = None, 1
         for c in polyhedral.conjuncts(red.where):
-            if phase is None and _uses(c, {j.uid}):
+            if phase is None and uses(c, {j.uid}):
                 for ax in red.axes:
                     lo_, hi_ = const_value(ax.lo), const_value(ax.hi)
-                    if (_uses(c, {ax.uid}) and lo_ is not None and hi_ is not None
+                    if (uses(c, {ax.uid}) and lo_ is not None and hi_ is not None
                             and 2 <= hi_ - lo_ <= 4):
                         phase, phases = ax, hi_ - lo_
                         break
@@ -670,7 +584,7 @@ class Lowerer:
             tile axis narrowed to the loop it is in (``whole``: tiles all inside j's range)."""
             nonlocal phase, phases
             acc = self.fresh("acc", red.dtype).name
-            scope = _Scope(dict(env), tile_axes or scope_axes, (), {})
+            scope = Scope(dict(env), tile_axes or scope_axes, (), {})
             tree, rest = polyhedral.loop_nest(rx, conds, scope.axes, scope.guards)
             # bounds of j that move with a tap: the whole tile, masked (codegen.fulltile).
             # Every pass then starts at the tile's start: one accumulator for all taps,
@@ -687,21 +601,21 @@ class Lowerer:
             out.append(For(z, Lit(0, I64), Lit(size * phases, I64), 1,
                            Block((Store(acc, z, identity(red.op, red.dtype)),)), simd=True))
 
-            def row_scope(sc: _Scope, r: int) -> _Scope:
+            def row_scope(sc: Scope, r: int) -> Scope:
                 return sc if rows[r] is None else sc.child(env={outer[ri].uid: rows[r]})
 
-            def point(inner: _Scope, stmts: List[Stmt]):
+            def point(inner: Scope, stmts: List[Stmt]):
                 for r in range(len(rows)):
                     sc = row_scope(inner, r)
-                    v = _cast(self.expr(red.body, sc, stmts), red.dtype)
+                    v = cast(self.expr(red.body, sc, stmts), red.dtype)
                     if blend:
-                        c = self.expr(_conj(rest), sc, stmts)
+                        c = self.expr(conj(rest), sc, stmts)
                         v = Op("select", (c, v, identity(red.op, red.dtype)), red.dtype)
-                    at = _add(_fold("sub", inner.env[j.uid], base, I64), Lit(r * width, I64))
+                    at = add(fold("sub", inner.env[j.uid], base, I64), Lit(r * width, I64))
                     if phase is not None:
-                        p = _fold("sub", inner.env[phase.uid], Lit(const_value(phase.lo), I64),
+                        p = fold("sub", inner.env[phase.uid], Lit(const_value(phase.lo), I64),
                                   I64)
-                        at = _add(at, _mul(p, Lit(size, I64)))
+                        at = add(at, mul(p, Lit(size, I64)))
                     if red.op == "sum":
                         stmts.append(Store(acc, at, v, add=True))
                     else:
@@ -714,7 +628,7 @@ class Lowerer:
             # compute anyway becomes a blend with the identity, not a branch (masked
             # stores of the accumulator do not forward to the next pass's loads):
             # sum + 0.0 and max(x, -inf) leave the accumulator unchanged.
-            blend = bool(rest) and _pure(red.body)
+            blend = bool(rest) and pure(red.body)
             self._tree(tree, rx, affine, [] if blend else rest, scope, {}, point, nest)
             if full:
                 # the unmasked version (codegen.fulltile) when the weights it multiplies
@@ -727,7 +641,7 @@ class Lowerer:
                     for b in sorted(needs):
                         if b not in finite:
                             finite[b] = self.fresh("fin", self._buffer_dtype(b))
-                    ok = _conj_c([Op("eq", (finite[b], finite[b]), "bool") for b in sorted(needs)])
+                    ok = all_of([Op("eq", (finite[b], finite[b]), "bool") for b in sorted(needs)])
                     nest = [If(ok, Block(tuple(fast)), Block(tuple(nest)))]
             # the accumulators in vector registers where every term vectorizes
             # (codegen.regtile): gcc keeps the array in memory, an FMA per load and store
@@ -738,7 +652,7 @@ class Lowerer:
                 one = {}
                 if tiled:
                     ax = next(a for a in tile_axes or scope_axes if a.uid == jt.uid)
-                    lo_, hi_ = _closed_value(ax.lo), _closed_value(ax.hi)
+                    lo_, hi_ = closed_value(ax.lo), closed_value(ax.hi)
                     if lo_ is not None and hi_ == lo_ + 1:
                         one[tv.name] = lo_
                 regs = regtile.registerize(nest, acc, size, red.dtype, lanes,
@@ -746,32 +660,32 @@ class Lowerer:
             if regs is not None:
                 out.extend(regs[0] + regs[1] + regs[2])
             else:
-                out.extend(_mark_inner_simd(nest))
+                out.extend(mark_inner_simd(nest))
             # the epilogue: one element per j of the tile (and row)
             for r in range(len(rows)):
                 jj = self.fresh("i", I64)
-                jv = _add(base, jj)
+                jv = add(base, jj)
                 escope = row_scope(scope, r).child(axes=(j,), env={j.uid: jv})
-                total: CExpr = Load(acc, _add(jj, Lit(r * width, I64)), red.dtype)
+                total: CExpr = Load(acc, add(jj, Lit(r * width, I64)), red.dtype)
                 for ph in range(1, phases):
-                    part = Load(acc, _add(jj, Lit(r * width + ph * size, I64)), red.dtype)
+                    part = Load(acc, add(jj, Lit(r * width + ph * size, I64)), red.dtype)
                     total = Op("add" if red.op == "sum" else red.op, (total, part), red.dtype)
                 escope.memo[orig] = total
                 est: List[Stmt] = []
                 value = self.expr(t.body, escope, est)
                 idx = [v if k != ri or rows[r] is None else rows[r] for k, v in enumerate(vars_)]
                 if sp is not None:  # element q of residue r is x = s*q + r
-                    idx, jv = idx[:-1], _add(_mul(Lit(sp.s, I64), jv), idx[-1])
+                    idx, jv = idx[:-1], add(mul(Lit(sp.s, I64), jv), idx[-1])
                 est.append(Store(self.buf[t.uid].name, self.offset(t.uid, idx + [jv]),
-                                 _cast(value, t.dtype)))
+                                 cast(value, t.dtype)))
                 hi: CExpr = Lit(width, I64)
                 if not exact and not whole:
                     end = (self.size_expr(j.hi) if sp is None
                            else self.expr(sp.count, scope.child(), out))
-                    hi = Op("min", (_fold("sub", end, base, I64), hi), I64)
+                    hi = Op("min", (fold("sub", end, base, I64), hi), I64)
                 eblock = Block(tuple(est))
                 out.append(For(jj, Lit(0, I64), hi, 1, eblock, note=j.name,
-                               simd=_simd_safe(eblock)))
+                               simd=simd_safe(eblock)))
             return out
 
         work = self.work(t, axes)
@@ -786,8 +700,8 @@ class Lowerer:
             parallel = k == 0 and work is not False and chunk is None
             hi = self.size_expr(ax.hi)
             if tiled and ax is jt and chunk is not None:  # the tiles of chunk jc
-                lo = _mul(jc, Lit(chunk, I64))
-                hi = Op("min", (_add(lo, Lit(chunk, I64)), hi), I64)
+                lo = mul(jc, Lit(chunk, I64))
+                hi = Op("min", (add(lo, Lit(chunk, I64)), hi), I64)
             if tiled and ax is jt and split is not None:
                 return split(v, lo, hi, rows, parallel, chunk is not None)
             if k != ri:
@@ -796,9 +710,9 @@ class Lowerer:
             # row_block() rows at a time, then the remaining rows (one block of them)
             R = row_block()
             row_vars = [self.fresh("i", I64) for _ in range(R)]
-            decls = [Decl(rv, _add(v, Lit(r, I64))) for r, rv in enumerate(row_vars)]
-            span = _fold("sub", hi, lo, I64)
-            mid = _add(lo, _mul(_fold("floordiv", span, Lit(R, I64), I64), Lit(R, I64)))
+            decls = [Decl(rv, add(v, Lit(r, I64))) for r, rv in enumerate(row_vars)]
+            span = fold("sub", hi, lo, I64)
+            mid = add(lo, mul(fold("floordiv", span, Lit(R, I64), I64), Lit(R, I64)))
             main = For(v, lo, mid, R, Block(tuple(decls) + tuple(nest_from(k + 1, row_vars))),
                        parallel=parallel, work=work if parallel else None, note=ax.name)
             v2 = self.fresh("i", I64)
@@ -808,7 +722,7 @@ class Lowerer:
                 # a static remainder of rows is one block of that many rows: one row at a
                 # time, its two vectors of accumulators wait on the FMA latency
                 rest = [self.fresh("i", I64) for _ in range(left)]
-                decls = [Decl(rv, _add(v2, Lit(r, I64))) for r, rv in enumerate(rest)]
+                decls = [Decl(rv, add(v2, Lit(r, I64))) for r, rv in enumerate(rest)]
                 rem = For(v2, mid, hi, left, Block(tuple(decls) + tuple(nest_from(k + 1, rest))),
                           note=ax.name + " (remainder)")
             else:
@@ -845,7 +759,7 @@ class Lowerer:
             t = next(t for t in self.tensors if self.buf[t.uid].name == name)
             total: CExpr = Lit(1, I64)
             for d in self.dims[t.uid]:
-                total = _mul(total, self.size_expr(d))
+                total = mul(total, self.size_expr(d))
             z = self.fresh("k", I64)
             out.append(Decl(v, zero(v.dtype)))
             out.append(For(z, Lit(0, I64), total, 1, Block((Accumulate(
@@ -867,7 +781,7 @@ class Lowerer:
             return Lit(static, I64) if static >= SERIAL_WORK else False
         out: CExpr = Lit(static, I64)
         for f in symbolic:
-            out = _mul(out, self.size_expr(f))
+            out = mul(out, self.size_expr(f))
         return out
 
     def work(self, t: Compute, axes: Sequence[Axis]):
@@ -886,20 +800,20 @@ class Lowerer:
         buf = self.buf[t.uid].name
         total: CExpr = Lit(1, I64)
         for d in t.dims:
-            total = _mul(total, self.size_expr(d))
+            total = mul(total, self.size_expr(d))
         z = self.fresh("i", I64)
         fill_work = self.work_of(t.dims)
         fill = For(z, Lit(0, I64), total, 1, Block((Store(buf, z, zero(t.dtype)),)),
                    note="zero-fill", simd=True, parallel=fill_work is not False,
                    work=None if fill_work is False else fill_work)
         site = self._site(t, None)
-        scope = _Scope({}, (), (), {})
+        scope = Scope({}, (), (), {})
         rows = self.scatter_rows(t, site)
         if rows is not None:
             return [fill] + rows
 
-        def point(inner: _Scope, out: List[Stmt]):
-            value = _cast(self.expr(t.value, inner, out), t.dtype)
+        def point(inner: Scope, out: List[Stmt]):
+            value = cast(self.expr(t.value, inner, out), t.dtype)
             idx = []
             for x in t.indices:
                 v = self.fresh("t", I64)
@@ -907,7 +821,7 @@ class Lowerer:
                 idx.append(v)
             checks = [(d, v, self.size_expr(s)) for d, (v, s) in enumerate(zip(idx, t.dims))]
             store = Store(buf, self.offset(t.uid, idx), value, add=True)
-            out.append(_checked(SCATTER_OUT_OF_RANGE, site, checks, [store]))
+            out.append(checked(SCATTER_OUT_OF_RANGE, site, checks, [store]))
 
         loops: List[Stmt] = []
         self.loops(t.axes, t.where, scope, point, loops)
@@ -926,12 +840,12 @@ class Lowerer:
         if not (isinstance(last, Axis) and last.uid == d.uid and same(d.hi, t.dims[-1])
                 and const_value(d.lo) == 0):
             return None
-        if any(_uses(x, {d.uid}) for x in t.indices[:-1]):
+        if any(uses(x, {d.uid}) for x in t.indices[:-1]):
             return None
         buf = self.buf[t.uid].name
         outer = list(t.axes[:-1])
         vars_ = [self.fresh("k", I64) for _ in outer]
-        scope = _Scope({ax.uid: v for ax, v in zip(outer, vars_)}, tuple(outer), (), {})
+        scope = Scope({ax.uid: v for ax, v in zip(outer, vars_)}, tuple(outer), (), {})
         head: List[Stmt] = []
         idx: List[CExpr] = []
         checks = []
@@ -944,12 +858,12 @@ class Lowerer:
         dv = self.fresh("k", I64)
         inner_scope = scope.child(axes=(d,), env={d.uid: dv})
         body: List[Stmt] = []
-        value = _cast(self.expr(t.value, inner_scope, body), t.dtype)
+        value = cast(self.expr(t.value, inner_scope, body), t.dtype)
         body.append(Store(buf, self.offset(t.uid, idx + [dv]), value, add=True))
         block = Block(tuple(body))
         row = For(dv, Lit(0, I64), self.size_expr(d.hi), 1, block, note=d.name,
-                  simd=_simd_safe(block))
-        nest: Stmt = Block(tuple(head) + (_checked(SCATTER_OUT_OF_RANGE, site, checks, [row]),))
+                  simd=simd_safe(block))
+        nest: Stmt = Block(tuple(head) + (checked(SCATTER_OUT_OF_RANGE, site, checks, [row]),))
         for ax, v in reversed(list(zip(outer, vars_))):
             nest = For(v, self.size_expr(ax.lo), self.size_expr(ax.hi), 1,
                        nest if isinstance(nest, Block) else Block((nest,)), note=ax.name)
@@ -959,7 +873,7 @@ class Lowerer:
 
     # {{{ loops over a (reduction or scatter) domain
 
-    def loops(self, axes: Sequence[Axis], where: Optional[Expr], scope: _Scope, point,
+    def loops(self, axes: Sequence[Axis], where: Optional[Expr], scope: Scope, point,
               out: List[Stmt]) -> None:
         """Emit loops over ``axes``' box where ``where`` holds; ``point(scope, out)``
         emits the statements for one point."""
@@ -974,7 +888,7 @@ class Lowerer:
         affine = [c for c in conds if not any(c is r for r in rest)]
         self._tree(tree, axes, affine, rest, scope, {}, point, out)
 
-    def _tree(self, node, axes, affine, rest, scope: _Scope, iters: Dict[int, CExpr],
+    def _tree(self, node, axes, affine, rest, scope: Scope, iters: Dict[int, CExpr],
               point, out: List[Stmt]) -> None:
         # Loop bounds and conditions are pure integer expressions of the
         # iterators, the enclosing axes and the sizes.
@@ -1016,7 +930,7 @@ class Lowerer:
                         env[ax.uid] = v
                 inner = scope.child(axes, affine, env)
                 if rest:  # tested at each point, where the affine conjuncts hold
-                    cond = self.expr(_conj(rest), inner, stmts)
+                    cond = self.expr(conj(rest), inner, stmts)
                     body: List[Stmt] = []
                     point(inner.child(guards=rest), body)
                     stmts.append(If(cond, Block(tuple(body))))
@@ -1049,7 +963,7 @@ class Lowerer:
             bind = op and (uses.get(id(x), 0) > 1 or height[id(x)] % STAGE == STAGE - 1)
             self._bind[id(x)] = self._bind.get(id(x), False) or bind
 
-    def expr(self, e: Expr, scope: _Scope, out: List[Stmt]) -> CExpr:
+    def expr(self, e: Expr, scope: Scope, out: List[Stmt]) -> CExpr:
         """``e`` as a C expression; statements it needs first are appended to ``out``.
 
         A float operation marked by ``_analyse`` is computed once into a local in
@@ -1080,7 +994,7 @@ class Lowerer:
         scope.memo[key] = res
         return res
 
-    def _expr(self, e: Expr, scope: _Scope, out: List[Stmt]) -> CExpr:
+    def _expr(self, e: Expr, scope: Scope, out: List[Stmt]) -> CExpr:
         match e:
             case Const(v, dt):
                 return Lit(v, dt)
@@ -1096,9 +1010,9 @@ class Lowerer:
             case Unary("stop_gradient", a, _):
                 return self.expr(a, scope, out)  # only differentiation sees it
             case Unary(op, a, dt):
-                x = _cast(self.expr(a, scope, out), dt if op != "not" else "bool")
+                x = cast(self.expr(a, scope, out), dt if op != "not" else "bool")
                 if op == "neg" and isinstance(x, Lit) and dt in ("int32", "int64"):
-                    return Lit(_wrap_int(-int(x.value), dt), dt)
+                    return Lit(wrap_int(-int(x.value), dt), dt)
                 return Op(op, (x,), dt)
             case Binary("and" | "or"):
                 return self.logic(e, scope, out)
@@ -1109,14 +1023,14 @@ class Lowerer:
                 if a.dtype != b.dtype or op not in ("lt", "le", "eq", "ne", "gt", "ge"):
                     t = dt if op not in ("lt", "le", "eq", "ne", "gt", "ge") else \
                         promote(a.dtype, b.dtype)
-                    x, y = _cast(x, t), _cast(y, t)
+                    x, y = cast(x, t), cast(y, t)
                 if (op in ("floordiv", "mod") and dt in ("int32", "int64")
                         and not isinstance(x, Lit) and isinstance(y, Lit) and y.value > 0
                         and scope.proves_nonneg(a, self.params)):
                     # C's truncating / and % agree with floor semantics here, and
                     # vectorize (the helpers' sign tests do not)
                     return Op("quot" if op == "floordiv" else "rem", (x, y), dt)
-                return _fold(op, x, y, dt)
+                return fold(op, x, y, dt)
         if e in scope.memo:
             return scope.memo[e]
         match e:
@@ -1132,7 +1046,7 @@ class Lowerer:
             scope.memo[e] = res
         return res
 
-    def logic(self, e: Binary, scope: _Scope, out: List[Stmt]) -> CExpr:
+    def logic(self, e: Binary, scope: Scope, out: List[Stmt]) -> CExpr:
         """``a & b`` or ``a | b``, short-circuiting as ir.py says: ``b`` is lowered where
         ``a`` leaves the result open (a guard its reads are proven under), and the
         statements it needs (checked loads, reductions) run only there."""
@@ -1148,13 +1062,13 @@ class Lowerer:
                       Block(tuple(inner) + (Assign(v, y),))))
         return v
 
-    def select(self, e: Select, scope: _Scope, out: List[Stmt]) -> CExpr:
+    def select(self, e: Select, scope: Scope, out: List[Stmt]) -> CExpr:
         c = self.expr(e.cond, scope, out)
         sa, sb = scope.child(guards=(e.cond,)), scope.child(guards=(Unary("not", e.cond, "bool"),))
         la: List[Stmt] = []
         lb: List[Stmt] = []
-        xa = _cast(self.expr(e.a, sa, la), e.dtype)
-        xb = _cast(self.expr(e.b, sb, lb), e.dtype)
+        xa = cast(self.expr(e.a, sa, la), e.dtype)
+        xb = cast(self.expr(e.b, sb, lb), e.dtype)
         if not la and not lb:
             if loads(xa) or loads(xb):
                 # Loads under a condition keep loops scalar (gcc will not speculate
@@ -1164,8 +1078,8 @@ class Lowerer:
                 ta: List[Stmt] = []
                 tb: List[Stmt] = []
                 sites = len(self.sites)
-                ya = _cast(self.expr(e.a, scope.child(), ta), e.dtype)
-                yb = _cast(self.expr(e.b, scope.child(), tb), e.dtype)
+                ya = cast(self.expr(e.a, scope.child(), ta), e.dtype)
+                yb = cast(self.expr(e.b, scope.child(), tb), e.dtype)
                 if not ta and not tb:
                     va, vb = self.fresh("t", e.dtype), self.fresh("t", e.dtype)
                     out.extend([Decl(va, ya), Decl(vb, yb)])
@@ -1177,7 +1091,7 @@ class Lowerer:
         out.append(If(c, Block(tuple(la) + (Assign(v, xa),)), Block(tuple(lb) + (Assign(v, xb),))))
         return v
 
-    def read(self, e: Read, scope: _Scope, out: List[Stmt]) -> CExpr:
+    def read(self, e: Read, scope: Scope, out: List[Stmt]) -> CExpr:
         t = e.tensor
         if t.uid not in self.buf:
             raise RuntimeError(f"internal error: {t.name!r} has no buffer")
@@ -1204,11 +1118,11 @@ class Lowerer:
         load = Load(self.buf[t.uid].name, self.offset(t.uid, idx), e.dtype)
         v = self.fresh("t", e.dtype)
         out.append(Decl(v, zero(e.dtype)))
-        out.append(_checked(READ_OUT_OF_RANGE, self._site(self._owner, e), checks,
+        out.append(checked(READ_OUT_OF_RANGE, self._site(self.owner, e), checks,
                             [Assign(v, load)]))
         return v
 
-    def affine_offset(self, e: Read, scope: _Scope) -> Optional[CExpr]:
+    def affine_offset(self, e: Read, scope: Scope) -> Optional[CExpr]:
         """The element offset of ``e`` as ``c + sum(a_k * axis_k)`` when its indices use
         ``//`` or ``%`` but the offset is affine anyway (a flatten's
         ``X[n, k // 256, k // 16 % 16, k % 16]`` is ``X.flat[n * 8192 + k]``): no
@@ -1234,32 +1148,32 @@ class Lowerer:
         out: CExpr = Lit(c, I64)
         for a, ax in zip(coeffs, axes):
             if a:
-                out = _add(out, _mul(scope.env[ax.uid], Lit(a, I64)))
+                out = add(out, mul(scope.env[ax.uid], Lit(a, I64)))
         return out
 
     def inlined(self, t: Compute, e: Read, idx: List[CExpr], checks, out: List[Stmt]) -> CExpr:
         """``t[idx]`` computed from ``t``'s body (after the same index checks as a load):
         its axes are bound to ``idx``, which lie in its box, so its own reads are
         proven or checked exactly as where ``t`` is stored."""
-        scope = _Scope({ax.uid: x for ax, x in zip(t.axes, idx)}, tuple(t.axes), (), {})
-        owner, self._owner = self._owner, t
+        scope = Scope({ax.uid: x for ax, x in zip(t.axes, idx)}, tuple(t.axes), (), {})
+        owner, self.owner = self.owner, t
         try:
             if not checks:
-                return _cast(self.expr(t.body, scope, out), t.dtype)
+                return cast(self.expr(t.body, scope, out), t.dtype)
             v = self.fresh("t", e.dtype)
             out.append(Decl(v, zero(e.dtype)))
             inner: List[Stmt] = []
-            value = _cast(self.expr(t.body, scope, inner), t.dtype)
-            out.append(_checked(READ_OUT_OF_RANGE, self._site(owner, e), checks,
+            value = cast(self.expr(t.body, scope, inner), t.dtype)
+            out.append(checked(READ_OUT_OF_RANGE, self._site(owner, e), checks,
                                 inner + [Assign(v, value)]))
             return v
         finally:
-            self._owner = owner
+            self.owner = owner
 
-    def reduce(self, e: Reduce, scope: _Scope, out: List[Stmt]) -> CExpr:
+    def reduce(self, e: Reduce, scope: Scope, out: List[Stmt]) -> CExpr:
         acc = self.fresh("t", e.dtype)
         out.append(Decl(acc, identity(e.op, e.dtype)))
-        body, where = _where_form(e)
+        body, where = where_form(e)
         if body is not e.body:
             e = Reduce(e.op, body, e.axes, where, e.dtype)
         # A float sum over several axes keeps one partial sum per value of its last
@@ -1277,13 +1191,13 @@ class Lowerer:
         part = self.fresh("part", e.dtype).name if split else ""
         lanes: set = set()  # loop variables that index the partial sums
 
-        def point(inner: _Scope, stmts: List[Stmt]):
-            v = _cast(self.expr(e.body, inner, stmts), e.dtype)
+        def point(inner: Scope, stmts: List[Stmt]):
+            v = cast(self.expr(e.body, inner, stmts), e.dtype)
             if split:
                 x = inner.env[last.uid]
                 if isinstance(x, Var):
                     lanes.add(x.name)
-                stmts.append(Store(part, _fold("sub", x, Lit(lo, I64), I64), v, add=True))
+                stmts.append(Store(part, fold("sub", x, Lit(lo, I64), I64), v, add=True))
             else:
                 stmts.append(Accumulate(acc, e.op, v))
 
@@ -1294,17 +1208,17 @@ class Lowerer:
             out.append(Local(part, e.dtype, hi - lo))
             out.append(For(z, Lit(0, I64), Lit(hi - lo, I64), 1,
                            Block((Store(part, z, zero(e.dtype)),)), simd=True))
-            out.extend(_mark_inner_simd(nest, only=lambda f: f.var.name in lanes))
+            out.extend(mark_inner_simd(nest, only=lambda f: f.var.name in lanes))
             out.append(For(k, Lit(0, I64), Lit(hi - lo, I64), 1,
                            Block((Accumulate(acc, "sum", Load(part, k, e.dtype)),)),
                            simd=True, reduction=(("sum", acc),)))
         elif e.op == "sum":  # sums may be added in any order (ir.py): lanes
-            out.extend(_mark_inner_simd(nest, (("sum", acc),)))
+            out.extend(mark_inner_simd(nest, (("sum", acc),)))
         else:
             out.extend(nest)
         return acc
 
-    def lane_reduce(self, e: Reduce, acc: Var, lo: int, hi: int, scope: _Scope,
+    def lane_reduce(self, e: Reduce, acc: Var, lo: int, hi: int, scope: Scope,
                     out: List[Stmt]) -> Var:
         """A max or min over one static axis as ``LANES`` interleaved partial results,
         combined at the end (any order gives the same maximum; ir.py leaves the order
@@ -1315,14 +1229,14 @@ class Lowerer:
         out.append(Local(part, e.dtype, LANES))
         out.append(For(z, Lit(0, I64), Lit(LANES, I64), 1, Block((Store(part, z, init),)),
                        simd=True))
-        inner = scope.child(axes=e.axes, env={e.axes[0].uid: _add(k0, lane)})
+        inner = scope.child(axes=e.axes, env={e.axes[0].uid: add(k0, lane)})
         stmts: List[Stmt] = []
-        v = _cast(self.expr(e.body, inner, stmts), e.dtype)
+        v = cast(self.expr(e.body, inner, stmts), e.dtype)
         stmts.append(Store(part, lane, Op(e.op, (Load(part, lane, e.dtype), v), e.dtype)))
         body = Block(tuple(stmts))
         out.append(For(k0, Lit(lo, I64), Lit(hi, I64), LANES,
                        Block((For(lane, Lit(0, I64), Lit(LANES, I64), 1, body,
-                                  simd=_simd_safe(body)),)), note=e.axes[0].name))
+                                  simd=simd_safe(body)),)), note=e.axes[0].name))
         out.append(For(k, Lit(0, I64), Lit(LANES, I64), 1,
                        Block((Accumulate(acc, e.op, Load(part, k, e.dtype)),))))
         return acc
@@ -1334,74 +1248,11 @@ class Lowerer:
     # }}}
 
 
-# {{{ schedule helpers
+# {{{ helpers
 
 
 #: the most levels of a float expression lowered into one C expression
 STAGE = 64
-
-
-def _row_reduce(t: Compute) -> Optional[Reduce]:
-    """The reduction of ``t``'s body to compute a row at a time, or None.
-
-    It must be the body's only reduction, reached through arithmetic only (not
-    inside a select branch: all of it runs for every point), with a domain that
-    does not depend on the output's axes, and worth it: the innermost output axis
-    ``j`` is long (or symbolic), some read of the reduced expression walks along
-    its last index with ``j``, and none has ``j`` in an earlier (strided) index.
-    """
-    if not t.axes:
-        return None
-    # occurrences in the tree: a reduction object used twice is two reductions
-    reds = [x for x, n in occurrences(t.body) if isinstance(x, Reduce) for _ in range(min(n, 2))]
-    if len(reds) != 1 or not _on_path(t.body, reds[0]):
-        return None
-    red = reds[0]
-    n = const_value(t.axes[-1].hi)
-    if n is not None and n < ROW_MIN:
-        return None
-    for ax in red.axes:
-        if any(isinstance(x, Axis) for b in (ax.lo, ax.hi) for x in walk(b, unique=True)):
-            return None
-    body, where = _where_form(red)
-    if where is not None and any(isinstance(x, Reduce) for x in walk(where, unique=True)):
-        return None
-    j = t.axes[-1].uid
-    along = False
-    rd = [x for x in walk(body, unique=True) if isinstance(x, Read)]
-    rd += [x for x in walk(where, unique=True) if isinstance(x, Read)] if where is not None else []
-    for r in rd:
-        uses = [any(isinstance(x, Axis) and x.uid == j for x in walk(i, unique=True)) for i in r.indices]
-        if any(uses[:-1]):
-            return None
-        along = along or (bool(uses) and uses[-1])
-    if not along:
-        return None
-    return red
-
-
-def _split_factor(t: Compute) -> Optional[int]:
-    """``c`` when ``t``'s innermost axis ``j`` (static extent, a multiple of ``c``) is read
-    through ``j // c`` (and maybe ``j % c`` or ``j``), else None."""
-    if not t.axes or any(isinstance(x, Reduce) for x in walk(t.body, unique=True)):
-        return None
-    j = t.axes[-1]
-    n, lo = const_value(j.hi), const_value(j.lo)
-    if n is None or lo != 0:
-        return None
-    found = set()
-    for x in walk(t.body, unique=True):
-        if (isinstance(x, Binary) and x.op in ("floordiv", "mod") and isinstance(x.a, Axis)
-                and x.a.uid == j.uid and isinstance(x.b, Const)):
-            found.add(x.b.value)
-    if len(found) != 1:
-        return None
-    c = found.pop()
-    if c not in (2, 3, 4) or n % c or not any(
-            isinstance(x, Binary) and x.op == "floordiv" and isinstance(x.a, Axis)
-            and x.a.uid == j.uid for x in walk(t.body, unique=True)):
-        return None
-    return c
 
 
 def _split_memo(body: Expr, j: Axis, c: int, q: Var, r: int) -> Dict[Expr, CExpr]:
@@ -1414,357 +1265,4 @@ def _split_memo(body: Expr, j: Axis, c: int, q: Var, r: int) -> Dict[Expr, CExpr
     return out
 
 
-def _transposed_axis(t: Compute) -> Optional[int]:
-    """An outer axis ``a`` of ``t`` that some read walks along in its last index while the
-    innermost axis ``j`` is in an earlier index of the same read (a transpose), or None.
-    Both must be long: blocks of TRANSPOSE_BLOCK."""
-    if len(t.axes) < 2 or any(isinstance(x, Reduce) for x in walk(t.body, unique=True)):
-        return None
-    j = t.axes[-1]
-
-    def uses(e, ax) -> bool:
-        return any(isinstance(x, Axis) and x.uid == ax.uid for x in walk(e, unique=True))
-
-    for r in (x for x in walk(t.body, unique=True) if isinstance(x, Read)):
-        if len(r.indices) < 2 or not any(uses(i, j) for i in r.indices[:-1]):
-            continue
-        for k, ax in enumerate(t.axes[:-1]):
-            n, m = const_value(ax.hi), const_value(j.hi)
-            if (uses(r.indices[-1], ax) and not uses(r.indices[-1], j)
-                    and (n is None or n >= 2 * TRANSPOSE_BLOCK)
-                    and (m is None or m >= 2 * TRANSPOSE_BLOCK)):
-                return k
-    return None
-
-
-def _row_invariant_indices(t: Compute) -> List[Tuple[Read, int]]:
-    """``(read, dimension)`` of the data-dependent indices that ``t``'s body evaluates
-    at every point (not under a select's branch, the right operand of ``&`` or ``|``,
-    or a reduction) and that do not use its innermost axis; empty unless ``t`` has at
-    least two axes."""
-    if t.ndim < 2:
-        return []
-    j = t.axes[-1].uid
-    out: List[Tuple[Read, int]] = []
-
-    def visit(e: Expr) -> None:
-        match e:
-            case Select(c, _, _, _):
-                visit(c)
-            case Reduce():
-                return
-            case Read(_, indices):
-                for d, x in enumerate(indices):
-                    if not _uses(x, {j}) and any(isinstance(y, Read) for y in walk(x, unique=True)):
-                        out.append((e, d))
-                    visit(x)
-            case Binary("and" | "or", a, _, _):
-                visit(a)  # the right operand runs only where the left leaves it open
-            case Binary(_, a, b, _):
-                visit(a)
-                visit(b)
-            case Unary(_, a, _) | Cast(a, _):
-                visit(a)
-    visit(t.body)
-    return out
-
-
-def _jam_reduce(t: Compute) -> Optional[Reduce]:
-    """The float sum of ``t``'s body to reduce ``JAM`` elements of the innermost axis
-    ``j`` at a time (see ``Lowerer.compute_jam``), or None: the body's only reduction,
-    on its arithmetic path, over a domain and bounds free of output axes; some read
-    without ``j`` (shared) and some with it; ``j`` long (or symbolic); an outer axis to
-    parallelize over."""
-    if len(t.axes) < 2:
-        return None
-    # occurrences in the tree: a reduction object used twice is two reductions
-    reds = [x for x, n in occurrences(t.body) if isinstance(x, Reduce) for _ in range(min(n, 2))]
-    if len(reds) != 1 or not _on_path(t.body, reds[0]):
-        return None
-    red = reds[0]
-    if red.op != "sum" or not is_float(red.dtype):
-        return None
-    n = const_value(t.axes[-1].hi)
-    if n is not None and n < 2 * JAM:
-        return None
-    out_uids = {ax.uid for ax in t.axes}
-    for ax in red.axes:
-        if _uses(ax.lo, out_uids | {a.uid for a in red.axes}) or _uses(ax.hi, out_uids):
-            return None
-    if red.where is not None and _uses(red.where, out_uids):
-        return None
-    if any(isinstance(x, (Select, Reduce)) for x in walk(red.body, unique=True)):
-        return None
-    reads = [x for x in walk(red.body, unique=True) if isinstance(x, Read)]
-    j = {t.axes[-1].uid}
-    if not any(_uses(r, j) for r in reads) or all(_uses(r, j) for r in reads):
-        return None
-    return red
-
-
-def _closed_value(e: Expr) -> Optional[int]:
-    """The value of an integer expression of constants alone (``53 // 32``), else None."""
-    if any(isinstance(x, (SizeVar, Axis, Read)) for x in walk(e, unique=True)):
-        return None
-    return int(eval_int(e))
-
-
-def _row_block_axis(t: Compute, red: Reduce, block: int = 0) -> Optional[int]:
-    """The outer axis of ``t`` (position) whose rows are computed ``block`` (default
-    :func:`row_block`) at a time, or None: one absent from the domain and from every read along the row axis ``j``,
-    present in some other read (else blocking shares nothing), long enough."""
-    j = t.axes[-1].uid
-
-    def uses(e, uid) -> bool:
-        return any(isinstance(x, Axis) and x.uid == uid for x in walk(e, unique=True))
-
-    reads = [x for x in walk(red.body, unique=True) if isinstance(x, Read)]
-    for k in reversed(range(len(t.axes) - 1)):
-        ax = t.axes[k]
-        n = const_value(ax.hi)
-        if n is not None and n < 2 * (block or row_block()):
-            continue
-        if red.where is not None and uses(red.where, ax.uid):
-            continue
-        if any(uses(r, j) and uses(r, ax.uid) for r in reads):
-            continue
-        if not any(uses(r, ax.uid) for r in reads):
-            continue
-        if any(isinstance(x, (Select, Reduce)) for x in walk(red.body, unique=True)):
-            continue  # branches would be duplicated per row
-        return k
-    return None
-
-
-def _nonneg(e: Expr) -> bool:
-    """Is the integer expression ``e`` >= 0 everywhere (a syntactic proof)?"""
-    match e:
-        case Const(v, _):
-            return v >= 0
-        case SizeVar():
-            return True
-        case Axis():
-            lo = const_value(e.lo)
-            return lo is not None and lo >= 0
-        case Binary("add" | "mul" | "floordiv" | "min", a, b, _):
-            return _nonneg(a) and _nonneg(b)
-        case Binary("mod", a, b, _):
-            return _nonneg(b)
-        case Binary("max", a, b, _):
-            return _nonneg(a) or _nonneg(b)
-    return False
-
-
-#: operations too costly to recompute at every read of an inlined tensor
-_COSTLY = ("pow", "floordiv", "mod", "exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos")
-
-
-def _inlinable(sig) -> set:
-    """Uids of the intermediates to compute where they are read: elementwise (no
-    reduction, no recurrence), not an output, and either cheap (at most 2 reads, no
-    transcendental functions, small) or read exactly once in the program, by an
-    elementwise read at the reader's own point (each element is then still computed
-    once: inlining only saves storing and loading it)."""
-    outputs = {t.uid for t in sig.outputs}
-    once = _read_once_in_place(sig)
-    depth: Dict[int, int] = {}  # inlined uid -> nesting depth of its body, reads expanded
-    for t in sig.order:
-        if not isinstance(t, Compute) or t.uid in outputs or t.self_ref is not None:
-            continue
-        nodes = occurrences(t.body)  # the sizes below count the tree, in DAG time
-        if any(isinstance(x, (Reduce, Select)) for x, _ in nodes):
-            continue
-        size = sum(n for _, n in nodes)
-        if not (t.uid in once and size <= 64) and (
-                size > 16 or sum(n for x, n in nodes if isinstance(x, Read)) > 2
-                or any(isinstance(x, (Binary, Unary)) and x.op in _COSTLY for x, _ in nodes)):
-            continue
-        # A chain of inlined tensors is one expression, lowered (and emitted, and
-        # compiled) recursively: past a bounded depth the link is stored instead.
-        d = _expanded_depth(t.body, depth)
-        if d <= INLINE_DEPTH:
-            depth[t.uid] = d
-    return set(depth)
-
-
-#: the deepest expression that inlining may build out of a chain of tensors
-INLINE_DEPTH = 64
-
-
-def _expanded_depth(e: Expr, inlined: Dict[int, int]) -> int:
-    """Nesting depth of ``e`` with the reads of ``inlined`` tensors (uid -> depth of their
-    own expanded body) replaced by those bodies."""
-    height: Dict[int, int] = {}
-    for x in postorder(e):  # children first, without recursion (any depth)
-        h = max((height[id(c)] for c in children(x)), default=0)
-        if isinstance(x, Read):
-            h = max(h, inlined.get(x.tensor.uid, 0))
-        height[id(x)] = 1 + h
-    return height[id(e)]
-
-
-def _read_once_in_place(sig) -> set:
-    """Uids of the tensors read exactly once in the whole program, outside any
-    reduction, by a plain elementwise compute indexing them with its own axes."""
-    count: Dict[int, int] = {}
-    in_place = set()
-    for r in sig.order:
-        if not isinstance(r, Compute):
-            for e in tensor_exprs(r):
-                for x, n in occurrences(e):
-                    if isinstance(x, Read):
-                        count[x.tensor.uid] = count.get(x.tensor.uid, 0) + 2 * n
-            continue
-        inside = {id(x) for red in walk(r.body, unique=True) if isinstance(red, Reduce)
-                  for x in walk(red, unique=True) if isinstance(x, Read)}
-        for x, n in occurrences(r.body):
-            if isinstance(x, Read):
-                u = x.tensor.uid
-                count[u] = count.get(u, 0) + n
-                if (r.self_ref is None and r.carry is None and id(x) not in inside
-                        and len(x.indices) == len(r.axes) == x.tensor.ndim
-                        and all(isinstance(i, Axis) and i.uid == a.uid
-                                for i, a in zip(x.indices, r.axes))
-                        and all(same(d, e) for d, e in zip(x.tensor.dims, r.dims))):
-                    in_place.add(u)
-    return {u for u in in_place if count[u] == 1}
-
-
-def _key_uses(key, uids: set) -> bool:
-    """Does a memo key (an expression, or a tuple holding expressions) use an axis
-    of ``uids``?"""
-    if isinstance(key, tuple):
-        return any(_key_uses(k, uids) for k in key)
-    return isinstance(key, Expr) and _uses(key, uids)
-
-
-def _uses(e: Expr, uids: set) -> bool:
-    """Does ``e`` mention an axis whose uid is in ``uids``?"""
-    return any(isinstance(x, Axis) and x.uid in uids for x in walk(e, unique=True))
-
-
-def _pure(e: Expr) -> bool:
-    """Can ``e`` be evaluated where it is not needed: no reads, reductions or branches?"""
-    return not any(isinstance(x, (Read, Reduce, Select)) for x in walk(e, unique=True))
-
-
-def _on_path(e: Expr, red: Reduce) -> bool:
-    """Is ``red`` reached from ``e`` through arithmetic, casts and math only?"""
-    match e:
-        case Reduce():
-            return e is red
-        case Binary(_, a, b, _):
-            return _on_path(a, red) or _on_path(b, red)
-        case Unary(_, a, _) | Cast(a, _):
-            return _on_path(a, red)
-    return False
-
-
-def _where_form(red: Reduce) -> Tuple[Expr, Optional[Expr]]:
-    """``sum(select(c, x, 0), where=w)`` as ``(x, w & c)``: the same value (adding +0.0
-    to a sum that starts at +0.0 never changes it), with ``c`` now a loop bound."""
-    body, where = red.body, red.where
-    while (red.op == "sum" and isinstance(body, Select) and isinstance(body.b, Const)
-           and body.b.value == 0 and not (is_float(body.b.dtype) and
-                                          str(body.b.value).startswith("-"))
-           and body.dtype == red.dtype):
-        where = body.cond if where is None else Binary("and", where, body.cond, "bool")
-        body = body.a
-    return body, where
-
-
-def _simd_safe(s) -> bool:
-    """Can ``s`` run in vector lanes: no loops or run-time checks inside?"""
-    match s:
-        case Block(stmts):
-            return all(_simd_safe(x) for x in stmts)
-        case If(_, then, orelse):
-            return _simd_safe(then) and (orelse is None or _simd_safe(orelse))
-        case For() | Fail() | Local():
-            return False
-    return True
-
-
-def _mark_inner_simd(stmts: List[Stmt], reduction=(), only=None) -> List[Stmt]:
-    """``stmts`` with their innermost loops marked ``simd`` (where safe; ``only``: and
-    where ``only(loop)`` holds)."""
-    def go(s):
-        match s:
-            case Block(items):
-                return Block(tuple(go(x) for x in items))
-            case If(c, then, orelse):
-                return If(c, go(then), None if orelse is None else go(orelse))
-            case For():
-                if _simd_safe(s.body):
-                    if only is not None and not only(s):
-                        return s
-                    return replace(s, simd=True, reduction=tuple(reduction))
-                return replace(s, body=go(s.body))
-        return s
-    return [go(x) for x in stmts]
-
-
 # }}}
-
-
-def _wrap_int(v: int, dtype: str) -> int:
-    half = 1 << (31 if dtype == "int32" else 63)
-    return (v + half) % (2 * half) - half
-
-
-_FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-         "max": max, "min": min,
-         "floordiv": lambda a, b: a // b if b else 0, "mod": lambda a, b: a % b if b else 0}
-
-
-def _fold(op: str, x: CExpr, y: CExpr, dtype: str) -> CExpr:
-    """``Op(op, (x, y))``, with integer constants folded and ``+ 0``, ``* 1`` dropped
-    (index arithmetic from user code and isl is full of them)."""
-    if dtype in ("int32", "int64") and op in _FOLD:
-        if isinstance(x, Lit) and isinstance(y, Lit):
-            return Lit(_wrap_int(_FOLD[op](int(x.value), int(y.value)), dtype), dtype)
-        if op in ("add", "mul"):
-            unit = 0 if op == "add" else 1
-            if isinstance(x, Lit) and x.value == unit:
-                return y
-            if isinstance(y, Lit) and y.value == unit:
-                return x
-        if op == "sub" and isinstance(y, Lit) and y.value == 0:
-            return x
-    return Op(op, (x, y), dtype)
-
-
-def _cast(x: CExpr, dtype: str) -> CExpr:
-    return x if x.dtype == dtype else Op("cast", (x,), dtype)
-
-
-def _add(a: CExpr, b: CExpr) -> CExpr:
-    return _fold("add", a, b, I64)
-
-
-def _mul(a: CExpr, b: CExpr) -> CExpr:
-    return _fold("mul", a, b, I64)
-
-
-def _conj_c(conds: Sequence[CExpr]) -> CExpr:
-    out = conds[0]
-    for c in conds[1:]:
-        out = Op("and", (out, c), "bool")
-    return out
-
-
-def _conj(conds: Sequence[Expr]) -> Expr:
-    out = conds[0]
-    for c in conds[1:]:
-        out = Binary("and", out, c, "bool")
-    return out
-
-
-def _checked(code: int, site: int, checks, ok: List[Stmt]) -> Stmt:
-    """``if (index 0 bad) fail; else if (index 1 bad) fail; ... else ok``."""
-    stmt: Stmt = Block(tuple(ok))
-    for d, v, size in reversed(checks):
-        bad = Op("or", (Op("lt", (v, Lit(0, I64)), "bool"), Op("ge", (v, size), "bool")), "bool")
-        stmt = If(bad, Block((Fail(code, site, d, v, size),)),
-                  stmt if isinstance(stmt, Block) else Block((stmt,)))
-    return stmt

@@ -58,6 +58,7 @@ from tensorexpr.transform import const_value, substitute
 
 from . import target
 from .loopast import Block, Buffer, If, Op, Stmt
+from .patterns import conj, uses, where_form
 
 I64 = INDEX_DTYPE
 
@@ -81,10 +82,6 @@ class Plan:
     weight: Read
     top: int
     left: int
-
-
-def _uses(e: Expr, uids: set) -> bool:
-    return any(isinstance(x, Axis) and x.uid in uids for x in walk(e, unique=True))
 
 
 def _span(e: Expr, axes: Sequence[Axis]) -> Optional[Tuple[int, int]]:
@@ -124,7 +121,6 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
     ...     plan(dX, dX.body).sum.shape
     (2, 3, 16, 16)
     """
-    from .lower import _where_form
     if (t.carry is not None or t.self_ref is not None or len(t.axes) < 2 or t.body is not red
             or red.op != "sum" or red.dtype not in ("float32", "float64")):
         return None
@@ -135,11 +131,11 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
     if const_value(y.lo) != 0 or const_value(x.lo) != 0:
         return None
     yx = {y.uid, x.uid}
-    body, where = _where_form(red)
+    body, where = where_form(red)
     if not (isinstance(body, Binary) and body.op == "mul"):
         return None
     for R, w in ((body.a, body.b), (body.b, body.a)):
-        if (isinstance(R, Read) and isinstance(w, Read) and _uses(R, yx) and not _uses(w, yx)
+        if (isinstance(R, Read) and isinstance(w, Read) and uses(R, yx) and not uses(w, yx)
                 and R.dtype == w.dtype == red.dtype and R.tensor.ndim >= 2
                 and isinstance(R.tensor, (Placeholder, Compute))
                 and isinstance(w.tensor, (Placeholder, Compute)) and stored(w)):
@@ -147,7 +143,7 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
     else:
         return None
     lead, (ri, ci) = R.indices[:-2], R.indices[-2:]
-    if any(_uses(i, yx) for i in lead):
+    if any(uses(i, yx) for i in lead):
         return None
     Hr, Wr = (const_value(d) for d in R.tensor.dims[-2:])
     Hy, S = const_value(y.hi), const_value(x.hi)
@@ -173,12 +169,12 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
         return None
     # the domain: the tests on (y, x) must say exactly "the read is inside R"
     conds = polyhedral.conjuncts(where)
-    kept = [c for c in conds if not _uses(c, yx)]
+    kept = [c for c in conds if not uses(c, yx)]
     inside = [ri >= 0, ri < Hr, ci >= 0, ci < Wr]
     if not all(polyhedral.implies(axes, conds, c, params) for c in inside):
         return None
     if not all(polyhedral.implies(axes, kept + inside, c, params)
-               for c in conds if _uses(c, yx)):
+               for c in conds if uses(c, yx)):
         return None
     # the other reads, now evaluated on the whole box where ``kept`` holds
     ps = polyhedral.PointSet(axes, kept, params)
@@ -201,10 +197,10 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
     if not flat_rows:
         # a "valid" convolution over the copy, run as a forward convolution is; the
         # tests on y alone stay (exact: they skip the taps of zero rows)
-        rows_only = [c for c in conds if _uses(c, {y.uid}) and not _uses(c, {x.uid})]
+        rows_only = [c for c in conds if uses(c, {y.uid}) and not uses(c, {x.uid})]
         moved = Read(fill, tuple(lead) + (ri + top, ci + left), R.dtype)
         new = Reduce("sum", _term(body, R, moved, w, red.dtype), red.axes,
-                     _conj(kept + rows_only), red.dtype)
+                     conj(kept + rows_only), red.dtype)
         total = Compute(t.name, t.dims, t.dtype, fresh_uid(), t.origin, axes=t.axes, body=new)
         return Plan(t, fill, fill, total, w, top, left)
     flat = Compute(name, R.tensor.dims[:-2] + (Const(rows * S, I64),), R.dtype, fresh_uid(),
@@ -228,12 +224,12 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
         lane = Axis(f"({name_p})%{L}", Const(0, I64), Const(L, I64), fresh_uid())
         out_axes, pos = (T, lane), T * L + lane
         y0, y1 = (T * L) // S, (T * L + (L - 1)) // S
-        relaxed = [r for c in conds if _uses(c, {y.uid}) and not _uses(c, {x.uid})
+        relaxed = [r for c in conds if uses(c, {y.uid}) and not uses(c, {x.uid})
                    for r in [_relax(c, y, y0, y1, [y, x] + taps)] if r is not None]
     zero = {y: Const(0, I64), x: Const(0, I64)}
     off = (substitute(ri, zero) + top) * S + substitute(ci, zero) + left
     moved = Read(flat, tuple(lead) + (pos + off,), R.dtype)
-    new = Reduce("sum", _term(body, R, moved, w, red.dtype), red.axes, _conj(kept + relaxed),
+    new = Reduce("sum", _term(body, R, moved, w, red.dtype), red.axes, conj(kept + relaxed),
                  red.dtype)
     total = Compute(t.name, t.dims[:-2] + tuple(a.hi for a in out_axes), t.dtype, fresh_uid(),
                     t.origin, axes=t.axes[:-2] + out_axes, body=new)
@@ -256,13 +252,6 @@ def _relax(c: Expr, y: Axis, y0: Expr, y1: Expr, axes: Sequence[Axis]) -> Option
     if form is None:
         return None
     return substitute(c, {y: y1 if form[1][list(axes).index(y)] > 0 else y0})
-
-
-def _conj(conds: List[Expr]) -> Optional[Expr]:
-    out = None
-    for c in conds:
-        out = c if out is None else Binary("and", out, c, "bool")
-    return out
 
 
 def lower(lowerer, t: Compute, red: Reduce) -> Optional[List[Stmt]]:

@@ -31,6 +31,7 @@ from typing import Callable, List, Optional
 
 from tensorexpr.ir import Axis, Binary, Const, INDEX_DTYPE
 
+from .copies import padded_width
 from .loopast import Block, CExpr, For, Op, Stmt, Var
 
 I64 = INDEX_DTYPE
@@ -148,12 +149,11 @@ def panel_chunk(t, red, tile: int) -> Optional[int]:
 
 def padded_lanes(red, j: Axis) -> Optional[int]:
     """The padded width when every read of ``red`` along ``j`` is of a zero-padded copy
-    (``codegen.layout.padded``) of one width, else None."""
+    (``codegen.copies.padded``) of one width, else None."""
     from tensorexpr.ir import Read, walk
 
-    from . import layout
     widths = set()
     for r in (x for x in walk(red, unique=True) if isinstance(x, Read)):
         if any(isinstance(x, Axis) and x.uid == j.uid for i in r.indices for x in walk(i, unique=True)):
-            widths.add(layout.padded_width(r.tensor))
+            widths.add(padded_width(r.tensor))
     return widths.pop() if len(widths) == 1 and None not in widths else None

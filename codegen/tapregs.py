@@ -48,12 +48,15 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from tensorexpr import polyhedral
-from tensorexpr.ir import Axis, Binary, Compute, Const, Expr, Read, Reduce, same, walk
+from tensorexpr.ir import Axis, Binary, Compute, Const, Expr, Read, Reduce, same
 from tensorexpr.transform import const_value
 
 from . import target
+from .cexpr import I64, add, cast, fold, mul, zero
 from .loopast import (Accumulate, Assign, Block, Decl, For, If, Lit, Load, Local, Op, Stmt,
                       Store, Var)
+from .patterns import uses
+from .scope import Scope
 
 #: kernels up to this extent per axis and this many taps (7 x 7) run here even where
 #: codegen.taps' own loops would not take them (its TAP, MAX_TAPS)
@@ -119,9 +122,9 @@ def _axis_within(e: Expr, dim: Expr) -> bool:
     return polyhedral.PointSet([e]).within(e, dim)
 
 
-def _uses(e: Expr, axes) -> bool:
-    uids = {a.uid for a in axes}
-    return any(isinstance(x, Axis) and x.uid in uids for x in walk(e, unique=True))
+def _uses_any(e: Expr, axes) -> bool:
+    """Does ``e`` use one of ``axes`` (axis objects, not uids)?"""
+    return uses(e, {a.uid for a in axes})
 
 
 def _box_range(form: Tuple[int, Tuple[int, ...]], axes: List[Axis]) -> Tuple[int, int]:
@@ -140,7 +143,8 @@ def plan(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Ex
     term and domain) has the form of the module docstring, else None.
 
     >>> import tensorexpr as te
-    >>> from codegen.lower import Lowerer, _where_form
+    >>> from codegen.lower import Lowerer
+    >>> from codegen.patterns import where_form
     >>> from codegen.signature import Signature
     >>> X = te.placeholder((2, 3, 10, 20), name="X")
     >>> H = te.placeholder((2, 4, 8, 18), name="H")
@@ -148,7 +152,7 @@ def plan(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Ex
     >>> dW = te.compute((4, 3, 3, 3), lambda f, c, ky, kx: te.sum(
     ...     H[n, f, y, x] * X[n, c, y + ky, x + kx], axis=[n, y, x]), name="dW")
     >>> red = dW.body
-    >>> p = plan(Lowerer(Signature([dW], [X, H])), dW, red, 2, *_where_form(red))
+    >>> p = plan(Lowerer(Signature([dW], [X, H])), dW, red, 2, *where_form(red))
     >>> p.block.name, [a.name for a in p.par], [a.name for a in p.outer_red], p.inner.name
     ('f', ['c'], ['n'], 'y')
     >>> p.offsets, p.col_stride   # three copies of each image, by column offset kx
@@ -159,13 +163,13 @@ def plan(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Ex
         return None
     taps = list(t.axes[-ntaps:])
     outer = list(t.axes[:-ntaps])
-    if _uses(body.a, taps) == _uses(body.b, taps):
+    if _uses_any(body.a, taps) == _uses_any(body.b, taps):
         return None
-    hr, xr = (body.b, body.a) if _uses(body.a, taps) else (body.a, body.b)
+    hr, xr = (body.b, body.a) if _uses_any(body.a, taps) else (body.a, body.b)
     # a short axis codegen.taps took for a tap that X reads as a plain index or not at
     # all (c of an image of 1-4 channels) is an outer axis here
     while len(taps) > 1 and all(isinstance(i, Axis) and i.uid == taps[0].uid
-                                for i in xr.indices if _uses(i, taps[:1])):
+                                for i in xr.indices if _uses_any(i, taps[:1])):
         outer.append(taps.pop(0))
     for r in (hr, xr):
         if (r.dtype != red.dtype or r.tensor.dtype != red.dtype or r.tensor.uid == t.uid
@@ -177,14 +181,14 @@ def plan(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Ex
     if not (isinstance(hr.indices[-1], Axis) and hr.indices[-1].uid == lane.uid):
         return None
     for i, d in zip(hr.indices, hr.tensor.dims):
-        if not _axis_within(i, d) or _uses(i, taps):
+        if not _axis_within(i, d) or _uses_any(i, taps):
             return None
-    if any(_uses(i, [lane]) for i in hr.indices[:-1]):
+    if any(_uses_any(i, [lane]) for i in hr.indices[:-1]):
         return None
     # X: its last index s*x + e(taps); rows moving with the taps and at most one other
     # reduction axis; the other dimensions plain axes (selectors: n, c)
     last = xr.indices[-1]
-    if _uses(last, outer + others) or not _uses(last, [lane]):
+    if _uses_any(last, outer + others) or not _uses_any(last, [lane]):
         return None
     form = polyhedral.affine_form(last, taps + [lane])
     if form is None or form[1][-1] < 1:
@@ -192,27 +196,27 @@ def plan(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Ex
     stride = form[1][-1]
     row_dims, selectors = [], []
     for k, i in enumerate(xr.indices[:-1]):
-        if _uses(i, [lane]):
+        if _uses_any(i, [lane]):
             return None
-        if _uses(i, taps) or _uses(i, others) and not isinstance(i, Axis):
+        if _uses_any(i, taps) or _uses_any(i, others) and not isinstance(i, Axis):
             row_dims.append(k)
         elif _axis_within(i, xr.tensor.dims[k]):
             selectors.append(k)
         else:
             return None
-    moving = [ax for ax in others if any(_uses(xr.indices[k], [ax]) for k in row_dims)]
+    moving = [ax for ax in others if any(_uses_any(xr.indices[k], [ax]) for k in row_dims)]
     if len(moving) > 1:
         return None
     inner = moving[0] if moving else None
     if inner is not None and (const_value(inner.lo) is None or const_value(inner.hi) is None):
         return None
-    if any(inner is not None and _uses(xr.indices[k], [inner]) for k in selectors):
+    if any(inner is not None and _uses_any(xr.indices[k], [inner]) for k in selectors):
         return None
     row_axes = taps + ([inner] if inner is not None else [])
     row_forms, row_lo, row_ext = [], [], []
     for k in row_dims:
         i = xr.indices[k]
-        if _uses(i, [ax for ax in outer + others if inner is None or ax.uid != inner.uid]):
+        if _uses_any(i, [ax for ax in outer + others if inner is None or ax.uid != inner.uid]):
             return None
         f = polyhedral.affine_form(i, row_axes)
         if f is None or const_value(xr.tensor.dims[k]) is None:
@@ -226,7 +230,7 @@ def plan(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Ex
     # the block axis: an outer axis H moves with and X does not (f)
     block = None
     for ax in outer:
-        if (_uses(hr, [ax]) and not _uses(xr, [ax]) and const_value(ax.lo) is not None
+        if (_uses_any(hr, [ax]) and not _uses_any(xr, [ax]) and const_value(ax.lo) is not None
                 and const_value(ax.hi) is not None
                 and const_value(ax.hi) - const_value(ax.lo) >= MIN_ROWS):
             block = ax
@@ -245,7 +249,7 @@ def plan(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Ex
         inside += [Binary("ge", i, Const(0, i.dtype), "bool"),
                    Binary("lt", i, xr.tensor.dims[k], "bool")]
     conds = polyhedral.conjuncts(where)
-    if any(_uses(w, outer + outer_red) for w in conds):
+    if any(_uses_any(w, outer + outer_red) for w in conds):
         return None
     if not all(polyhedral.implies(box, conds, c) for c in inside):
         return None
@@ -276,10 +280,9 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
     >>> "(lanes; registers across the flat positions)" in src and "copy of the image" in src
     True
     """
-    from .lower import I64, _Scope, _add, _cast, _fold, _mul, zero
 
     def _fold_sub(a, b):
-        return _fold("sub", a, b, I64)
+        return fold("sub", a, b, I64)
     p = plan(lw, t, red, ntaps, body, where)
     if p is None:
         return None
@@ -370,7 +373,7 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
         RS = tile_rows(Ty)
     xbuf, hbuf = lw.buf[p.x.tensor.uid].name, lw.buf[p.h.tensor.uid].name
     gv = lw.fresh("i", I64) if G > 1 else None
-    g0 = _add(Lit(F0, I64), _mul(gv, Lit(FG, I64))) if gv is not None else Lit(F0, I64)
+    g0 = add(Lit(F0, I64), mul(gv, Lit(FG, I64))) if gv is not None else Lit(F0, I64)
     pvars = [lw.fresh("i", I64) for _ in p.par]
     env: Dict[int, object] = {ax.uid: v for ax, v in zip(p.par, pvars)}
     part = lw.fresh("part", dt).name
@@ -386,7 +389,7 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                          Block((Store(copy, z2, zero(dt)),)), simd=True))
     rvars = [lw.fresh("k", I64) for _ in p.outer_red]
     env.update({ax.uid: v for ax, v in zip(p.outer_red, rvars)})
-    scope = _Scope(env, tuple(p.par) + tuple(p.outer_red), (), {})
+    scope = Scope(env, tuple(p.par) + tuple(p.outer_red), (), {})
 
     def index(e: Expr, sc) -> object:
         return lw.expr(e, sc, [])
@@ -403,18 +406,18 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                 q = p.row_dims.index(k)
                 n = const_value(p.x.tensor.dims[k])
                 if tiled_copy:  # the rows of this tile of y
-                    r = _add(_add(rowv[q], Lit(rmin_t, I64)), _mul(Lit(ys, I64), ytile))
+                    r = add(add(rowv[q], Lit(rmin_t, I64)), mul(Lit(ys, I64), ytile))
                     tests += [Op("ge", (r, Lit(0, I64)), "bool"),
                               Op("lt", (r, Lit(n, I64)), "bool")]
                 else:
-                    r = _add(rowv[q], Lit(p.row_lo[q], I64))
+                    r = add(rowv[q], Lit(p.row_lo[q], I64))
                     if p.row_lo[q] < 0:
                         tests.append(Op("ge", (r, Lit(0, I64)), "bool"))
                     if p.row_lo[q] + p.row_ext[q] > n:
                         tests.append(Op("lt", (r, Lit(n, I64)), "bool"))
                 idx.append(r)
             elif k == len(p.x.indices) - 1:
-                col = _add(_mul(Lit(p.col_stride, I64), _add(j, Lit(x0, I64))), Lit(e, I64))
+                col = add(mul(Lit(p.col_stride, I64), add(j, Lit(x0, I64))), Lit(e, I64))
                 n = const_value(p.x.tensor.dims[k])
                 if JP > nx:
                     tests.append(Op("lt", (j, Lit(nx, I64)), "bool"))
@@ -427,9 +430,9 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                 idx.append(index(i, scope))
         row_flat: object = Lit(0, I64)
         for q in range(len(p.row_dims)):
-            row_flat = _add(_mul(row_flat, Lit(RS if tiled_copy else p.row_ext[q], I64)),
+            row_flat = add(mul(row_flat, Lit(RS if tiled_copy else p.row_ext[q], I64)),
                             rowv[q])
-        at = _add(_mul(_add(Lit(ei * RS, I64), row_flat), Lit(JP, I64)), j)
+        at = add(mul(add(Lit(ei * RS, I64), row_flat), Lit(JP, I64)), j)
         value: object = Load(xbuf, lw.offset(p.x.tensor.uid, idx), dt)
         if tests:
             cond = tests[0]
@@ -466,16 +469,16 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
         yy = yv if not isinstance(ytile, Var) else lw.fresh("k", I64)
         pt: List[Stmt] = []
         for chunk, ragged in chunks:
-            xcol = _add(_mul(chunk, Lit(V, I64)), lv)  # j: the lane's column in the copy
+            xcol = add(mul(chunk, Lit(V, I64)), lv)  # j: the lane's column in the copy
             sc_env = dict(env)
-            sc_env[p.lane.uid] = _add(xcol, Lit(x0, I64))
+            sc_env[p.lane.uid] = add(xcol, Lit(x0, I64))
             if p.inner is not None:
                 sc_env[p.inner.uid] = yv
             hs = []
             for b in range(nb):
                 e2 = dict(sc_env)
-                e2[p.block.uid] = _add(fb, Lit(b, I64))
-                sc = _Scope(e2, (), (), {})
+                e2[p.block.uid] = add(fb, Lit(b, I64))
+                sc = Scope(e2, (), (), {})
                 hidx = [index(i, sc) for i in p.h.indices]
                 h: object = Load(hbuf, lw.offset(p.h.tensor.uid, hidx), dt)
                 if ragged:
@@ -484,9 +487,9 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                 pt.append(Decl(hv, h))
                 hs.append(hv)
             ybase = (Lit(0, I64) if yv is None else
-                     _mul(Lit(ystep, I64), yy if tiled_copy else yv))
+                     mul(Lit(ystep, I64), yy if tiled_copy else yv))
             for k in ks:
-                ld = Load(copy, _add(_add(Lit(tap_row[k], I64), ybase), xcol), dt)
+                ld = Load(copy, add(add(Lit(tap_row[k], I64), ybase), xcol), dt)
                 if nb > 1:
                     # ``+ 0``: gcc folded a plain load into each FMA using it (one load per
                     # row of the block: load-bound, 20% slower); the sum cannot tell -0
@@ -498,16 +501,16 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                     pt.append(Accumulate(accs[b][k], "sum", Op("mul", (hs[b], ld), dt)))
         if p.inner is not None:
             # constant bounds (gcc vectorizes the lanes loop as an outer loop only then)
-            y_of = [Decl(yv, _add(ytile, yy))] if isinstance(ytile, Var) else []
+            y_of = [Decl(yv, add(ytile, yy))] if isinstance(ytile, Var) else []
             y0 = 0 if isinstance(ytile, Var) else const_value(p.inner.lo)
             inner_stmts.append(For(yy, Lit(y0, I64), Lit(y0 + Ty, I64), 1,
                                    Block(tuple(y_of + pt)), note=p.inner.name))
         else:
             inner_stmts.extend(pt)
         for b in range(nb):
-            base = _mul(_add(_fold_sub(fb, g0), Lit(b, I64)), Lit(T * V, I64))
+            base = mul(add(_fold_sub(fb, g0), Lit(b, I64)), Lit(T * V, I64))
             for k in ks:
-                inner_stmts.append(Store(part, _add(_add(base, Lit(k * V, I64)), lv),
+                inner_stmts.append(Store(part, add(add(base, Lit(k * V, I64)), lv),
                                          accs[b][k], add=True))
         return For(lv, Lit(0, I64), Lit(V, I64), 1, Block(tuple(inner_stmts)), simd=True,
                    note=f"{p.lane.name} (lanes; registers across {p.inner.name})"
@@ -521,10 +524,10 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
         hbase = []
         for b in range(nb):
             e2 = dict(env)
-            e2[p.block.uid] = _add(fb, Lit(b, I64))
+            e2[p.block.uid] = add(fb, Lit(b, I64))
             e2[p.inner.uid] = Lit(0, I64)
             e2[p.lane.uid] = Lit(0, I64)
-            hbase.append(lw.offset(p.h.tensor.uid, [index(i, _Scope(e2, (), (), {}))
+            hbase.append(lw.offset(p.h.tensor.uid, [index(i, Scope(e2, (), (), {}))
                                                     for i in p.h.indices]))
 
         def lanes(ragged: bool) -> Stmt:
@@ -532,12 +535,12 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
             accs = [{k: lw.fresh("a", dt) for k in ks} for _ in range(nb)]
             body: List[Stmt] = [Decl(a, zero(dt)) for row in accs for a in row.values()]
             pv = lw.fresh("k", I64)
-            pos = _add(Lit(total // V * V, I64), lv) if ragged else \
-                _add(_mul(pv, Lit(V, I64)), lv)
+            pos = add(Lit(total // V * V, I64), lv) if ragged else \
+                add(mul(pv, Lit(V, I64)), lv)
             pt: List[Stmt] = []
             hs = []
             for b in range(nb):
-                h: object = Load(hbuf, _add(hbase[b], pos), dt)
+                h: object = Load(hbuf, add(hbase[b], pos), dt)
                 if ragged:
                     h = Op("select", (Op("lt", (pos, Lit(total, I64)), "bool"), h, zero(dt)),
                            dt)
@@ -545,7 +548,7 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                 pt.append(Decl(hv, h))
                 hs.append(hv)
             for k in ks:
-                ld: object = Load(copy, _add(Lit(tap_row[k], I64), pos), dt)
+                ld: object = Load(copy, add(Lit(tap_row[k], I64), pos), dt)
                 if nb > 1:  # held in a register for the rows (see block)
                     xv = lw.fresh("xc", dt)
                     pt.append(Decl(xv, Op("add", (ld, zero(dt)), dt)))
@@ -558,9 +561,9 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                 body.append(For(pv, Lit(0, I64), Lit(total // V, I64), 1, Block(tuple(pt)),
                                 note=f"{p.inner.name} * {nx} + {p.lane.name} (vectors)"))
             for b in range(nb):
-                base = _mul(_add(_fold_sub(fb, g0), Lit(b, I64)), Lit(T * V, I64))
+                base = mul(add(_fold_sub(fb, g0), Lit(b, I64)), Lit(T * V, I64))
                 for k in ks:
-                    body.append(Store(part, _add(_add(base, Lit(k * V, I64)), lv),
+                    body.append(Store(part, add(add(base, Lit(k * V, I64)), lv),
                                       accs[b][k], add=True))
             note = "the last vector" if ragged else "registers across the flat positions"
             return For(lv, Lit(0, I64), Lit(V, I64), 1, Block(tuple(body)), simd=True,
@@ -596,7 +599,7 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
     main = FG - FG % B
     tile: List[Stmt] = []
     if main:
-        tile.append(For(fbv, g0, _add(g0, Lit(main, I64)), B,
+        tile.append(For(fbv, g0, add(g0, Lit(main, I64)), B,
                         Block(tuple(chunks(fbv, B))), note=p.block.name))
     for r in range(main, FG):
         tile.extend(chunks(Lit(F0 + r, I64), 1))  # G == 1 here
@@ -621,31 +624,31 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
     k_of: object = Lit(0, I64)  # the tap's place in p.tap_values (row-major)
     for ax, tv in zip(p.taps, tvars):
         ext = const_value(ax.hi) - const_value(ax.lo)
-        k_of = _add(_mul(k_of, Lit(ext, I64)), _fold_sub(tv, Lit(const_value(ax.lo), I64)))
+        k_of = add(mul(k_of, Lit(ext, I64)), _fold_sub(tv, Lit(const_value(ax.lo), I64)))
     total = lw.fresh("t", dt)
     kk = lw.fresh("k", I64)
-    at = _mul(_add(_mul(_fold_sub(fv, g0), Lit(T, I64)), k_of), Lit(V, I64))
+    at = mul(add(mul(_fold_sub(fv, g0), Lit(T, I64)), k_of), Lit(V, I64))
     est: List[Stmt] = [Decl(total, zero(dt)), For(
         kk, Lit(0, I64), Lit(V, I64), 1,
-        Block((Accumulate(total, "sum", Load(part, _add(at, kk), dt)),)),
+        Block((Accumulate(total, "sum", Load(part, add(at, kk), dt)),)),
         simd=True, reduction=(("sum", total),))]
     binds = {ax.uid: tv for ax, tv in zip(p.taps, tvars)}
     binds[p.block.uid] = fv
     again: List[Stmt] = []
-    exact = lw.reduce(red, _Scope({**env, **binds}, tuple(t.axes), (), {}), again)
+    exact = lw.reduce(red, Scope({**env, **binds}, tuple(t.axes), (), {}), again)
     again.append(Assign(total, exact))
     inf_or_nan = Op("ne", (Op("sub", (total, total), dt), zero(dt)), "bool")
     est.append(If(inf_or_nan, Block(tuple(again))))
-    es = _Scope({**env, **binds}, tuple(t.axes), (), {})
+    es = Scope({**env, **binds}, tuple(t.axes), (), {})
     es.memo[red] = total
     out = lw.expr(t.body, es, est)
     idx = [es.env[ax.uid] for ax in t.axes]
-    est.append(Store(lw.buf[t.uid].name, lw.offset(t.uid, idx), _cast(out, t.dtype)))
+    est.append(Store(lw.buf[t.uid].name, lw.offset(t.uid, idx), cast(out, t.dtype)))
     ep: Stmt = Block(tuple(est))
     for ax, tv in reversed(list(zip(p.taps, tvars))):
         ep = Block((For(tv, Lit(const_value(ax.lo), I64), Lit(const_value(ax.hi), I64), 1,
                         ep, note=ax.name),))
-    stmts.append(For(fv, g0, _add(g0, Lit(FG, I64)), 1, ep, note=p.block.name))
+    stmts.append(For(fv, g0, add(g0, Lit(FG, I64)), 1, ep, note=p.block.name))
 
     wk = lw.work(t, t.axes)
     threaded = wk is not False
@@ -660,7 +663,7 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                      note=ax.name, parallel=par, work=wk if par else None)]
     if pair:
         q = lw.fresh("i", I64)
-        head = [Decl(pvars[0], _add(Lit(lo0, I64), Op("quot", (q, Lit(G, I64)), I64))),
+        head = [Decl(pvars[0], add(Lit(lo0, I64), Op("quot", (q, Lit(G, I64)), I64))),
                 Decl(gv, Op("rem", (q, Lit(G, I64)), I64))]
         nest2 = [For(q, Lit(0, I64), Lit(P * G, I64), 1, Block(tuple(head + nest2)),
                      note=f"{p.par[0].name} x groups of {p.block.name}", parallel=threaded,

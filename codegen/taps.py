@@ -35,7 +35,11 @@ from tensorexpr.ir import (Binary, Compute, Const, Read, Reduce, is_float, occur
 from tensorexpr.transform import const_value, substitute
 
 from . import tapregs
-from .loopast import Accumulate, Block, Decl, For, If, Lit, Load, Local, Stmt, Store
+from .cexpr import I64, add, cast, identity
+from .loopast import (Accumulate, Block, Decl, For, If, Lit, Load, Local, Stmt, Store,
+                      mark_inner_simd)
+from .patterns import conj, on_path, uses, where_form
+from .scope import Scope
 
 #: at most this many taps (product of the short innermost output axes) per pass
 MAX_TAPS = 16
@@ -54,12 +58,11 @@ def plan(t: Compute, tap: int = TAP, max_taps: int = MAX_TAPS, min_lanes: int = 
     least one outer axis before them), a float sum reached through arithmetic only,
     its axes a static box (the last at least ``MIN_LANES`` long, walked by a read's
     last index), and ``block_axis`` an outer axis some read does not use (or None)."""
-    from .lower import _on_path, _uses
     if t.carry is not None or t.self_ref is not None or len(t.axes) < 2:
         return None
     # occurrences in the tree: a reduction object used twice is two reductions
     reds = [x for x, n in occurrences(t.body) if isinstance(x, Reduce) for _ in range(min(n, 2))]
-    if len(reds) != 1 or not _on_path(t.body, reds[0]):
+    if len(reds) != 1 or not on_path(t.body, reds[0]):
         return None
     red = reds[0]
     if red.op != "sum" or not is_float(red.dtype) or not red.axes:
@@ -80,24 +83,24 @@ def plan(t: Compute, tap: int = TAP, max_taps: int = MAX_TAPS, min_lanes: int = 
     if any(isinstance(e, (Reduce,)) for e in walk(red.body, unique=True)):
         return None
     reads = [e for e in walk(red.body, unique=True) if isinstance(e, Read)]
-    if not any(r.indices and _uses(r.indices[-1], {x.uid}) for r in reads):
+    if not any(r.indices and uses(r.indices[-1], {x.uid}) for r in reads):
         return None
     # Block an axis that the reads moving with the taps do not use (f of dW: the X
     # reads, one per tap, then serve the whole block), else one some read does not use.
     tap_uids = {ax.uid for ax in t.axes[-ntaps:]}
-    tapped = [r for r in reads if _uses(r, tap_uids)]
+    tapped = [r for r in reads if uses(r, tap_uids)]
     block, score = None, 0
     for k in range(len(t.axes) - ntaps):
         ax = t.axes[k]
         lo, hi = const_value(ax.lo), const_value(ax.hi)
         if lo != 0 or hi is None or hi < 2 * BLOCK or hi % BLOCK:
             continue
-        if red.where is not None and _uses(red.where, {ax.uid}):
+        if red.where is not None and uses(red.where, {ax.uid}):
             continue
-        if not any(_uses(r, {ax.uid}) for r in reads):
+        if not any(uses(r, {ax.uid}) for r in reads):
             continue
-        shared = sum(not _uses(r, {ax.uid}) for r in reads) + 8 * sum(
-            not _uses(r, {ax.uid}) for r in tapped)
+        shared = sum(not uses(r, {ax.uid}) for r in reads) + 8 * sum(
+            not uses(r, {ax.uid}) for r in tapped)
         if shared > score:
             block, score = k, shared
     return red, ntaps, block
@@ -106,7 +109,6 @@ def plan(t: Compute, tap: int = TAP, max_taps: int = MAX_TAPS, min_lanes: int = 
 def lower(lw, t: Compute) -> Optional[List[Stmt]]:
     """The loop nest of ``t`` by taps (see the module docstring), or None: with its
     partial sums in vector registers (``codegen.tapregs``) where that applies."""
-    from .lower import _where_form
     p = plan(t)
     if p is None:
         # larger kernels (5 x 5, 7 x 7) and short rows (7 x 7 images: tapregs runs
@@ -115,20 +117,18 @@ def lower(lw, t: Compute) -> Optional[List[Stmt]]:
         wide = plan(t, tapregs.WIDE_TAP, tapregs.WIDE_MAX_TAPS, 1)
         if wide is None:
             return None
-        body, where = _where_form(wide[0])
+        body, where = where_form(wide[0])
         return tapregs.lower(lw, t, wide[0], wide[1], body, where)
     red, ntaps, _ = p
-    body, where = _where_form(red)
+    body, where = where_form(red)
     fast = tapregs.lower(lw, t, red, ntaps, body, where)
     return fast if fast is not None else _exact(lw, t, p)
 
 
 def _exact(lw, t: Compute, p) -> List[Stmt]:
     """The loop nest by taps, each element adding exactly the points of its domain."""
-    from .lower import (I64, _Scope, _add, _cast, _conj, _mark_inner_simd, _uses, _where_form,
-                        identity)
     red, ntaps, bk = p
-    body, where = _where_form(red)
+    body, where = where_form(red)
     outer, taps = list(t.axes[:-ntaps]), list(t.axes[-ntaps:])
     rows = BLOCK if bk is not None else 1
     # every tap value (and row of the block): (constants of the taps, row offset)
@@ -150,7 +150,7 @@ def _exact(lw, t: Compute, p) -> List[Stmt]:
     def bind(v: Tuple[int, ...], r: int) -> Dict[int, object]:
         b = {ax.uid: Lit(c, I64) for ax, c in zip(taps, v)}
         if r:
-            b[outer[bk].uid] = _add(vars_[bk], Lit(r, I64))
+            b[outer[bk].uid] = add(vars_[bk], Lit(r, I64))
         return b
 
     # loops over the reduction's box, x innermost: one loop over x per set of tests of
@@ -158,7 +158,7 @@ def _exact(lw, t: Compute, p) -> List[Stmt]:
     # tests around it, so no lane is masked
     rvars = [lw.fresh("k", I64) for _ in red.axes[:-1]]
     renv = {ax.uid: v for ax, v in zip(red.axes[:-1], rvars)}
-    base = _Scope({**env, **renv}, tuple(t.axes) + tuple(red.axes[:-1]), (), {})
+    base = Scope({**env, **renv}, tuple(t.axes) + tuple(red.axes[:-1]), (), {})
     tests: List[List] = []
     for v, r in elems:
         tests.append([] if where is None else [
@@ -166,10 +166,10 @@ def _exact(lw, t: Compute, p) -> List[Stmt]:
             for w in polyhedral.conjuncts(where)])
 
     def rows_of(ws):
-        return [w for w in ws if not _uses(w, {x.uid})]
+        return [w for w in ws if not uses(w, {x.uid})]
 
     def lanes_of(ws):
-        return [w for w in ws if _uses(w, {x.uid})]
+        return [w for w in ws if uses(w, {x.uid})]
 
     def emit(key, row_tests: bool, guards) -> List[Stmt]:
         """A loop over x per group of elements with the same ``key`` tests, inside their
@@ -188,16 +188,16 @@ def _exact(lw, t: Compute, p) -> List[Stmt]:
                     known = tuple(Binary("eq", ax, Const(c, I64), "bool")
                                   for ax, c in zip(taps, v))
                     s2 = sc.child(env=bind(v, r), guards=known)
-                    value = _cast(lw.expr(body, s2, stmts), red.dtype)
-                    at = _add(Lit(k * nx - x0, I64), sc.env[x.uid])
+                    value = cast(lw.expr(body, s2, stmts), red.dtype)
+                    at = add(Lit(k * nx - x0, I64), sc.env[x.uid])
                     stmts.append(Store(part, at, value, add=True))
 
             loop: List[Stmt] = []
-            lw.loops([x], _conj(lane) if lane else None,
+            lw.loops([x], conj(lane) if lane else None,
                      base.child(guards=tuple(row) + tuple(guards)), point, loop)
             if row:
                 pre: List[Stmt] = []
-                c = lw.expr(_conj(row), base, pre)
+                c = lw.expr(conj(row), base, pre)
                 out.extend(pre)
                 out.append(If(c, Block(tuple(loop))))
             else:
@@ -213,13 +213,13 @@ def _exact(lw, t: Compute, p) -> List[Stmt]:
         merged = emit(lanes_of, False, every)
         if len(merged) < len(inner):
             pre: List[Stmt] = []
-            c = lw.expr(_conj(every), base, pre)
+            c = lw.expr(conj(every), base, pre)
             inner = pre + [If(c, Block(tuple(merged)), Block(tuple(inner)))]
     nest: Stmt = Block(tuple(inner))
     for ax, v in reversed(list(zip(red.axes[:-1], rvars))):
         nest = Block((For(v, lw.size_expr(ax.lo), lw.size_expr(ax.hi), 1,
                           nest, note=ax.name),))
-    stmts.extend(_mark_inner_simd(list(nest.stmts)))
+    stmts.extend(mark_inner_simd(list(nest.stmts)))
     # the epilogue: each element's partial sums added, then the body around the sum
     for k, (v, r) in enumerate(elems):
         total = lw.fresh("t", red.dtype)
@@ -227,17 +227,17 @@ def _exact(lw, t: Compute, p) -> List[Stmt]:
         stmts.append(Decl(total, identity("sum", red.dtype)))
         stmts.append(For(kk, Lit(0, I64), Lit(nx, I64), 1,
                          Block((Accumulate(total, "sum",
-                                           Load(part, _add(Lit(k * nx, I64), kk), red.dtype)),)),
+                                           Load(part, add(Lit(k * nx, I64), kk), red.dtype)),)),
                          simd=True, reduction=(("sum", total),)))
-        es = _Scope({**env, **bind(v, r)}, tuple(t.axes), (), {})
+        es = Scope({**env, **bind(v, r)}, tuple(t.axes), (), {})
         es.memo[red] = total
         est: List[Stmt] = []
         out = lw.expr(t.body, es, est)
         idx = [v_ for v_ in vars_]
         if r:
-            idx[bk] = _add(vars_[bk], Lit(r, I64))
+            idx[bk] = add(vars_[bk], Lit(r, I64))
         idx += [Lit(c, I64) for c in v]
-        est.append(Store(lw.buf[t.uid].name, lw.offset(t.uid, idx), _cast(out, t.dtype)))
+        est.append(Store(lw.buf[t.uid].name, lw.offset(t.uid, idx), cast(out, t.dtype)))
         stmts.extend(est)
     # loops over the outer axes (the block axis by BLOCK), the first one on threads
     work = lw.work(t, t.axes)

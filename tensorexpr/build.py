@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .ir import (Binary, Compute, Placeholder, Read, Reduce, ScatterAdd, SelfRef, Tensor,
-                 Unary, fresh_uid, tensor_inputs, topo_order, walk)
+                 Unary, COSTLY_OPS, fresh_uid, tensor_inputs, topo_order, walk)
 
 BACKENDS = ("c", "numpy")
 
@@ -229,9 +229,6 @@ def cut(outputs: Sequence[Tensor], inputs: Sequence[Tensor]
 
 # {{{ which forward values a gradient should be given
 
-#: operations worth not recomputing (the ones codegen/lower.py's _inlinable calls costly)
-_COSTLY = ("pow", "floordiv", "mod", "exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos")
-
 
 def _worth_saving(t: Tensor) -> bool:
     """A recurrence, a scatter-add, or a compute with a reduction or a transcendental
@@ -243,7 +240,7 @@ def _worth_saving(t: Tensor) -> bool:
         return False
     if t.self_ref is not None:
         return True
-    return any(isinstance(x, Reduce) or (isinstance(x, (Binary, Unary)) and x.op in _COSTLY)
+    return any(isinstance(x, Reduce) or (isinstance(x, (Binary, Unary)) and x.op in COSTLY_OPS)
                for x in walk(t.body, unique=True))
 
 

@@ -229,6 +229,10 @@ UNARY_MATH = ("exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos", "abs", "flo
 # ``stop_gradient`` is the identity in value; differentiation treats it as a constant.
 UNARY_OPS = ("neg", "not", "stop_gradient") + UNARY_MATH
 REDUCE_OPS = ("sum", "max", "min")
+#: operations costly enough not to recompute freely: the C backend does not compute a
+#: tensor calling them where it is read (``codegen.patterns.inlinable``), and a gradient
+#: is given the forward tensors calling them (``build.saved_values``)
+COSTLY_OPS = ("pow", "floordiv", "mod", "exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos")
 
 
 class Expr(Node):

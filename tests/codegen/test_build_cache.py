@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tensorexpr as te
-from codegen import c_backend, cemit, lower, runtime
+from codegen import c_backend, cemit, lower, program, runtime
 from codegen.fingerprint import Unfingerprintable, fingerprint
 from codegen.signature import Signature
 
@@ -201,7 +201,7 @@ def test_an_unfingerprintable_program_is_built_without_the_cache(cache, monkeypa
 def test_the_runtime_agrees_with_lowering_and_emission_on_the_calling_convention():
     assert runtime.ENTRY == cemit.ENTRY
     assert (runtime.READ_OUT_OF_RANGE, runtime.SCATTER_OUT_OF_RANGE) == \
-        (lower.READ_OUT_OF_RANGE, lower.SCATTER_OUT_OF_RANGE)
+        (program.READ_OUT_OF_RANGE, program.SCATTER_OUT_OF_RANGE)
 
 
 # }}}

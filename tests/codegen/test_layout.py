@@ -11,7 +11,7 @@ import pytest
 
 import tensorexpr as te
 from codegen import fuse, layout
-from codegen.lower import _row_reduce
+from codegen.patterns import row_reduce
 
 from .util import agree, rand
 
@@ -188,7 +188,7 @@ def test_groups_are_kept_when_the_copy_has_the_rows_of_a_fused_chain():
     assert [g for g in after if g] == before
     assert [t.name for t in order].count("B_T") == 1
     moved = [t for t in order if t.uid == D.uid][0]
-    assert _row_reduce(moved) is not None
+    assert row_reduce(moved) is not None
     agree([Y, D], [X, B, H], rand((32, 32)), rand((32, 32), seed=1), rand((32, 32), seed=2))
 
 

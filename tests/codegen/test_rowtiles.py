@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import tensorexpr as te
-from codegen import lower
+from codegen import lower, patterns
 
 from .util import agree, rand
 
 W = lower.row_tile_blocked("float32")
-R = lower.row_block()
+R = patterns.row_block()
 
 
 def _product(form, M, K, N, dtype="float32"):
@@ -147,7 +147,7 @@ def test_chunks_with_a_symbolic_row_count():
 @pytest.mark.parametrize("form", ["AB", "AtB"])
 @pytest.mark.parametrize("dtype,N", [("float32", 10), ("float32", 13)])
 def test_narrow_rows_read_zero_padded_copies(form, dtype, N):
-    """Fewer outputs per row than a vector holds (but at least lower.ROW_MIN, below which
+    """Fewer outputs per row than a vector holds (but at least patterns.ROW_MIN, below which
     rows take another schedule; so never float64: 8 per vector): the operand along the
     row is read from a copy padded with zeros to a whole vector; the extra lanes are
     never stored."""

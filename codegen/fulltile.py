@@ -55,7 +55,15 @@ def worth(body: Expr, op: str, j: Axis, rest) -> bool:
     read moving with ``j`` and a factor ``w`` that does not move with it but reads
     something (a convolution's weight), and no condition tested point by point?
     Then the unmasked path applies (:func:`_staged`); masked loops alone were slower
-    than isl's bounds for other sums (a max-pool's gradient: 3x)."""
+    than isl's bounds for other sums (a max-pool's gradient: 3x).
+
+    >>> import tensorexpr as te
+    >>> X, W = te.placeholder((20,), name="X"), te.placeholder((3,), name="W")
+    >>> k = te.reduce_axis(3, name="k")
+    >>> Y = te.compute((18,), lambda j: te.sum(X[j + k] * W[k], axis=k), name="Y")
+    >>> worth(Y.body.body, "sum", Y.axes[0], []), worth(Y.body.body, "max", Y.axes[0], [])
+    (True, False)
+    """
     if op != "sum" or rest or not (isinstance(body, Binary) and body.op == "mul"
                                    and body.dtype in ("float32", "float64")):
         return False

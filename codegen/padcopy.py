@@ -286,6 +286,6 @@ def lower(lowerer, t: Compute, red: Reduce) -> Optional[List[Stmt]]:
     fast = lowerer.compute_rows(p.sum, p.sum.body)
     wbuf = lowerer.buf[p.weight.tensor.uid]
     fin = lowerer.fresh("fin", wbuf.dtype)
-    checks = lowerer._finite_checks({wbuf.name: fin})
+    checks = lowerer.finite_checks({wbuf.name: fin})
     ok = Op("eq", (fin, fin), "bool")
     return checks + [If(ok, Block(tuple(fill) + tuple(fast)), Block(tuple(slow)))]

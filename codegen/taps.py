@@ -24,6 +24,14 @@ one. Where the sum is a convolution's weight gradient proper (a product of two
 stored tensors, a domain that only says the read is inside the image),
 ``codegen.tapregs`` keeps them in vector registers instead, about three times faster;
 the loops here are for the other sums.
+
+>>> import tensorexpr as te
+>>> X, H = te.placeholder((4, 34, 34), name="X"), te.placeholder((8, 32, 32), name="H")
+>>> y, x = te.reduce_axis(32, name="y"), te.reduce_axis(32, name="x")
+>>> dW = te.compute((8, 4, 3, 3), lambda f, c, ky, kx: te.sum(
+...     H[f, y, x] * X[c, y + ky, x + kx], axis=[y, x]), name="dW")
+>>> plan(dW)[1:]   # two tap axes, rows blocked along f (its X reads are shared)
+(2, 0)
 """
 from __future__ import annotations
 

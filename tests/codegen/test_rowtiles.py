@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import tensorexpr as te
-from codegen import lower, patterns
+from codegen import patterns, rowsum
 
 from .util import agree, rand
 
-W = lower.row_tile_blocked("float32")
+W = rowsum.row_tile_blocked("float32")
 R = patterns.row_block()
 
 

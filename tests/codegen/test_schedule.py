@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tensorexpr as te
-from codegen.lower import ROW_TILE
+from codegen.rowsum import ROW_TILE
 from codegen.patterns import JAM, row_block
 
 from .util import agree, rand, without_comments

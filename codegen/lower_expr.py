@@ -1,0 +1,429 @@
+"""Expression lowering: scalar IR (arithmetic, selects, reads, reductions) to loop-AST.
+
+A mixin of :class:`codegen.lower.Lowerer`: ``expr`` turns an IR expression into a C
+expression, appending the statements it needs (checked loads, reduction loops,
+branches of a select) to a list; ``loops`` emits the loops over a reduction's or a
+scatter's domain (tight isl bounds for its affine conditions).
+
+>>> import tensorexpr as te
+>>> from codegen.lower import Lowerer
+>>> from codegen.signature import Signature
+>>> from codegen.scope import Scope
+>>> A = te.placeholder((4,), name="A")
+>>> lw = Lowerer(Signature([A], [A]))
+>>> out = []
+>>> lw.expr(A[2] * 2.0, Scope({}, (), (), {}), out).op, out
+('mul', [])
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+from tensorexpr import polyhedral
+from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Read, Reduce, Select, SizeVar,
+                           Tensor, Unary, is_float, promote, walk, children, evaluated_with,
+                           postorder)
+from tensorexpr.transform import const_value, flat_index, free_axes
+from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
+
+from .cexpr import I64, add, cast, checked, fold, identity, mul, wrap_int, zero
+from .loopast import (Accumulate, Assign, Block, CExpr, Decl, For, If, Lit, Load, Local, Op, Stmt,
+                      Store, Var, loads, mark_inner_simd, simd_safe)
+from .patterns import conj, where_form
+from .program import READ_OUT_OF_RANGE, Site
+from .scope import Scope
+
+
+#: interleaved partial results of a max/min over one axis
+LANES = 16
+#: a float sum keeps partial sums per value of its last axis if it has at most this many
+PARTIAL_SUMS = 4096
+#: the most levels of a float expression lowered into one C expression
+STAGE = 64
+
+
+class ExprLowering:
+    """The expression half of :class:`codegen.lower.Lowerer` (uses its buffers, sizes, inlining)."""
+
+    def __init__(self):
+        self._affine: Dict[tuple, Optional[tuple]] = {}  # affine_offset's isl answers
+        #: ids of float operations to compute once into a local (see ``_analyse``)
+        self._bind: Dict[int, bool] = {}
+        self._known: List[Expr] = []  # the analysed roots, kept alive: their ids are keys
+        self._staging = False
+
+    # {{{ loops over a (reduction or scatter) domain
+
+    def loops(self, axes: Sequence[Axis], where: Optional[Expr], scope: Scope, point,
+              out: List[Stmt]) -> None:
+        """Emit loops over ``axes``' box where ``where`` holds; ``point(scope, out)``
+        emits the statements for one point."""
+        conds = polyhedral.conjuncts(where)
+        if conds:
+            outer = scope.unbind(axes)
+            tree, rest = polyhedral.loop_nest(axes, conds, outer.axes, outer.guards)
+        else:
+            tree, rest = LoopPoint(tuple(axes)), []
+            for ax in reversed(axes):
+                tree = LoopFor(ax, ax.lo, ax.hi, 1, tree)
+        affine = [c for c in conds if not any(c is r for r in rest)]
+        self.loop_tree(tree, axes, affine, rest, scope, {}, point, out)
+
+    def loop_tree(self, node, axes, affine, rest, scope: Scope, iters: Dict[int, CExpr],
+              point, out: List[Stmt]) -> None:
+        # Loop bounds and conditions are pure integer expressions of the
+        # iterators, the enclosing axes and the sizes.
+        bscope = scope.child(env=iters)
+        match node:
+            case LoopBlock(items):
+                for item in items:
+                    self.loop_tree(item, axes, affine, rest, scope, iters, point, out)
+            case LoopFor(it, lo, hi, step, body):
+                v = self.fresh("k", I64)
+                inner: List[Stmt] = []
+                self.loop_tree(body, axes, affine, rest, scope, {**iters, it.uid: v},
+                           point, inner)
+                out.append(For(v, self.expr(lo, bscope, out), self.expr(hi, bscope, out), step,
+                               Block(tuple(inner)), note=it.name))
+            case LoopLet(it, value, body):
+                v = self.fresh("k", I64)
+                out.append(Decl(v, self.expr(value, bscope, out)))
+                self.loop_tree(body, axes, affine, rest, scope, {**iters, it.uid: v},
+                           point, out)
+            case LoopIf(cond, then, orelse):
+                a: List[Stmt] = []
+                self.loop_tree(then, axes, affine, rest, scope, iters, point, a)
+                b: Optional[List[Stmt]] = None
+                if orelse is not None:
+                    b = []
+                    self.loop_tree(orelse, axes, affine, rest, scope, iters, point, b)
+                out.append(If(self.expr(cond, bscope, out), Block(tuple(a)),
+                              None if b is None else Block(tuple(b))))
+            case LoopPoint(values):
+                env: Dict[int, CExpr] = {}
+                stmts: List[Stmt] = []
+                for ax, val in zip(axes, values):
+                    if isinstance(val, Axis) and val.uid in iters:
+                        env[ax.uid] = iters[val.uid]
+                    else:
+                        v = self.fresh("k", I64)
+                        stmts.append(Decl(v, self.expr(val, bscope, stmts)))
+                        env[ax.uid] = v
+                inner = scope.child(axes, affine, env)
+                if rest:  # tested at each point, where the affine conjuncts hold
+                    cond = self.expr(conj(rest), inner, stmts)
+                    body: List[Stmt] = []
+                    point(inner.child(guards=rest), body)
+                    stmts.append(If(cond, Block(tuple(body))))
+                else:
+                    point(inner, stmts)
+                out.append(Block(tuple(stmts)))
+            case _:
+                raise TypeError(f"unexpected loop tree node {node!r}")
+
+    # }}}
+
+    # {{{ expressions
+
+    def _analyse(self, e: Expr) -> None:
+        """Mark the float operations of ``e`` to compute into locals: those used more
+        than once (an expression is a DAG; a gradient's partials share the forward's
+        sub-expressions) and every ``STAGE``-th level of a deep one, so that the C
+        text grows with the DAG and no C expression is deeper than ``STAGE``."""
+        self._known.append(e)
+        fanout: Dict[int, int] = {}
+        height: Dict[int, int] = {}
+        nodes = postorder(e)
+        for x in nodes:
+            kids = children(x)
+            for c in kids:
+                fanout[id(c)] = fanout.get(id(c), 0) + 1
+            height[id(x)] = 1 + max((height[id(c)] for c in kids), default=-1)
+        for x in nodes:
+            op = isinstance(x, (Binary, Unary, Cast)) and is_float(x.dtype)
+            bind = op and (fanout.get(id(x), 0) > 1 or height[id(x)] % STAGE == STAGE - 1)
+            self._bind[id(x)] = self._bind.get(id(x), False) or bind
+
+    def expr(self, e: Expr, scope: Scope, out: List[Stmt]) -> CExpr:
+        """``e`` as a C expression; statements it needs first are appended to ``out``.
+
+        A float operation marked by ``_analyse`` is computed once into a local in
+        ``out`` and reused from ``scope.memo`` (scopes end at select branches and
+        guards, so nothing is hoisted out of them). Deep expressions are lowered
+        children first in stages, so Python's stack stays ``STAGE`` levels deep."""
+        if id(e) not in self._bind:
+            self._analyse(e)
+        if not self._staging and children(e):
+            self._staging = True
+            try:
+                for x in postorder(e, evaluated_with):
+                    if x is not e and self._bind[id(x)] and ("cse", id(x)) not in scope.memo:
+                        self.expr(x, scope, out)
+            finally:
+                self._staging = False
+        if not self._bind[id(e)]:
+            return self._expr(e, scope, out)
+        # Keyed by identity: a structural key would compare deep expressions in full.
+        key = ("cse", id(e))
+        if key in scope.memo:
+            return scope.memo[key]
+        res = self._expr(e, scope, out)
+        if not isinstance(res, (Var, Lit)):
+            v = self.fresh("t", e.dtype)
+            out.append(Decl(v, res))
+            res = v
+        scope.memo[key] = res
+        return res
+
+    def _expr(self, e: Expr, scope: Scope, out: List[Stmt]) -> CExpr:
+        match e:
+            case Const(v, dt):
+                return Lit(v, dt)
+            case SizeVar(name):
+                return self.sizes[name]
+            case Axis():
+                if e.uid not in scope.env:
+                    raise RuntimeError(f"internal error: axis {e.name} is not bound here")
+                return scope.env[e.uid]
+            case Cast(a, dt):
+                x = self.expr(a, scope, out)
+                return x if a.dtype == dt else Op("cast", (x,), dt)
+            case Unary("stop_gradient", a, _):
+                return self.expr(a, scope, out)  # only differentiation sees it
+            case Unary(op, a, dt):
+                x = cast(self.expr(a, scope, out), dt if op != "not" else "bool")
+                if op == "neg" and isinstance(x, Lit) and dt in ("int32", "int64"):
+                    return Lit(wrap_int(-int(x.value), dt), dt)
+                return Op(op, (x,), dt)
+            case Binary("and" | "or"):
+                return self.logic(e, scope, out)
+            case Binary(op, a, b, dt):
+                if op in ("floordiv", "mod") and scope.memo and e in scope.memo:
+                    return scope.memo[e]
+                x, y = self.expr(a, scope, out), self.expr(b, scope, out)
+                if a.dtype != b.dtype or op not in ("lt", "le", "eq", "ne", "gt", "ge"):
+                    t = dt if op not in ("lt", "le", "eq", "ne", "gt", "ge") else \
+                        promote(a.dtype, b.dtype)
+                    x, y = cast(x, t), cast(y, t)
+                if (op in ("floordiv", "mod") and dt in ("int32", "int64")
+                        and not isinstance(x, Lit) and isinstance(y, Lit) and y.value > 0
+                        and scope.proves_nonneg(a, self.params)):
+                    # C's truncating / and % agree with floor semantics here, and
+                    # vectorize (the helpers' sign tests do not)
+                    return Op("quot" if op == "floordiv" else "rem", (x, y), dt)
+                return fold(op, x, y, dt)
+        if e in scope.memo:
+            return scope.memo[e]
+        match e:
+            case Select():
+                res = self.select(e, scope, out)
+            case Read():
+                res = self.read(e, scope, out)
+            case Reduce():
+                res = self.reduce(e, scope, out)
+            case _:
+                raise TypeError(f"the C backend cannot lower {type(e).__name__}")
+        if isinstance(res, Var):
+            scope.memo[e] = res
+        return res
+
+    def logic(self, e: Binary, scope: Scope, out: List[Stmt]) -> CExpr:
+        """``a & b`` or ``a | b``, short-circuiting as ir.py says: ``b`` is lowered where
+        ``a`` leaves the result open (a guard its reads are proven under), and the
+        statements it needs (checked loads, reductions) run only there."""
+        x = self.expr(e.a, scope, out)
+        cond = e.a if e.op == "and" else Unary("not", e.a, "bool")
+        inner: List[Stmt] = []
+        y = self.expr(e.b, scope.child(guards=(cond,)), inner)
+        if not inner:
+            return Op(e.op, (x, y), "bool")  # C's && and || short-circuit too
+        v = self.fresh("t", "bool")
+        out.append(Decl(v, x))
+        out.append(If(v if e.op == "and" else Op("not", (v,), "bool"),
+                      Block(tuple(inner) + (Assign(v, y),))))
+        return v
+
+    def select(self, e: Select, scope: Scope, out: List[Stmt]) -> CExpr:
+        c = self.expr(e.cond, scope, out)
+        sa, sb = scope.child(guards=(e.cond,)), scope.child(guards=(Unary("not", e.cond, "bool"),))
+        la: List[Stmt] = []
+        lb: List[Stmt] = []
+        xa = cast(self.expr(e.a, sa, la), e.dtype)
+        xb = cast(self.expr(e.b, sb, lb), e.dtype)
+        if not la and not lb:
+            if loads(xa) or loads(xb):
+                # Loads under a condition keep loops scalar (gcc will not speculate
+                # them). Where both branches are valid without the condition (reads
+                # proven in range anyway, no checks), compute both and blend: the
+                # untaken value is discarded (no traps: -fno-trapping-math).
+                ta: List[Stmt] = []
+                tb: List[Stmt] = []
+                sites = len(self.sites)
+                ya = cast(self.expr(e.a, scope.child(), ta), e.dtype)
+                yb = cast(self.expr(e.b, scope.child(), tb), e.dtype)
+                if not ta and not tb:
+                    va, vb = self.fresh("t", e.dtype), self.fresh("t", e.dtype)
+                    out.extend([Decl(va, ya), Decl(vb, yb)])
+                    return Op("select", (c, va, vb), e.dtype)
+                del self.sites[sites:]
+            return Op("select", (c, xa, xb), e.dtype)
+        v = self.fresh("t", e.dtype)
+        out.append(Decl(v, None))
+        out.append(If(c, Block(tuple(la) + (Assign(v, xa),)), Block(tuple(lb) + (Assign(v, xb),))))
+        return v
+
+    def read(self, e: Read, scope: Scope, out: List[Stmt]) -> CExpr:
+        t = e.tensor
+        if t.uid not in self.buf:
+            raise RuntimeError(f"internal error: {t.name!r} has no buffer")
+        idx: List[CExpr] = []
+        checks = []
+        for d, (x, size) in enumerate(zip(e.indices, self.dims[t.uid])):
+            known = scope.memo.get(("in range", x)) if scope.memo else None
+            if known is not None:  # loaded and checked once per row (compute_gather_rows)
+                idx.append(known)
+                continue
+            cx = self.expr(x, scope, out)
+            if not scope.proves_inside(x, size, self.params):
+                v = self.fresh("t", I64)
+                out.append(Decl(v, cx))
+                cx = v
+                checks.append((d, v, self.size_expr(size)))
+            idx.append(cx)
+        if t.uid in self.inline:
+            return self.inlined(t, e, idx, checks, out)
+        if not checks:
+            flat = self.affine_offset(e, scope)
+            return Load(self.buf[t.uid].name,
+                        flat if flat is not None else self.offset(t.uid, idx), e.dtype)
+        load = Load(self.buf[t.uid].name, self.offset(t.uid, idx), e.dtype)
+        v = self.fresh("t", e.dtype)
+        out.append(Decl(v, zero(e.dtype)))
+        out.append(checked(READ_OUT_OF_RANGE, self.error_site(self.owner, e), checks,
+                            [Assign(v, load)]))
+        return v
+
+    def affine_offset(self, e: Read, scope: Scope) -> Optional[CExpr]:
+        """The element offset of ``e`` as ``c + sum(a_k * axis_k)`` when its indices use
+        ``//`` or ``%`` but the offset is affine anyway (a flatten's
+        ``X[n, k // 256, k // 16 % 16, k % 16]`` is ``X.flat[n * 8192 + k]``): no
+        division per element, and contiguous. None otherwise."""
+        if not any(isinstance(y, Binary) and y.op in ("floordiv", "mod")
+                   for x in e.indices for y in walk(x, unique=True)):
+            return None
+        indices, dims = self.stored_at(e.tensor.uid, e.indices)
+        dims = [const_value(d) for d in dims]
+        if any(n is None for n in dims):
+            return None
+        offset = flat_index(indices, dims)
+        axes = free_axes(offset)
+        if not all(ax.uid in scope.env for ax in axes):
+            return None
+        key = (offset, tuple(axes))
+        if key not in self._affine:
+            self._affine[key] = polyhedral.affine_form(offset, axes)
+        form = self._affine[key]
+        if form is None:
+            return None
+        c, coeffs = form
+        out: CExpr = Lit(c, I64)
+        for a, ax in zip(coeffs, axes):
+            if a:
+                out = add(out, mul(scope.env[ax.uid], Lit(a, I64)))
+        return out
+
+    def inlined(self, t: Compute, e: Read, idx: List[CExpr], checks, out: List[Stmt]) -> CExpr:
+        """``t[idx]`` computed from ``t``'s body (after the same index checks as a load):
+        its axes are bound to ``idx``, which lie in its box, so its own reads are
+        proven or checked exactly as where ``t`` is stored."""
+        scope = Scope({ax.uid: x for ax, x in zip(t.axes, idx)}, tuple(t.axes), (), {})
+        owner, self.owner = self.owner, t
+        try:
+            if not checks:
+                return cast(self.expr(t.body, scope, out), t.dtype)
+            v = self.fresh("t", e.dtype)
+            out.append(Decl(v, zero(e.dtype)))
+            inner: List[Stmt] = []
+            value = cast(self.expr(t.body, scope, inner), t.dtype)
+            out.append(checked(READ_OUT_OF_RANGE, self.error_site(owner, e), checks,
+                                inner + [Assign(v, value)]))
+            return v
+        finally:
+            self.owner = owner
+
+    def reduce(self, e: Reduce, scope: Scope, out: List[Stmt]) -> CExpr:
+        acc = self.fresh("t", e.dtype)
+        out.append(Decl(acc, identity(e.op, e.dtype)))
+        body, where = where_form(e)
+        if body is not e.body:
+            e = Reduce(e.op, body, e.axes, where, e.dtype)
+        # A float sum over several axes keeps one partial sum per value of its last
+        # axis (a static box), added up at the end: the reassociation ir.py allows, so
+        # the innermost loop runs in vector lanes without a horizontal sum per pass.
+        last = e.axes[-1] if e.axes else None
+        lo = const_value(last.lo) if last is not None else None
+        hi = const_value(last.hi) if last is not None else None
+        split = (e.op == "sum" and is_float(e.dtype) and len(e.axes) >= 2 and lo is not None
+                 and hi is not None and 0 < hi - lo <= PARTIAL_SUMS)
+        if (e.op in ("max", "min") and is_float(e.dtype) and len(e.axes) == 1
+                and e.where is None and lo is not None and hi is not None
+                and hi - lo >= 4 * LANES and (hi - lo) % LANES == 0):
+            return self.lane_reduce(e, acc, lo, hi, scope, out)
+        part = self.fresh("part", e.dtype).name if split else ""
+        lanes: set = set()  # loop variables that index the partial sums
+
+        def point(inner: Scope, stmts: List[Stmt]):
+            v = cast(self.expr(e.body, inner, stmts), e.dtype)
+            if split:
+                x = inner.env[last.uid]
+                if isinstance(x, Var):
+                    lanes.add(x.name)
+                stmts.append(Store(part, fold("sub", x, Lit(lo, I64), I64), v, add=True))
+            else:
+                stmts.append(Accumulate(acc, e.op, v))
+
+        nest: List[Stmt] = []
+        self.loops(e.axes, e.where, scope, point, nest)
+        if split:
+            z, k = self.fresh("k", I64), self.fresh("k", I64)
+            out.append(Local(part, e.dtype, hi - lo))
+            out.append(For(z, Lit(0, I64), Lit(hi - lo, I64), 1,
+                           Block((Store(part, z, zero(e.dtype)),)), simd=True))
+            out.extend(mark_inner_simd(nest, only=lambda f: f.var.name in lanes))
+            out.append(For(k, Lit(0, I64), Lit(hi - lo, I64), 1,
+                           Block((Accumulate(acc, "sum", Load(part, k, e.dtype)),)),
+                           simd=True, reduction=(("sum", acc),)))
+        elif e.op == "sum":  # sums may be added in any order (ir.py): lanes
+            out.extend(mark_inner_simd(nest, (("sum", acc),)))
+        else:
+            out.extend(nest)
+        return acc
+
+    def lane_reduce(self, e: Reduce, acc: Var, lo: int, hi: int, scope: Scope,
+                    out: List[Stmt]) -> Var:
+        """A max or min over one static axis as ``LANES`` interleaved partial results,
+        combined at the end (any order gives the same maximum; ir.py leaves the order
+        of reductions free)."""
+        part = self.fresh("part", e.dtype).name
+        z, k0, lane, k = (self.fresh("k", I64) for _ in range(4))
+        init = identity(e.op, e.dtype)
+        out.append(Local(part, e.dtype, LANES))
+        out.append(For(z, Lit(0, I64), Lit(LANES, I64), 1, Block((Store(part, z, init),)),
+                       simd=True))
+        inner = scope.child(axes=e.axes, env={e.axes[0].uid: add(k0, lane)})
+        stmts: List[Stmt] = []
+        v = cast(self.expr(e.body, inner, stmts), e.dtype)
+        stmts.append(Store(part, lane, Op(e.op, (Load(part, lane, e.dtype), v), e.dtype)))
+        body = Block(tuple(stmts))
+        out.append(For(k0, Lit(lo, I64), Lit(hi, I64), LANES,
+                       Block((For(lane, Lit(0, I64), Lit(LANES, I64), 1, body,
+                                  simd=simd_safe(body)),)), note=e.axes[0].name))
+        out.append(For(k, Lit(0, I64), Lit(LANES, I64), 1,
+                       Block((Accumulate(acc, e.op, Load(part, k, e.dtype)),))))
+        return acc
+
+    def error_site(self, owner: Tensor, read: Optional[Read]) -> int:
+        self.sites.append(Site(owner, read))
+        return len(self.sites) - 1
+
+    # }}}

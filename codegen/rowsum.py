@@ -1,0 +1,319 @@
+"""Row-tiled reductions: ``epilogue(sum)`` computed for a tile of the innermost axis at once.
+
+A mixin of :class:`codegen.lower.Lowerer` (``compute_rows``): an accumulator array
+over a tile of the innermost output axis ``j``, isl loops over ``(reduction axes, j)``
+with ``j`` innermost (contiguous, vectorizable), row blocks sharing the reads along
+``j``, then the epilogue per element. Its helpers: ``codegen.rowtiles`` (tile shapes),
+``codegen.regtile`` (the accumulators in registers), ``codegen.fulltile`` (masked
+whole tiles), ``codegen.residue`` (strided rows per residue).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Dict, List, Optional
+
+from tensorexpr import polyhedral
+from tensorexpr.ir import Axis, Binary, Compute, Const, Expr, Reduce, fresh_uid
+from tensorexpr.transform import const_value
+
+from . import fulltile, regtile, residue, rowtiles, target
+from .cexpr import I64, add, all_of, cast, fold, identity, mul, zero
+from .loopast import (Accumulate, Block, CExpr, Decl, For, If, Lit, Load, Local, Op, Stmt, Store,
+                      Var, mark_inner_simd, simd_safe)
+from .patterns import closed_value, conj, pure, row_block, row_block_axis, uses, where_form
+from .scope import Scope
+
+
+#: columns of a row accumulator (elements of the innermost output axis computed together)
+ROW_TILE = 256
+
+
+def row_tile_blocked(dtype: str) -> int:
+    """The tile when :func:`row_block` rows are computed together: their accumulators fit
+    the registers (``tile_vectors`` vectors a row, so one broadcast serves two FMAs; on
+    AVX-512, 8 x 32 floats ran a 512 x 256 x 512 A^T B at 110 GFLOP/s, 8 x 16 at 82).
+
+    >>> with target.use(target.Target(64, 32, True)):   # AVX-512: 16 floats a vector
+    ...     row_tile_blocked("float32")
+    32
+    """
+    t = target.current()
+    return t.tile_vectors * t.lanes(dtype)
+
+
+class RowSumLowering:
+    """The row-tiled reductions of :class:`codegen.lower.Lowerer`."""
+
+    def compute_rows(self, t: Compute, red: Reduce, sp=None) -> List[Stmt]:
+        """``t`` whose body is ``epilogue(red)`` with the reduction computed for a tile of
+        the innermost output axis ``j`` at once: an accumulator array over the tile, isl
+        loops over ``(red's axes..., j)`` with ``j`` innermost (contiguous reads,
+        vectorizable), then the epilogue per ``j``. Each element's reduction still
+        visits its points in the same order as the point-by-point loops.
+
+        When an outer axis ``i`` takes no part in the reads along ``j`` nor in the
+        domain (``i`` of a matmul), ``row_block()`` values of ``i`` share each such read:
+        their accumulators are updated together (registers, not memory).
+
+        A row read at ``x // s`` or ``(x - k) // s`` (a strided convolution's gradient)
+        is computed per residue ``x = s*q + r`` over ``q`` (``codegen.residue``; ``sp``)."""
+        if sp is None:
+            sp = residue.split(t, red)
+            if sp is not None:
+                self.buf[sp.tensor.uid] = self.buf[t.uid]
+                self.dims[sp.tensor.uid] = t.dims
+                return self.compute_rows(sp.tensor, sp.red, sp)
+        axes = list(t.axes)
+        j = axes[-1]
+        outer = axes[:-1]
+        orig = red
+        body, where = where_form(red)
+        red = Reduce(red.op, body, red.axes, where, red.dtype)
+        vars_ = [self.fresh("i", I64) for _ in outer]
+        ri = row_block_axis(t, red)
+        n = const_value(j.hi)
+        tile = row_tile_blocked(red.dtype) if ri is not None else ROW_TILE
+        lanes = target.current().lanes(red.dtype)
+        # a row block's tile is at most row_tile_blocked wide (registers); a single row's
+        # tile may be up to twice ROW_TILE before it is cut (accumulators in memory)
+        tiled = n is None or n > (tile if ri is not None else 2 * tile)
+        width = tile if tiled else n
+        # reads along j from zero-padded copies (codegen.layout): whole vectors of lanes,
+        # the ones beyond j's extent computed and never stored
+        pad = rowtiles.padded_lanes(red, j) if ri is not None and not tiled and sp is None \
+            else None
+        if pad is not None:
+            width = pad
+        env = {ax.uid: v for ax, v in zip(outer, vars_)}
+        scope_axes = tuple(outer)
+        conds = polyhedral.conjuncts(red.where)
+        if sp is not None:  # x = s*q + r inside x's range
+            conds = conds + [Binary("lt", j, sp.count, "bool")]
+        if tiled:
+            jt = Axis(f"{j.name}_tile", Const(0, I64),
+                      Binary("floordiv", Binary("add", j.hi, Const(tile - 1, I64), I64),
+                             Const(tile, I64), I64), fresh_uid())
+            tv = self.fresh("i", I64)
+            env[jt.uid] = tv
+            scope_axes += (jt,)
+            base: CExpr = mul(tv, Lit(tile, I64))
+            start = Binary("mul", jt, Const(tile, I64), I64)
+            conds = conds + [Binary("ge", j, start, "bool"),
+                             Binary("lt", j, Binary("add", start, Const(tile, I64), I64),
+                                    "bool")]
+        else:
+            base = Lit(0, I64)
+        # every tile is full: constant trip counts
+        exact = n is not None and n % width == 0 and (
+            sp is None or const_value(sp.orig.axes[-1].hi) % sp.s == 0)
+        if tiled:
+            # the last tile too runs its whole width (the accumulator has it; the bounds
+            # keep j < n): a constant trip count
+            jstart: Expr = start
+            jend: Expr = Binary("add", start, Const(tile, I64), I64)
+        else:
+            jstart, jend = j.lo, j.hi
+        rx = list(red.axes) + [j if pad is None else replace(j, hi=Const(pad, I64))]
+        # Bounds of j that move with a reduction axis p (a gradient's gather, a padded
+        # convolution) start each pass at another offset of the accumulator, whose loads
+        # would straddle the previous pass's stores (no store forwarding). A short p gets
+        # one accumulator per value (each pass then meets its own previous offsets),
+        # combined at the end: a reassociation of the reduction, as ir.py allows.
+        phase, phases = None, 1
+        for c in polyhedral.conjuncts(red.where):
+            if phase is None and uses(c, {j.uid}):
+                for ax in red.axes:
+                    lo_, hi_ = const_value(ax.lo), const_value(ax.hi)
+                    if (uses(c, {ax.uid}) and lo_ is not None and hi_ is not None
+                            and 2 <= hi_ - lo_ <= 4):
+                        phase, phases = ax, hi_ - lo_
+                        break
+
+        def tile_block(rows: List[Optional[Var]], tile_axes=None, whole=False) -> List[Stmt]:
+            """The tile at ``tv`` for ``rows``; ``tile_axes``: the enclosing axes with the
+            tile axis narrowed to the loop it is in (``whole``: tiles all inside j's range)."""
+            nonlocal phase, phases
+            acc = self.fresh("acc", red.dtype).name
+            scope = Scope(dict(env), tile_axes or scope_axes, (), {})
+            tree, rest = polyhedral.loop_nest(rx, conds, scope.axes, scope.guards)
+            # bounds of j that move with a tap: the whole tile, masked (codegen.fulltile).
+            # Every pass then starts at the tile's start: one accumulator for all taps,
+            # when the tile is a whole number of vectors (measured: a padded convolution
+            # 10% faster; a 17-wide residue row of a strided gradient 60% slower)
+            full = False
+            if fulltile.worth(red.body, red.op, j, rest):
+                tree, full = fulltile.widen(tree, jstart, jend, keep={jt.uid} if tiled else ())
+            if full and width % lanes == 0:
+                phase, phases = None, 1
+            size = width * len(rows)
+            out: List[Stmt] = [Local(acc, red.dtype, size * phases)]
+            z = self.fresh("k", I64)
+            out.append(For(z, Lit(0, I64), Lit(size * phases, I64), 1,
+                           Block((Store(acc, z, identity(red.op, red.dtype)),)), simd=True))
+
+            def row_scope(sc: Scope, r: int) -> Scope:
+                return sc if rows[r] is None else sc.child(env={outer[ri].uid: rows[r]})
+
+            def point(inner: Scope, stmts: List[Stmt]):
+                for r in range(len(rows)):
+                    sc = row_scope(inner, r)
+                    v = cast(self.expr(red.body, sc, stmts), red.dtype)
+                    if blend:
+                        c = self.expr(conj(rest), sc, stmts)
+                        v = Op("select", (c, v, identity(red.op, red.dtype)), red.dtype)
+                    at = add(fold("sub", inner.env[j.uid], base, I64), Lit(r * width, I64))
+                    if phase is not None:
+                        p = fold("sub", inner.env[phase.uid], Lit(const_value(phase.lo), I64),
+                                  I64)
+                        at = add(at, mul(p, Lit(size, I64)))
+                    if red.op == "sum":
+                        stmts.append(Store(acc, at, v, add=True))
+                    else:
+                        stmts.append(Store(acc, at, Op(red.op, (Load(acc, at, red.dtype), v),
+                                                       red.dtype)))
+
+            nest: List[Stmt] = []
+            affine = [c for c in conds if not any(c is r for r in rest)]
+            # A data-dependent condition around a value that is safe and cheap to
+            # compute anyway becomes a blend with the identity, not a branch (masked
+            # stores of the accumulator do not forward to the next pass's loads):
+            # sum + 0.0 and max(x, -inf) leave the accumulator unchanged.
+            blend = bool(rest) and pure(red.body)
+            self.loop_tree(tree, rx, affine, [] if blend else rest, scope, {}, point, nest)
+            if full:
+                # the unmasked version (codegen.fulltile) when the weights it multiplies
+                # the staged rows by are all finite, checked once before the loops
+                needs: set = set()
+                fresh = lambda dt: self.fresh("t", dt)  # noqa: E731
+                fast = fulltile.hoist(nest, fresh, needs)
+                nest = fulltile.hoist(nest, fresh)
+                if needs:
+                    for b in sorted(needs):
+                        if b not in finite:
+                            finite[b] = self.fresh("fin", self.buffer_dtype(b))
+                    ok = all_of([Op("eq", (finite[b], finite[b]), "bool") for b in sorted(needs)])
+                    nest = [If(ok, Block(tuple(fast)), Block(tuple(nest)))]
+            # the accumulators in vector registers where every term vectorizes
+            # (codegen.regtile): gcc keeps the array in memory, an FMA per load and store
+            regs = None
+            if (red.op == "sum" and phases == 1 and not blend
+                    and size <= lanes * target.current().accumulators):
+                # a loop over one tile: isl put its value into the lane loops' bounds
+                one = {}
+                if tiled:
+                    ax = next(a for a in tile_axes or scope_axes if a.uid == jt.uid)
+                    lo_, hi_ = closed_value(ax.lo), closed_value(ax.hi)
+                    if lo_ is not None and hi_ == lo_ + 1:
+                        one[tv.name] = lo_
+                regs = regtile.registerize(nest, acc, size, red.dtype, lanes,
+                                           lambda dt: self.fresh("v", dt), one)
+            if regs is not None:
+                out.extend(regs[0] + regs[1] + regs[2])
+            else:
+                out.extend(mark_inner_simd(nest))
+            # the epilogue: one element per j of the tile (and row)
+            for r in range(len(rows)):
+                jj = self.fresh("i", I64)
+                jv = add(base, jj)
+                escope = row_scope(scope, r).child(axes=(j,), env={j.uid: jv})
+                total: CExpr = Load(acc, add(jj, Lit(r * width, I64)), red.dtype)
+                for ph in range(1, phases):
+                    part = Load(acc, add(jj, Lit(r * width + ph * size, I64)), red.dtype)
+                    total = Op("add" if red.op == "sum" else red.op, (total, part), red.dtype)
+                escope.memo[orig] = total
+                est: List[Stmt] = []
+                value = self.expr(t.body, escope, est)
+                idx = [v if k != ri or rows[r] is None else rows[r] for k, v in enumerate(vars_)]
+                if sp is not None:  # element q of residue r is x = s*q + r
+                    idx, jv = idx[:-1], add(mul(Lit(sp.s, I64), jv), idx[-1])
+                est.append(Store(self.buf[t.uid].name, self.offset(t.uid, idx + [jv]),
+                                 cast(value, t.dtype)))
+                hi: CExpr = Lit(width, I64)
+                if not exact and not whole:
+                    end = (self.size_expr(j.hi) if sp is None
+                           else self.expr(sp.count, scope.child(), out))
+                    hi = Op("min", (fold("sub", end, base, I64), hi), I64)
+                eblock = Block(tuple(est))
+                out.append(For(jj, Lit(0, I64), hi, 1, eblock, note=j.name,
+                               simd=simd_safe(eblock)))
+            return out
+
+        work = self.work(t, axes)
+        loops = [(ax, v, self.size_expr(ax.lo)) for ax, v in zip(outer, vars_)]
+        if tiled:
+            loops.append((jt, tv, Lit(0, I64)))
+
+        def nest_from(k: int, rows: List[Optional[Var]]) -> List[Stmt]:
+            if k == len(loops):
+                return tile_block(rows)
+            ax, v, lo = loops[k]
+            parallel = k == 0 and work is not False and chunk is None
+            hi = self.size_expr(ax.hi)
+            if tiled and ax is jt and chunk is not None:  # the tiles of chunk jc
+                lo = mul(jc, Lit(chunk, I64))
+                hi = Op("min", (add(lo, Lit(chunk, I64)), hi), I64)
+            if tiled and ax is jt and split is not None:
+                return split(v, lo, hi, rows, parallel, chunk is not None)
+            if k != ri:
+                return [For(v, lo, hi, 1, Block(tuple(nest_from(k + 1, rows))),
+                            parallel=parallel, work=work if parallel else None, note=ax.name)]
+            # row_block() rows at a time, then the remaining rows (one block of them)
+            R = row_block()
+            row_vars = [self.fresh("i", I64) for _ in range(R)]
+            decls = [Decl(rv, add(v, Lit(r, I64))) for r, rv in enumerate(row_vars)]
+            span = fold("sub", hi, lo, I64)
+            mid = add(lo, mul(fold("floordiv", span, Lit(R, I64), I64), Lit(R, I64)))
+            main = For(v, lo, mid, R, Block(tuple(decls) + tuple(nest_from(k + 1, row_vars))),
+                       parallel=parallel, work=work if parallel else None, note=ax.name)
+            v2 = self.fresh("i", I64)
+            left = (const_value(ax.hi) - const_value(ax.lo)) % R \
+                if const_value(ax.hi) is not None and const_value(ax.lo) is not None else 0
+            if left > 1:
+                # a static remainder of rows is one block of that many rows: one row at a
+                # time, its two vectors of accumulators wait on the FMA latency
+                rest = [self.fresh("i", I64) for _ in range(left)]
+                decls = [Decl(rv, add(v2, Lit(r, I64))) for r, rv in enumerate(rest)]
+                rem = For(v2, mid, hi, left, Block(tuple(decls) + tuple(nest_from(k + 1, rest))),
+                          note=ax.name + " (remainder)")
+            else:
+                rem = For(v2, mid, hi, 1, Block(tuple(nest_from(k + 1, [v2]))),
+                          note=ax.name + " (remainder)")
+            return [main, rem]
+
+        split = None
+        # (not when the tiles are the parallel loop: one loop, one work-sharing construct)
+        if tiled and not exact and sp is None and const_value(j.lo) == 0 and outer:
+            split = rowtiles.whole_tiles(self, jt, j, tile, scope_axes, tile_block, work)
+        # Operands along the rows too large for the cache: the tiles in chunks whose panels
+        # stay cached while every row block reads them (codegen.rowtiles.panel_chunk)
+        chunk = rowtiles.panel_chunk(t, red, tile) if tiled and ri is not None else None
+        finite: Dict[str, Var] = {}  # buffer -> sum of its elements times 0 (NaN: not finite)
+        if chunk is None:
+            loops = nest_from(0, [None])
+        else:
+            jc = self.fresh("i", I64)
+            chunks = -(-(-(-n // tile)) // chunk)  # ceil(ceil(n / tile) / chunk)
+            loops = [For(jc, Lit(0, I64), Lit(chunks, I64), 1, Block(tuple(nest_from(0, [None]))),
+                parallel=work is not False, work=work if work is not False else None,
+                note=f"{jt.name} (chunks of {chunk})")]
+        return self.finite_checks(finite) + loops
+
+    def buffer_dtype(self, name: str) -> str:
+        return next(b.dtype for b in self.buf.values() if b.name == name)
+
+    def finite_checks(self, finite: Dict[str, Var]) -> List[Stmt]:
+        """``fin = sum(b[z] * 0)`` for each buffer ``b`` of ``finite``: +-0 if every
+        element is finite, NaN otherwise (so ``fin == fin`` tests it), in vector lanes."""
+        out: List[Stmt] = []
+        for name, v in finite.items():
+            t = next(t for t in self.tensors if self.buf[t.uid].name == name)
+            total: CExpr = Lit(1, I64)
+            for d in self.dims[t.uid]:
+                total = mul(total, self.size_expr(d))
+            z = self.fresh("k", I64)
+            out.append(Decl(v, zero(v.dtype)))
+            out.append(For(z, Lit(0, I64), total, 1, Block((Accumulate(
+                v, "sum", Op("mul", (Load(name, z, v.dtype), zero(v.dtype)), v.dtype)),)),
+                note=f"are the values of {t.name} finite?", simd=True,
+                reduction=(("sum", v),)))
+        return out

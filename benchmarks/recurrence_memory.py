@@ -9,7 +9,7 @@ w.r.t. the input ``d[R, T]`` is built with the C backend and run once per
 configuration:
 
 * ``tape``: every recurrence stored whole (rings and checkpointing switched
-  off with ``codegen.checkpoint.ENABLED = False``), the reference;
+  off with ``te.ScheduleOptions(checkpoint=False)``), the reference;
 * ``rolling``: the default lowering without ``checkpoints``: a recurrence read
   only at its last steps is a ring (EWMA's forward ``e``: its adjoint reads only
   ``e[T-1]``), the rest is a full tape;
@@ -78,17 +78,17 @@ def program(case: str, R: int, T: int, checkpoints: Optional[int]):
     return d, dd
 
 
-def buffer_bytes(d, dd) -> int:
+def buffer_bytes(d, dd, options=None) -> int:
     """Bytes of every buffer the C kernel's runtime allocates per call (inputs excluded).
 
     >>> d, dd = program("alpha", 4, 64, None)
     >>> buffer_bytes(d, dd)  # dL (1 float), acc, dacc and dd (4*64 floats each)
     3076
     """
-    from codegen.c_backend import generate
+    from codegen.pipeline import generate
     from codegen.signature import Signature
     sig = Signature([dd], [d])
-    prog, _ = generate(sig)
+    prog, _, _ = generate(sig, options) if options is not None else generate(sig)
     total = 0
     for t in prog.tensors[len(sig.inputs):]:
         total += _nbytes(sig.shape(t, {}), t.dtype)
@@ -149,11 +149,10 @@ def measure(case: str, R: int, T: int, mode: str, out_path: str, repeats: int = 
     gradient is saved to ``out_path`` (.npy). ``mode``: "tape", "rolling" or the
     number of checkpoints. Meant to run in a fresh process."""
     import tensorexpr as te
-    from codegen import checkpoint
-    checkpoint.ENABLED = mode != "tape"
+    options = te.ScheduleOptions(checkpoint=mode != "tape")
     checkpoints = None if mode in ("tape", "rolling") else int(mode)
     d, dd = program(case, R, T, checkpoints)
-    f = te.build(dd, inputs=[d])
+    f = te.build(dd, inputs=[d], options=options)
     data = np.random.default_rng(0).uniform(0.0, 0.5, (R, T)).astype(np.float32)
     got = []
     grown = peak_growth(lambda: got.append(f(data)))
@@ -163,7 +162,7 @@ def measure(case: str, R: int, T: int, mode: str, out_path: str, repeats: int = 
         t0 = time.perf_counter()
         f(data)
         times.append(time.perf_counter() - t0)
-    buffers = buffer_bytes(d, dd)
+    buffers = buffer_bytes(d, dd, options)
     return {"case": case, "R": R, "T": T, "mode": mode, "checkpoints": checkpoints,
             "buffers": buffers, "scratch": buffers - _nbytes(dd.shape, dd.dtype),
             "peak_rss_growth": grown,
@@ -181,11 +180,6 @@ def _child(case: str, R: int, T: int, mode: str, out_path: str,
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
-    if mode == "tape":
-        # Builds are cached by program, and the full tape is the same program lowered
-        # with codegen.checkpoint off: it gets a cache of its own.
-        from codegen.compiler import cache_dir
-        env["TENSOREXPR_CACHE_DIR"] = os.path.join(cache_dir(), "full-tape")
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=env, check=False)
     if res.returncode != 0:
         raise RuntimeError(f"benchmark subprocess failed ({' '.join(cmd)}):\n{res.stderr}")

@@ -68,8 +68,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorexpr import polyhedral
 from tensorexpr.bounds import read_sites
-from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, Read, Reduce, ScatterAdd,
-                           Tensor, fresh_uid, same, size_vars, tensor_inputs, walk, INDEX_DTYPE)
+from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, Read, Reduce, Tensor,
+                           fresh_uid, same, size_vars, tensor_inputs, walk, INDEX_DTYPE)
 from tensorexpr.transform import eval_int
 
 from .loopast import Block, Comment, Decl, For, If, Kernel, Lit, Load, Op, Stmt, Store, Var
@@ -79,10 +79,6 @@ from .scope import Scope
 
 I64 = INDEX_DTYPE
 
-#: False: lower every recurrence as a full tape (benchmarks compare against it). The
-#: build cache does not know this switch: a process that turns it off must use a
-#: cache directory of its own ($TENSOREXPR_CACHE_DIR), as the benchmark does.
-ENABLED = True
 
 
 def _c(v: int) -> Const:
@@ -369,36 +365,35 @@ def _segment_buffers(p: Plan) -> None:
 # {{{ lowering
 
 
-def lower(lowerer) -> Optional[Program]:
-    """The program of ``lowerer`` with rings and checkpointed segments, or None when
-    no recurrence qualifies (the caller then lowers the full tape). ``lowerer`` is a
-    new :class:`codegen.lower.Lowerer`: its ring tensors are addressed modulo their
-    row count from then on.
+def rings(sig) -> Optional[Plan]:
+    """The rings and checkpointed segments of ``sig``'s program (a :class:`Plan`), or
+    None when no recurrence qualifies (the program then keeps the full tape).
 
     >>> import tensorexpr as te
-    >>> from codegen.lower import Lowerer
     >>> from codegen.signature import Signature
     >>> x = te.placeholder((3,), name="x")
     >>> y = te.compute((3,), lambda i: x[i] + 1.0, name="y")
-    >>> lower(Lowerer(Signature([y], [x]))) is None
+    >>> rings(Signature([y], [x])) is None
     True
     """
-    if not ENABLED or not any(isinstance(t, Compute) and t.carry is not None
-                              for t in lowerer.sig.order):
+    if not any(isinstance(t, Compute) and t.carry is not None for t in sig.order):
         return None
-    p = plan(lowerer.sig)
-    if not p.rings:
-        return None
-    return _RingProgram(lowerer, p).program()
+    p = plan(sig)
+    return p if p.rings else None
 
 
-class _RingProgram:
+class RingProgram:
     """The program of a lowerer whose ring tensors are addressed modulo their row count
     (``Lowerer.rings``), with the checkpointed segments of ``p`` (if any)."""
 
     def __init__(self, lw, p: Plan):
         self.lw = lw
         self.plan = p
+        lw.record.checkpoint.extend(
+            f"{r.tensor.name} (ring of {r.rows} rows)" for r in p.rings.values())
+        if p.segments is not None:
+            lw.record.checkpoint.append(f"{p.segments.e.name} (segments: {p.segments.k} "
+                                        f"checkpoints x {p.segments.back} rows)")
         self.ring_of: Dict[int, Ring] = {}
         self.logical: Dict[int, Tensor] = {}  # scratch buffer uid -> the tensor it holds
         for k, t in enumerate(lw.tensors):
@@ -454,7 +449,7 @@ class _RingProgram:
 
     def _tensor(self, t: Tensor) -> Stmt:
         self.lw.owner = t
-        stmts = self.lw.scatter(t) if isinstance(t, ScatterAdd) else self.lw.compute(t)
+        stmts = self.lw.compute(t)
         note = f" [ring of {self.ring_of[t.uid].rows} rows]" if t.uid in self.ring_of else ""
         return Block((Comment(f"{t}{note}"),) + tuple(stmts))
 

@@ -36,7 +36,7 @@ from tensorexpr.errors import CompilerError, CompilerNotFoundError, TensorExprEr
 #: IEEE semantics are promised: no -ffast-math, no contraction into FMA (the code
 #: generator writes ``fma`` itself where ir.py allows it: a sum's product terms); signed
 #: integer overflow wraps as in numpy. ``-march=native`` lets loops use this CPU's
-#: vector units, so the cache key names the CPU (``_machine``).
+#: vector units, so the cache key names the CPU (``machine``).
 FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fno-math-errno",
          "-fno-trapping-math",
          "-fwrapv", "-ffp-contract=off")
@@ -140,7 +140,7 @@ def _identity(argv) -> str:
         stamp = None
     marker = None
     if stamp is not None:
-        marker = os.path.join(cache_dir(), f"compiler-{_digest(stamp, CACHE_FORMAT)[:24]}.txt")
+        marker = os.path.join(cache_dir(), f"compiler-{digest(stamp, CACHE_FORMAT)[:24]}.txt")
         try:
             with open(marker, encoding="utf-8") as f:
                 text = f.read()
@@ -159,13 +159,19 @@ def _identity(argv) -> str:
     identity = f"{real} {shlex.join(argv[1:])}\n{ver.stdout.strip()}"
     if marker is not None:
         try:
-            _write_atomic(marker, f"{stamp}\n{identity}\n")
+            write_atomic(marker, f"{stamp}\n{identity}\n")
         except OSError:
             pass  # an unwritable cache only costs asking again
     return identity
 
 
-def _machine() -> str:
+def machine() -> str:
+    """This machine as a cache key: platform, architecture, word size and CPU (code built
+    with -march=native for one CPU may not run on another).
+
+    >>> machine().startswith(sys.platform)
+    True
+    """
     machine = os.uname().machine if hasattr(os, "uname") else __import__("platform").machine()
     return (f"{sys.platform} {machine} {ctypes.sizeof(ctypes.c_void_p) * 8}bit "
             f"{_cpu()}")
@@ -196,7 +202,12 @@ def _cpu() -> str:
     return _cpu_text
 
 
-def _digest(*parts: str) -> str:
+def digest(*parts: str) -> str:
+    """The SHA-256 of ``parts`` (each ended by a NUL, so that the parts' boundaries count).
+
+    >>> digest("a", "b") != digest("ab")
+    True
+    """
     h = hashlib.sha256()
     for p in parts:
         h.update(p.encode())
@@ -225,7 +236,7 @@ def _probe_openmp(argv: Tuple[str, ...], identity: str) -> Optional[bool]:
     for good). A definite answer is kept on disk next to the kernels, so it is asked
     once per compiler."""
     d = cache_dir()
-    marker = os.path.join(d, f"openmp-{_digest(identity, _machine(), CACHE_FORMAT)[:24]}.txt")
+    marker = os.path.join(d, f"openmp-{digest(identity, machine(), CACHE_FORMAT)[:24]}.txt")
     try:
         with open(marker) as f:
             return f.read().strip() == "yes"
@@ -241,7 +252,7 @@ def _probe_openmp(argv: Tuple[str, ...], identity: str) -> Optional[bool]:
             answer = False
     if answer is not None:
         try:
-            _write_atomic(marker, "yes\n" if answer else "no\n")
+            write_atomic(marker, "yes\n" if answer else "no\n")
         except OSError:
             pass  # an unwritable cache only costs probing again; compile_shared says why
     return answer
@@ -271,7 +282,15 @@ def _try_probe(argv: Tuple[str, ...], tmp: str, source: str,
         return "rejected", str(exc)  # e.g. libgomp.so.1: cannot open shared object file
 
 
-def _write_atomic(path: str, text: str) -> None:
+def write_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file renamed over it: a reader sees
+    the old file or the whole new one, never a part (another process may be reading).
+
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp(); write_atomic(os.path.join(d, "x.txt"), "hi")
+    >>> open(os.path.join(d, "x.txt")).read()
+    'hi'
+    """
     import tempfile
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
@@ -305,7 +324,7 @@ def compile_shared(source: str, compiler: Optional[Compiler] = None, count: bool
     """
     compiler = compiler or find_compiler()
     flags = compiler.flags()
-    key = _digest(CACHE_FORMAT, source, compiler.identity, shlex.join(flags + LIBS), _machine())
+    key = digest(CACHE_FORMAT, source, compiler.identity, shlex.join(flags + LIBS), machine())
     d = cache_dir()
     so = os.path.join(d, f"te_{key[:40]}.so")
     if verify(so):
@@ -315,7 +334,7 @@ def compile_shared(source: str, compiler: Optional[Compiler] = None, count: bool
     import subprocess
     import tempfile
     try:
-        _write_atomic(src, source)
+        write_atomic(src, source)
         work = tempfile.mkdtemp(dir=d, prefix=".tmp-")
     except OSError as exc:
         raise CacheDirError(
@@ -342,7 +361,7 @@ def compile_shared(source: str, compiler: Optional[Compiler] = None, count: bool
                 f"source kept at {src}")
         # The checksum first: a reader never finds a new library without one (it would
         # compile it again); one of another writer's library fails the check, never loads.
-        _write_atomic(_sum_path(so), _sum_text(tmp))
+        write_atomic(_sum_path(so), _sum_text(tmp))
         os.replace(tmp, so)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -312,6 +312,7 @@ def _lower(lowerer, group: List[Compute], stored: List[Compute],
     saved_params = lowerer.params
     saved_counters = dict(lowerer.counters)
     saved_sites = len(lowerer.sites)
+    saved_choices = len(lowerer.record.choices)
     los, his = [], []
     for _ in range(nslab):
         los.append(lowerer.fresh("s", I64))
@@ -344,6 +345,7 @@ def _lower(lowerer, group: List[Compute], stored: List[Compute],
     except _Unfusable:
         lowerer.counters = saved_counters
         del lowerer.sites[saved_sites:]
+        del lowerer.record.choices[saved_choices:]
         return None
     finally:
         lowerer.sizes = saved_sizes

@@ -360,19 +360,3 @@ def _place(order: List[Tensor], copy: Compute, consumer: Tensor, inline: set
             b += len(before[gi])
     return None
 
-
-def install(lowerer) -> None:
-    """Plan the copies of ``lowerer``'s program: its tensor list becomes :func:`plan`'s,
-    and every tensor gets its buffer again, in program order, named as ``Lowerer``
-    names them."""
-    from .loopast import Buffer
-    n = len(lowerer.sig.inputs)
-    inputs, computed = lowerer.tensors[:n], lowerer.tensors[n:]
-    order = plan(computed, lowerer.inline)
-    if len(order) == len(computed):
-        return
-    lowerer.tensors = list(inputs) + order
-    for k, t in enumerate(lowerer.tensors):
-        lowerer.buf[t.uid] = Buffer(f"b{k}", t.dtype, isinstance(t, Placeholder),
-                                    f"{t.name}{' (input)' if isinstance(t, Placeholder) else ''}")
-        lowerer.dims[t.uid] = t.dims

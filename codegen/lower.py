@@ -73,13 +73,13 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Placeholder, Redu
                            Tensor, fresh_uid, walk)
 from tensorexpr.transform import const_value
 
-from . import checkpoint, fuse, layout, padcopy, peel, regions, taps
+from . import fuse, padcopy, strategies, taps
 from .cexpr import I64, add, cast, fold, mul
 from .loopast import (Block, Buffer, CExpr, Comment, For, Kernel, Lit, Op, Stmt, Store, Var,
                       simd_safe)
-from .patterns import (TRANSPOSE_BLOCK, inlinable, jam_reduce, row_invariant_indices, row_reduce,
-                       split_factor, transposed_axis)
+from .patterns import TRANSPOSE_BLOCK, inlinable
 from .program import Program, Site
+from .schedule import DEFAULT, Options, Recorder
 from .scope import Scope
 from .gather_rows import GatherRowsLowering
 from .lower_expr import ExprLowering
@@ -108,18 +108,34 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
     ['b0', 'b1']
     """
 
-    def __init__(self, sig, title: str = ""):
+    def __init__(self, sig, title: str = "", options: Options = DEFAULT,
+                 tensors: Optional[Sequence[Tensor]] = None,
+                 scratch: Sequence[Tuple[Tensor, str]] = (), padded=None):
+        """``tensors``: the computed tensors to lower, in order, when a rewrite of the
+        program (``codegen.pipeline``) changed them (default: the signature's);
+        ``scratch``: ``(tensor, note)`` of the tensors a strategy computes inside another
+        one's loop nest (buffers of their own, after the others); ``padded``: the sums
+        that read zero-padded copies (``codegen.padcopy.rewrite``)."""
         self.sig = sig
         self.title = title
+        self.options = options
+        #: the choices of this lowering (``codegen.schedule``)
+        self.record = Recorder(options)
         self.counters: Dict[str, int] = {}
         self.sites: List[Site] = []
-        self.tensors: List[Tensor] = list(sig.inputs) + [
-            t for t in sig.order if not isinstance(t, Placeholder)]
+        self.tensors: List[Tensor] = list(sig.inputs) + list(
+            tensors if tensors is not None else
+            [t for t in sig.order if not isinstance(t, Placeholder)])
+        #: the tensors lowered in turn (the scratch ones are lowered inside others)
+        self.lowered: List[Tensor] = [t for t in self.tensors if not isinstance(t, Placeholder)]
+        notes = {t.uid: note for t, note in scratch}
+        self.tensors += [t for t, _ in scratch]
+        self.padded = dict(padded or {})
         self.buf: Dict[int, Buffer] = {}
         self.dims: Dict[int, Tuple[Expr, ...]] = {}
         for k, t in enumerate(self.tensors):
-            b = Buffer(f"b{k}", t.dtype, isinstance(t, Placeholder),
-                       f"{t.name}{' (input)' if isinstance(t, Placeholder) else ''}")
+            b = Buffer(f"b{k}", t.dtype, isinstance(t, Placeholder), notes.get(
+                t.uid, f"{t.name}{' (input)' if isinstance(t, Placeholder) else ''}"))
             self.buf[t.uid] = b
             self.dims[t.uid] = t.dims
             if isinstance(t, Compute) and t.self_ref is not None:
@@ -136,7 +152,6 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         #: cheap elementwise intermediates evaluated where they are read, never stored
         self.inline = inlinable(sig)
         ExprLowering.__init__(self)
-        layout.install(self)  # transposed copies for dot-product sums (codegen.layout)
 
     def fresh(self, prefix: str, dtype: str) -> Var:
         k = self.counters.get(prefix, 0)
@@ -144,18 +159,20 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         return Var(f"{prefix}{k}", dtype)
 
     def program(self) -> Program:
-        bounded = checkpoint.lower(self)
-        if bounded is not None:
-            return bounded
+        """Every tensor's loop nest, in order: row-fusion groups (``codegen.fuse``) in one
+        loop over slabs where their members' schedules allow it, the others alone."""
         body: List[Stmt] = []
-        computed = [t for t in self.tensors if not isinstance(t, Placeholder)]
-        for group in fuse.plan(computed, self.inline):
+        computed = self.lowered
+        groups = fuse.plan(computed, self.inline) if self.options.fuse else \
+            [[t] for t in computed]
+        for group in groups:
             fused = fuse.lower_group(self, group)
             if fused is not None:
+                self.record.groups.append(tuple(t.name for t in group
+                                                if t.uid not in self.inline))
                 body.append(Block(tuple(fused)))
                 continue
             body.extend(self.lower_alone(group))
-        body = regions.merge(body)
         kernel = Kernel(self.title, tuple((v, n) for n, v in self.sizes.items()),
                         tuple(self.buf[t.uid] for t in self.tensors), tuple(body))
         return Program(kernel, self.tensors, self.sites)
@@ -168,12 +185,9 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
             if t.uid in self.inline:
                 body.append(Comment(f"{t} [computed where it is read]"))
                 continue
-            if isinstance(t, ScatterAdd):
-                stmts = self.scatter(t)
-            elif isinstance(t, Compute):
-                stmts = self.compute(t)
-            else:
+            if not isinstance(t, (ScatterAdd, Compute)):
                 raise TypeError(f"the C backend cannot lower {t!r}")
+            stmts = self.compute(t)
             body.append(Block((Comment(str(t)),) + tuple(stmts)))
         return body
 
@@ -223,33 +237,32 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         """A size (constant or expression of size variables) as a C expression."""
         return self.expr(d, Scope({}, (), (), {}), [])
 
-    def compute(self, t: Compute) -> List[Stmt]:
-        if t.carry is None:
-            red = row_reduce(t)
-            if red is not None:
-                # a gather inside a zero-padded copy: a plain sum (codegen.padcopy)
-                padded = padcopy.lower(self, t, red)
-                return padded if padded is not None else self.compute_rows(t, red)
-            red = jam_reduce(t)
-            if red is not None:
-                return self.compute_jam(t, red)
-            tapped = taps.lower(self, t)  # short innermost axes: all taps per pass
-            if tapped is not None:
-                return tapped
-            hoist = row_invariant_indices(t)
-            if hoist and transposed_axis(t) is None and split_factor(t) is None:
-                return self.compute_gather_rows(t, hoist)
+    def compute(self, t: Tensor) -> List[Stmt]:
+        """``t``'s statements, by the strategy ``codegen.strategies`` chooses (recorded)."""
+        return strategies.lower(self, t)
+
+    def compute_padded_copy(self, t: Compute, red: Reduce, p) -> List[Stmt]:
+        """A gather sum inside a zero-padded copy (``codegen.padcopy``'s plan ``p``)."""
+        return padcopy.lower(self, t, red, p)
+
+    def compute_taps(self, t: Compute, p) -> Optional[List[Stmt]]:
+        """Short innermost tap axes, all taps per pass (``codegen.taps``'s plan ``p``)."""
+        return taps.lower(self, t, p)
+
+    def compute_loops(self, t: Compute, transposed: Optional[int] = None,
+                      split: Optional[int] = None) -> List[Stmt]:
+        """Loops over ``t``'s box (its carried axis outermost and sequential), the
+        innermost in vector lanes; ``transposed``: that axis and the innermost in square
+        blocks; ``split``: the innermost axis as ``c*q + r`` with the ``c`` values of
+        ``r`` unrolled."""
         axes = list(t.axes)
-        if t.carry is None and axes and transposed_axis(t) is None and split_factor(t) is None:
-            cut = peel.pieces(t.body, axes[-1])
-            if cut is not None:
-                return self.compute_pieces(t, cut)
         carry = t.carry.axis if t.carry is not None else None
         order = ([carry] if carry is not None else []) + [k for k in range(len(axes)) if k != carry]
         vars_ = {k: self.fresh("i", I64) for k in range(len(axes))}
         scope = Scope({axes[k].uid: vars_[k] for k in order}, tuple(axes), (), {})
-        a = transposed_axis(t) if carry is None else None
-        c = split_factor(t) if carry is None and a is None else None
+        a, c = transposed, split
+        if carry is not None:
+            self.record.note("sequential", axes[carry].name)
         body = Block(())
         if c is None:
             # Lowered once, in the form that is kept: a lowering thrown away would

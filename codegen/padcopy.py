@@ -49,16 +49,16 @@ rows of ``S`` to hold the copy (``L + Wr <= S`` and no read beyond ``x + B <= S 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorexpr import polyhedral
 from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Placeholder, Read, Reduce, Select,
-                           INDEX_DTYPE, fresh_uid, walk)
+                           Tensor, INDEX_DTYPE, fresh_uid, walk)
 from tensorexpr.transform import const_value, substitute
 
 from . import target
-from .loopast import Block, Buffer, If, Op, Stmt
-from .patterns import conj, uses, where_form
+from .loopast import Block, If, Op, Stmt
+from .patterns import conj, row_reduce, uses, where_form
 
 I64 = INDEX_DTYPE
 
@@ -254,36 +254,68 @@ def _relax(c: Expr, y: Axis, y0: Expr, y1: Expr, axes: Sequence[Axis]) -> Option
     return substitute(c, {y: y1 if form[1][list(axes).index(y)] > 0 else y0})
 
 
-def lower(lowerer, t: Compute, red: Reduce) -> Optional[List[Stmt]]:
-    """``t`` by :func:`plan`'s rewrite when the weights are finite, else as before:
+def rewrite(sig, computed: Sequence[Tensor], inline: set, options
+            ) -> Tuple[List[Tuple[Tensor, str]], Dict[int, Plan]]:
+    """The program rewrite: ``(scratch, plans)``: the zero-padded copies the program's
+    sums will read (each a scratch tensor of the program, with its buffer's note), and
+    each such sum's :class:`Plan` by uid. None in a recurrence's program (whose
+    buffers ``codegen.checkpoint`` plans), nor for a tensor ``options`` force to
+    another strategy.
+
+    >>> import tensorexpr as te
+    >>> from codegen.signature import Signature
+    >>> H = te.placeholder((1, 2, 12, 12), name="H"); W = te.placeholder((2, 3, 3, 3), name="W")
+    >>> f, ky, kx = te.reduce_axis(2), te.reduce_axis(3), te.reduce_axis(3)
+    >>> dX = te.compute((1, 3, 14, 14), lambda n, c, y, x: te.sum(
+    ...     H[n, f, y - ky, x - kx] * W[f, c, ky, kx], axis=[f, ky, kx],
+    ...     where=(y - ky >= 0) & (y - ky < 12) & (x - kx >= 0) & (x - kx < 12)), name="dX")
+    >>> from codegen.schedule import DEFAULT
+    >>> scratch, plans = rewrite(Signature([dX], [H, W]), [dX], set(), DEFAULT)
+    >>> [t.name for t, _ in scratch], plans[dX.uid].fill is scratch[0][0]
+    (['H_padded'], True)
+    """
+    scratch: List[Tuple[Tensor, str]] = []
+    plans: Dict[int, Plan] = {}
+    if any(isinstance(x, Compute) and (x.carry is not None or x.self_ref is not None)
+           for x in computed):
+        return scratch, plans
+    present = {t.uid for t in sig.inputs} | {t.uid for t in computed}
+    for t in computed:
+        if t.uid in inline or options.forced(t.name) not in (None, "padded-copy"):
+            continue
+        red = row_reduce(t) if isinstance(t, Compute) and t.carry is None else None
+        p = None if red is None else plan(
+            t, red, stored=lambda r: r.tensor.uid not in inline and r.tensor.uid in present,
+            params=tuple(sig.size_names))
+        if p is None:
+            continue
+        cols = const_value(p.fill.dims[-1])
+        scratch.append((p.fill, f"{p.fill.name} (scratch: rows of {cols}, {p.top} zero rows "
+                                f"above, {p.left} zero columns left)"))
+        plans[t.uid] = p
+    return scratch, plans
+
+
+def lower(lowerer, t: Compute, red: Reduce, p: Plan) -> List[Stmt]:
+    """``t`` by :func:`plan`'s rewrite ``p`` when the weights are finite, else as before:
 
         fin = sum(W[z] * 0)                       (NaN if some weight is not finite)
         if (fin == fin) { Hp = padded copy of R; dX.flat = sum over Hp.flat }
         else            { dX = the original sum }
-
-    None when :func:`plan` does not apply (or in a recurrence's program, whose
-    buffers ``codegen.checkpoint`` plans)."""
-    if any(isinstance(x, Compute) and (x.carry is not None or x.self_ref is not None)
-           for x in lowerer.tensors):
-        return None
-    p = plan(t, red, stored=lambda r: r.tensor.uid not in lowerer.inline
-             and r.tensor.uid in lowerer.buf, params=lowerer.params)
-    if p is None:
-        return None
+    """
+    lowerer.record.choose(t.name, "rows", (("version", "non-finite weights"),))
     slow = lowerer.compute_rows(t, red)
-    # the copy's buffer: a scratch intermediate of the program (pooled by the runtime)
-    cols = const_value(p.fill.dims[-1])
-    b = Buffer(f"b{len(lowerer.tensors)}", p.fill.dtype, False,
-               f"{p.fill.name} (scratch: rows of {cols}, {p.top} zero rows above, "
-               f"{p.left} zero columns left)")
-    lowerer.tensors.append(p.fill)
-    for x in (p.fill, p.flat):
-        lowerer.buf[x.uid] = b
-        lowerer.dims[x.uid] = x.dims
+    lowerer.record.done()
+    # the copy's buffer is a scratch tensor of the program (:func:`rewrite`); the
+    # flattened views of it and of t share their buffers
+    lowerer.buf[p.flat.uid] = lowerer.buf[p.fill.uid]
+    lowerer.dims[p.flat.uid] = p.flat.dims
     lowerer.buf[p.sum.uid] = lowerer.buf[t.uid]
     lowerer.dims[p.sum.uid] = p.sum.dims
     fill = lowerer.compute(p.fill)
+    lowerer.record.choose(p.sum.name, "rows", (("version", "finite weights"),))
     fast = lowerer.compute_rows(p.sum, p.sum.body)
+    lowerer.record.done()
     wbuf = lowerer.buf[p.weight.tensor.uid]
     fin = lowerer.fresh("fin", wbuf.dtype)
     checks = lowerer.finite_checks({wbuf.name: fin})

@@ -60,6 +60,7 @@ class RowSumLowering:
         if sp is None:
             sp = residue.split(t, red)
             if sp is not None:
+                self.record.note("residues of", f"{sp.orig.axes[-1].name} // {sp.s}")
                 self.buf[sp.tensor.uid] = self.buf[t.uid]
                 self.dims[sp.tensor.uid] = t.dims
                 return self.compute_rows(sp.tensor, sp.red, sp)
@@ -84,6 +85,11 @@ class RowSumLowering:
             else None
         if pad is not None:
             width = pad
+        self.record.note("tile", width)
+        if ri is not None:
+            self.record.note("row block", f"{outer[ri].name} x {row_block()}")
+        if pad is not None:
+            self.record.note("padded lanes", pad)
         env = {ax.uid: v for ax, v in zip(outer, vars_)}
         scope_axes = tuple(outer)
         conds = polyhedral.conjuncts(red.where)
@@ -145,6 +151,10 @@ class RowSumLowering:
                 tree, full = fulltile.widen(tree, jstart, jend, keep={jt.uid} if tiled else ())
             if full and width % lanes == 0:
                 phase, phases = None, 1
+            if full:
+                self.record.note("masked full tiles", True)
+            if phases > 1:
+                self.record.note("accumulators per tap", phases)
             size = width * len(rows)
             out: List[Stmt] = [Local(acc, red.dtype, size * phases)]
             z = self.fresh("k", I64)
@@ -196,7 +206,7 @@ class RowSumLowering:
             # the accumulators in vector registers where every term vectorizes
             # (codegen.regtile): gcc keeps the array in memory, an FMA per load and store
             regs = None
-            if (red.op == "sum" and phases == 1 and not blend
+            if (self.options.register_tiles and red.op == "sum" and phases == 1 and not blend
                     and size <= lanes * target.current().accumulators):
                 # a loop over one tile: isl put its value into the lane loops' bounds
                 one = {}
@@ -208,6 +218,7 @@ class RowSumLowering:
                 regs = regtile.registerize(nest, acc, size, red.dtype, lanes,
                                            lambda dt: self.fresh("v", dt), one)
             if regs is not None:
+                self.record.note("register tile", f"{size} x {red.dtype}")
                 out.extend(regs[0] + regs[1] + regs[2])
             else:
                 out.extend(mark_inner_simd(nest))
@@ -284,9 +295,13 @@ class RowSumLowering:
         # (not when the tiles are the parallel loop: one loop, one work-sharing construct)
         if tiled and not exact and sp is None and const_value(j.lo) == 0 and outer:
             split = rowtiles.whole_tiles(self, jt, j, tile, scope_axes, tile_block, work)
+            if split is not None:
+                self.record.note("whole tiles apart", True)
         # Operands along the rows too large for the cache: the tiles in chunks whose panels
         # stay cached while every row block reads them (codegen.rowtiles.panel_chunk)
         chunk = rowtiles.panel_chunk(t, red, tile) if tiled and ri is not None else None
+        if chunk is not None:
+            self.record.note("panel chunks", chunk)
         finite: Dict[str, Var] = {}  # buffer -> sum of its elements times 0 (NaN: not finite)
         if chunk is None:
             loops = nest_from(0, [None])

@@ -47,7 +47,7 @@ def whole_tiles(lowerer, jt: Axis, j: Axis, tile: int, scope_axes, tile_block: C
 
     >>> import tensorexpr as te
     >>> from codegen.signature import Signature
-    >>> from codegen.c_backend import generate
+    >>> from codegen.pipeline import generate
     >>> n = te.var("n")
     >>> A = te.placeholder((16, 8), name="A"); B = te.placeholder((8, n), name="B")
     >>> k = te.reduce_axis((0, 8), name="k")

@@ -263,9 +263,9 @@ class KernelFunction:
         >>> X = te.placeholder((n,), name="X")
         >>> T = te.compute((n,), lambda i: X[i] * 2.0, name="T")
         >>> Y = te.compute((n,), lambda i: T[i] + T[n - 1 - i], name="Y")
-        >>> from codegen.c_backend import compile_program
+        >>> from codegen.pipeline import build
         >>> from codegen.signature import Signature
-        >>> impl, _ = compile_program(Signature([Y], [X]))
+        >>> impl, _, _ = build(Signature([Y], [X]))
         >>> _ = impl([np.ones(1000, np.float32)], {"n": 1000})
         >>> impl.pool_bytes()
         4000

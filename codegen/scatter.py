@@ -15,7 +15,7 @@ True
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List
 
 from tensorexpr.ir import Axis, ScatterAdd, same
 from tensorexpr.transform import const_value
@@ -27,10 +27,34 @@ from .program import SCATTER_OUT_OF_RANGE
 from .scope import Scope
 
 
+def scatter_rows_apply(t: ScatterAdd) -> bool:
+    """Whether ``ScatterLowering.scatter_rows`` applies: a scatter over a box whose
+    last axis ``d`` is itself the last target index, which no other index uses.
+
+    >>> import tensorexpr as te
+    >>> E, idx = te.placeholder((10, 16), name="E"), te.placeholder((4,), "int32", name="idx")
+    >>> H = te.placeholder((4, 16), name="H")
+    >>> dE, = te.differentiate(te.compute((4, 16), lambda i, d: E[idx[i], d], name="Y"),
+    ...                        [E], head=H)
+    >>> scatter_rows_apply(dE)
+    True
+    """
+    if t.where is not None or len(t.axes) < 2 or len(t.indices) < 1:
+        return False
+    d = t.axes[-1]
+    last = t.indices[-1]
+    if not (isinstance(last, Axis) and last.uid == d.uid and same(d.hi, t.dims[-1])
+            and const_value(d.lo) == 0):
+        return False
+    return not any(uses(x, {d.uid}) for x in t.indices[:-1])
+
+
 class ScatterLowering:
     """The scatter-adds of :class:`codegen.lower.Lowerer`."""
 
-    def scatter(self, t: ScatterAdd) -> List[Stmt]:
+    def scatter(self, t: ScatterAdd, rows: bool) -> List[Stmt]:
+        """Zero-fill, then accumulate serially with a checked target index: a row at a
+        time (``rows``: :meth:`scatter_rows`) or point by point."""
         buf = self.buf[t.uid].name
         total: CExpr = Lit(1, I64)
         for d in t.dims:
@@ -42,9 +66,8 @@ class ScatterLowering:
                    work=None if fill_work is False else fill_work)
         site = self.error_site(t, None)
         scope = Scope({}, (), (), {})
-        rows = self.scatter_rows(t, site)
-        if rows is not None:
-            return [fill] + rows
+        if rows:
+            return [fill] + self.scatter_rows(t, site)
 
         def point(inner: Scope, out: List[Stmt]):
             value = cast(self.expr(t.value, inner, out), t.dtype)
@@ -61,21 +84,13 @@ class ScatterLowering:
         self.loops(t.axes, t.where, scope, point, loops)
         return [fill] + loops
 
-    def scatter_rows(self, t: ScatterAdd, site: int) -> Optional[List[Stmt]]:
-        """A scatter over a box whose last axis ``d`` is itself the last target index
-        (``dE[idx[i], d] += H[i, d]``, an embedding's gradient): the other target
-        indices are computed and checked once per row, outside the loop over ``d``,
-        which then adds a contiguous row in vector lanes (distinct ``d``, distinct
-        targets). Rows are added in order, as the point-by-point loops would."""
-        if t.where is not None or len(t.axes) < 2 or len(t.indices) < 1:
-            return None
+    def scatter_rows(self, t: ScatterAdd, site: int) -> List[Stmt]:
+        """A scatter of :func:`scatter_rows_apply`'s form (``dE[idx[i], d] += H[i, d]``,
+        an embedding's gradient): the other target indices are computed and checked
+        once per row, outside the loop over ``d``, which then adds a contiguous row in
+        vector lanes (distinct ``d``, distinct targets). Rows are added in order, as the
+        point-by-point loops would."""
         d = t.axes[-1]
-        last = t.indices[-1]
-        if not (isinstance(last, Axis) and last.uid == d.uid and same(d.hi, t.dims[-1])
-                and const_value(d.lo) == 0):
-            return None
-        if any(uses(x, {d.uid}) for x in t.indices[:-1]):
-            return None
         buf = self.buf[t.uid].name
         outer = list(t.axes[:-1])
         vars_ = [self.fresh("k", I64) for _ in outer]

@@ -35,6 +35,7 @@ the loops here are for the other sums.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from tensorexpr import polyhedral
@@ -114,23 +115,40 @@ def plan(t: Compute, tap: int = TAP, max_taps: int = MAX_TAPS, min_lanes: int = 
     return red, ntaps, block
 
 
-def lower(lw, t: Compute) -> Optional[List[Stmt]]:
-    """The loop nest of ``t`` by taps (see the module docstring), or None: with its
-    partial sums in vector registers (``codegen.tapregs``) where that applies."""
+@dataclass(frozen=True)
+class Taps:
+    """How :func:`lower` runs a tensor: :func:`plan`'s ``(red, ntaps, block)``, and
+    whether only the register form applies (larger kernels, short rows)."""
+    plan: tuple
+    ntaps: int
+    registers_only: bool
+
+
+def applies(t: Compute) -> Optional[Taps]:
+    """The :class:`Taps` of ``t``, or None when it has no short tap axes."""
     p = plan(t)
-    if p is None:
-        # larger kernels (5 x 5, 7 x 7) and short rows (7 x 7 images: tapregs runs
-        # them over flat positions) only in registers: the per-point partial sums of
-        # _exact were not measured against the other schedules for them
-        wide = plan(t, tapregs.WIDE_TAP, tapregs.WIDE_MAX_TAPS, 1)
-        if wide is None:
-            return None
-        body, where = where_form(wide[0])
-        return tapregs.lower(lw, t, wide[0], wide[1], body, where)
-    red, ntaps, _ = p
+    if p is not None:
+        return Taps(p, p[1], False)
+    # larger kernels (5 x 5, 7 x 7) and short rows (7 x 7 images: tapregs runs
+    # them over flat positions) only in registers: the per-point partial sums of
+    # _exact were not measured against the other schedules for them
+    wide = plan(t, tapregs.WIDE_TAP, tapregs.WIDE_MAX_TAPS, 1)
+    return None if wide is None else Taps(wide, wide[1], True)
+
+
+def lower(lw, t: Compute, taps: Taps) -> Optional[List[Stmt]]:
+    """The loop nest of ``t`` by taps (see the module docstring): with its partial sums
+    in vector registers (``codegen.tapregs``) where they fit; None (nothing lowered)
+    when only registers apply and they do not fit."""
+    red, ntaps, _ = taps.plan
     body, where = where_form(red)
     fast = tapregs.lower(lw, t, red, ntaps, body, where)
-    return fast if fast is not None else _exact(lw, t, p)
+    if fast is not None or taps.registers_only:
+        if fast is not None:
+            lw.record.note("partial sums", "registers")
+        return fast
+    lw.record.note("partial sums", "memory")
+    return _exact(lw, t, taps.plan)
 
 
 def _exact(lw, t: Compute, p) -> List[Stmt]:

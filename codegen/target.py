@@ -132,9 +132,9 @@ def _detect() -> Target:
         comp = compiler.find_compiler()
     except compiler.CompilerNotFoundError:
         return DEFAULT
-    stamp = f"{comp.identity}\n{' '.join(comp.flags())}\n{compiler._machine()}"
+    stamp = f"{comp.identity}\n{' '.join(comp.flags())}\n{compiler.machine()}"
     marker = os.path.join(compiler.cache_dir(),
-                          f"target-{compiler._digest(stamp, compiler.CACHE_FORMAT)[:24]}.txt")
+                          f"target-{compiler.digest(stamp, compiler.CACHE_FORMAT)[:24]}.txt")
     try:
         with open(marker, encoding="utf-8") as f:
             return from_macros(f.read())
@@ -150,7 +150,7 @@ def _detect() -> Target:
     if run.returncode != 0:
         return DEFAULT
     try:
-        compiler._write_atomic(marker, run.stdout)
+        compiler.write_atomic(marker, run.stdout)
     except OSError:
         pass  # an unwritable cache only costs asking again
     return from_macros(run.stdout)

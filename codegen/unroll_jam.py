@@ -42,6 +42,7 @@ class JamLowering:
         env = {ax.uid: v for ax, v in zip(outer, vars_)}
         work = self.work(t, axes)
         ri = row_block_axis(t, red, JAM)
+        self.record.note("jam", f"{JAM} x {JAM}" if ri is not None else f"1 x {JAM}")
 
         def block(rows: List[Optional[Var]], cols: List[CExpr]) -> List[Stmt]:
             scope = Scope(dict(env), tuple(outer) + (j,), (), {})

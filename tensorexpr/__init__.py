@@ -14,13 +14,14 @@ from .build import Function, build, saved_values
 from .errors import (BoundsError, CompilerError, CompilerNotFoundError, JacobianError,
                      RecurrenceError, TensorExprError)
 from .ir import Tensor
+from codegen.schedule import Options as ScheduleOptions  # noqa: E402 - te.build(options=...)
 
 __all__ = ["abs", "cast", "ceil", "compute", "const", "cos", "exp", "floor", "log", "max",
            "maximum", "min", "minimum", "placeholder", "recurrence", "reduce_axis", "select",
            "sigmoid", "sin", "sqrt", "stop_gradient", "sum", "tanh", "var", "Function", "build",
            "saved_values", "BoundsError", "JacobianError",
            "CompilerError", "CompilerNotFoundError", "RecurrenceError", "TensorExprError",
-           "Tensor"]
+           "Tensor", "ScheduleOptions"]
 
 
 def differentiate(output, inputs=None, head=None, override=None, jacobian=False):

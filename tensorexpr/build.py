@@ -35,8 +35,9 @@ class Function:
     array([2., 2., 2.], dtype=float32)
     """
 
-    def __init__(self, outputs, signature, impl, source: str, backend: str):
+    def __init__(self, outputs, signature, impl, source: str, backend: str, schedule=None):
         self.outputs = list(outputs)
+        self._schedule = schedule  # C backend: a function giving the Schedule (made lazily)
         self.signature = signature
         self.inputs = signature.inputs
         self._impl = impl
@@ -44,6 +45,23 @@ class Function:
         self.backend = backend
         # An input named "out" keeps its name: such a function has no out= option.
         self._takes_out = "out" not in signature.input_names
+
+    @property
+    def schedule(self):
+        """What the C backend chose for each tensor (``codegen.schedule.Schedule``:
+        print it, or look a tensor up by name); None for the numpy backend.
+
+        >>> import tensorexpr as te
+        >>> A = te.placeholder((64, 64), name="A")
+        >>> f = te.build(te.compute((64, 64), lambda i, j: A[j, i] * 2.0, name="T"))
+        >>> print(f.schedule)
+        T: blocks (axis=0)
+        >>> f.schedule["T"].strategy
+        'blocks'
+        """
+        if callable(self._schedule):
+            self._schedule = self._schedule()
+        return self._schedule
 
     @property
     def __signature__(self):
@@ -118,7 +136,7 @@ class Function:
 
 
 def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Tensor]] = None,
-          backend: str = "c", name: Optional[str] = None) -> Function:
+          backend: str = "c", name: Optional[str] = None, options=None) -> Function:
     """Compile ``outputs`` into a function of ``inputs``.
 
     ``inputs=None`` takes every placeholder the outputs read, in creation order.
@@ -128,7 +146,10 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
     pass given the values its forward saved; see :func:`saved_values`). If it is
     also an output, that output is a copy of the array passed.
     ``backend`` is ``"c"`` (generated C, compiled by the system compiler, cached
-    on disk) or ``"numpy"`` (the reference interpreter).
+    on disk) or ``"numpy"`` (the reference interpreter). ``options`` (a
+    ``te.ScheduleOptions``) set the C backend's schedule: checkpointing, register
+    tiles, fusion, copies, or a strategy forced on a tensor; the built function's
+    ``schedule`` says what was chosen.
 
     >>> import numpy as np, tensorexpr as te
     >>> A = te.placeholder((3,), name="A")
@@ -166,9 +187,12 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
                                  lambda t: sig.shape(t, sizes))
         fn = Function(outs, sig, impl, program_str(cut_outs), "numpy")
     elif backend == "c":
-        from codegen.c_backend import compile_program
-        impl, source = compile_program(sig, name=name)
-        fn = Function(outs, sig, impl, source, "c")
+        from codegen import pipeline
+        from codegen.schedule import DEFAULT, Options
+        if options is not None and not isinstance(options, Options):
+            raise TypeError(f"options= takes a te.ScheduleOptions, not {type(options).__name__}")
+        impl, source, schedule = pipeline.build(sig, options or DEFAULT, name=name)
+        fn = Function(outs, sig, impl, source, "c", schedule)
     else:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     fn.inputs = inputs  # the caller's tensors (given ones included), not their stand-ins
@@ -228,6 +252,7 @@ def cut(outputs: Sequence[Tensor], inputs: Sequence[Tensor]
 
 
 # {{{ which forward values a gradient should be given
+
 
 
 def _worth_saving(t: Tensor) -> bool:

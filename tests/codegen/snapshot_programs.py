@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Tuple
 
 import tensorexpr as te
 from codegen import target
-from codegen.c_backend import source_text
+from codegen.pipeline import source_text
 from codegen.signature import Signature
 from tensorexpr.build import cut
 

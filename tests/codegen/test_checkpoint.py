@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tensorexpr as te
-from codegen.c_backend import generate
+from codegen.pipeline import generate
 from codegen.checkpoint import plan
 from codegen.signature import Signature
 
@@ -73,7 +73,7 @@ def test_only_small_buffers_are_allocated():
     T, R, k = 4096, 16, 64
     d, dd = gradient(alpha, T, R, k)
     sig = Signature([dd], [d])
-    prog, src = generate(sig)
+    prog, src, _ = generate(sig)
     shapes = {t.name: sig.shape(t, {}) for t in prog.tensors[1:]}
     seg = T // k
     assert shapes == {"dL": (), "acc_ring": (seg + 1, R), "dacc_ring": (seg + 1, R),
@@ -122,7 +122,7 @@ def test_forward_keeps_a_rolling_state():
     e = ewma(d, T, R, None)
     last = te.compute((R,), lambda r: e[T - 1, r] + e[T - 2, r], name="last")
     sig = Signature([last], [d])
-    prog, src = generate(sig)
+    prog, src, _ = generate(sig)
     assert [sig.shape(t, {}) for t in prog.tensors if t.name == "e_ring"] == [(2, R)]
     x = data(R, T)
     assert_same(te.build(last, inputs=[d])(x), te.build(last, inputs=[d], backend="numpy")(x))
@@ -224,7 +224,7 @@ def test_an_adjoint_read_only_at_its_first_step_is_a_ring():
     L = te.compute((), lambda: te.sum(e[T - 1, r] * e[T - 1, r], axis=r), name="L")
     (dx0,) = te.differentiate(L, [x0])
     sig = Signature([dx0], [x0, c])
-    prog, _ = generate(sig)
+    prog, _, _ = generate(sig)
     rings = {t.name: sig.shape(t, {}) for t in prog.tensors if t.name.endswith("_ring")}
     assert rings == {"e_ring": (2, R), "de_ring": (2, R)}
     rng = np.random.default_rng(7)
@@ -265,10 +265,9 @@ def test_consumers_reading_farther_back_and_ahead(T, k):
         assert_same(a, c)
 
 
-def test_checkpoint_switch_is_part_of_the_build_cache_key(monkeypatch):
+def test_checkpoint_option_is_part_of_the_build_cache_key():
     import numpy as np
     import tensorexpr as te
-    from codegen import checkpoint
     d = te.placeholder((2, 6), "float32", "d")
     e = te.recurrence((6, 2), lambda e, t, r: te.select(
         t == 0, d[r, 0], 0.5 * d[r, t] + 0.5 * e[t - 1, r]), name="e", checkpoints=3)
@@ -276,9 +275,9 @@ def test_checkpoint_switch_is_part_of_the_build_cache_key(monkeypatch):
     H = te.placeholder((2,), "float32", "H")
     (dd,) = te.differentiate(L, [d], head=H)
     on = te.build(dd, inputs=[d, H])
-    monkeypatch.setattr(checkpoint, "ENABLED", False)
-    off = te.build(dd, inputs=[d, H])
+    off = te.build(dd, inputs=[d, H], options=te.ScheduleOptions(checkpoint=False))
     assert on.source != off.source
+    assert on.schedule.checkpoint and not off.schedule.checkpoint
     x, h = np.random.rand(2, 6).astype(np.float32), np.ones(2, np.float32)
     assert np.array_equal(on(x, h), off(x, h))
 

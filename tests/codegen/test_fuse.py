@@ -9,7 +9,7 @@ import pytest
 
 import tensorexpr as te
 from codegen import fuse
-from codegen.c_backend import generate
+from codegen.pipeline import generate
 from codegen.signature import Signature
 
 from .util import agree, rand
@@ -101,7 +101,7 @@ def test_a_whole_column_read_does_not_fuse():
     agree([Y], [X], rand((16, 8)))
     sig = Signature([Y], [X])
     assert [len(g) for g in fuse.plan([e, Y], set())] == [1, 1]
-    assert "slabs of" not in generate(sig, "t")[1]
+    assert "slabs of" not in generate(sig, name="t")[1]
 
 
 def test_first_axes_of_different_extent_do_not_fuse():

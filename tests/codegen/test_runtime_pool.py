@@ -51,9 +51,9 @@ def test_concurrent_calls_do_not_share_buffers():
 
 
 def _impl_of(*outputs_and_inputs):
-    from codegen.c_backend import compile_program
+    from codegen.pipeline import build
     from codegen.signature import Signature
-    impl, _ = compile_program(Signature(*outputs_and_inputs))
+    impl, _, _ = build(Signature(*outputs_and_inputs))
     return impl
 
 

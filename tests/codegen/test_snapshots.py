@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tensorexpr as te
-from codegen.c_backend import source_text
+from codegen.pipeline import source_text
 from codegen.signature import Signature
 from tests.codegen import snapshot_programs as snap
 

@@ -1,0 +1,155 @@
+"""The C backend's pipeline, top to bottom: from a program to a loaded kernel.
+
+Read :func:`build` first: it lists every step in order. :func:`lower` is the
+part that decides and lowers (steps 3-7), :func:`generate` adds the C text.
+
+1. **views**: outputs that are inputs, or reshapes of them, are returned as
+   views of the caller's arrays, never computed (``codegen.views``);
+2. **cache**: a program built before, by this code generator with the same
+   options, compiler and target, is loaded from disk (``codegen.c_backend``);
+3. **analysis**: the cheap elementwise intermediates computed where they are
+   read instead of stored (``codegen.lower.inlinable``);
+4. **recurrences**: rings of rows and checkpointed segments, with buffers of
+   their own (``codegen.checkpoint``; ``Options.checkpoint``);
+5. **program rewrites**: dot-product sums read transposed or zero-padded copies
+   of their operands, placed in the program as tensors of their own
+   (``codegen.layout``; ``Options.copies``);
+6. **schedule and lowering**: row-fusion groups (``codegen.fuse``), then each
+   tensor by the first strategy of ``codegen.strategies`` that applies (or the
+   one ``Options.force`` names), lowered to the loop AST (``codegen.loopast``);
+   every choice is recorded in a :class:`~codegen.schedule.Schedule`;
+7. **loop-AST passes**: consecutive parallel nests share one parallel region
+   (``codegen.regions``);
+8. **emission**: the loop AST as C (``codegen.cemit``);
+9. **compile and load**: the system compiler, the on-disk cache, the ctypes
+   call (``codegen.compiler``, ``codegen.runtime``).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, List, Optional, Tuple
+
+from tensorexpr.ir import Placeholder
+
+from . import c_backend, compiler, runtime, views
+from .schedule import DEFAULT, Options, Schedule
+from .signature import Signature
+
+
+def build(sig, options: Options = DEFAULT, name: Optional[str] = None
+          ) -> Tuple[Callable[..., List], str, Callable[[], Schedule]]:
+    """Steps 1-9: ``(impl, source, schedule)``; ``impl(arrays, sizes)`` runs the compiled
+    program, ``schedule()`` gives its :class:`Schedule` (on a cache hit, by lowering
+    the program again: nothing is compiled).
+
+    >>> import numpy as np, tensorexpr as te
+    >>> A = te.placeholder((3,), name="A")
+    >>> B = te.compute((3,), lambda i: A[i] * 2.0, name="B")
+    >>> impl, src, schedule = build(Signature([B], [A]))
+    >>> impl([np.arange(3, dtype=np.float32)], {})[0], str(schedule())
+    (array([0., 2., 4.], dtype=float32), 'B: loops')
+    """
+    found = views.find(sig.outputs, sig.inputs)                      # 1. views
+    if found:
+        rest = [t for k, t in enumerate(sig.outputs) if k not in found]
+        note = views.describe(sig.outputs, sig.inputs, found)
+        if not rest:
+            return (views.WithViews(len(sig.outputs), found, None), note,
+                    lambda: Schedule(options=options))
+        impl, source, schedule = build(Signature(rest, sig.inputs), options, name)
+        return views.WithViews(len(sig.outputs), found, impl), note + source, schedule
+    comp = compiler.find_compiler()
+    entry = c_backend.entry_path(sig, comp, options)                  # 2. cache
+    if entry is not None:
+        hit = c_backend.load_entry(entry, sig)
+        if hit is not None:
+            c_backend.stats["build_hits"] += 1
+            return hit + (lambda: generate(sig, options, name)[2],)
+    program, source, schedule = generate(sig, options, name)          # 3-8.
+    path = compiler.compile_shared(source, comp)                      # 9. compile, load
+    layout = runtime.Layout.of(program, sig)
+    try:
+        impl = runtime.KernelFunction(path, layout, sig)
+    except OSError:
+        # Damaged between its check and loading, or it does not load: compiled once more
+        # (a second failure is not the cache's fault and is raised).
+        compiler.discard(path)
+        impl = runtime.KernelFunction(compiler.compile_shared(source, comp), layout, sig)
+    if entry is not None:
+        c_backend.store_entry(entry, path, source, layout)
+    return impl, source, lambda: schedule
+
+
+def source_text(sig, options: Options = DEFAULT, name: Optional[str] = None) -> str:
+    """The source :func:`build` would compile for ``sig`` (the note on outputs returned
+    as views included), generated without compiling or reading the cache: what the
+    snapshot tests hash.
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((3,), name="A")
+    >>> B = te.compute((3,), lambda i: A[i] * 2.0, name="B")
+    >>> "b1[i0] = b0[i0] * 2.0f;" in source_text(Signature([B], [A]))
+    True
+    """
+    found = views.find(sig.outputs, sig.inputs)
+    note = ""
+    if found:
+        note = views.describe(sig.outputs, sig.inputs, found)
+        rest = [t for k, t in enumerate(sig.outputs) if k not in found]
+        if not rest:
+            return note
+        sig = Signature(rest, sig.inputs)
+    return note + generate(sig, options, name)[1]
+
+
+def lower(sig, options: Options = DEFAULT, title: str = ""):
+    """Steps 3-7: ``(program, schedule)``: the loop-AST program of ``sig``
+    (``codegen.lower.Program``) and the schedule that made it.
+
+    >>> import tensorexpr as te
+    >>> from codegen.signature import Signature
+    >>> A = te.placeholder((64, 64), name="A")
+    >>> B = te.compute((64, 64), lambda i, j: A[j, i] * 2.0, name="B")
+    >>> print(lower(Signature([B], [A]))[1])
+    B: blocks (axis=0)
+    """
+    # imported here, not above: a cache hit (step 2) never loads the lowering, nor isl
+    from . import checkpoint, copies, layout, padcopy, regions
+    from .lower import Lowerer
+    from .patterns import inlinable
+
+    inline = inlinable(sig)                                          # 3. analysis
+    rings = checkpoint.rings(sig) if options.checkpoint else None    # 4. recurrences
+    if rings is not None:
+        lw = Lowerer(sig, title, options)
+        program = checkpoint.RingProgram(lw, rings).program()
+    else:
+        computed = [t for t in sig.order if not isinstance(t, Placeholder)]
+        scratch, padded = [], {}
+        if options.copies:                                           # 5. program rewrites
+            computed = layout.plan(computed, inline)
+            scratch, padded = padcopy.rewrite(sig, computed, inline, options)
+        lw = Lowerer(sig, title, options, computed, scratch, padded)
+        lw.record.copies.extend([t.name for t in computed if copies.is_copy(t)] +
+                                [t.name for t, _ in scratch])
+        program = lw.program()                                       # 6. schedule, lowering
+    kernel = replace(program.kernel, body=tuple(regions.merge(list(program.kernel.body))))
+    return replace(program, kernel=kernel), lw.record.freeze()       # 7. loop-AST passes
+
+
+def generate(sig, options: Options = DEFAULT, name: Optional[str] = None):
+    """Steps 3-8: ``(program, C source, schedule)``; nothing is compiled.
+
+    >>> import tensorexpr as te
+    >>> from codegen.signature import Signature
+    >>> A = te.placeholder((4,), name="A")
+    >>> B = te.compute((4,), lambda i: A[i] + 1.0, name="B")
+    >>> _, src, schedule = generate(Signature([B], [A]))
+    >>> "b1[i0] = b0[i0] + 1.0f;" in src, str(schedule)
+    (True, 'B: loops')
+    """
+    from .cemit import emit
+    c_backend.stats["lowered"] += 1
+    title = name if name is not None else ", ".join(t.name for t in sig.outputs)
+    program, schedule = lower(sig, options, title)
+    return program, emit(program.kernel), schedule                  # 8. emission

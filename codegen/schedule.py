@@ -1,0 +1,181 @@
+"""Schedules as data: the options a build takes, and the record of what it chose.
+
+A :class:`Schedule` is frozen and printable: per tensor, the strategy of
+``codegen.strategies`` that lowered it and that strategy's parameters (tile
+sizes, row blocks, residues, register tiles, ...), plus the program-wide
+decisions (row-fusion groups, the copies the program was rewritten to read,
+checkpointed recurrences). ``te.build(...).schedule`` returns it; tests assert
+it instead of reading the C text.
+
+:class:`Options` are the knobs a caller sets (``te.build(..., options=...)``):
+checkpointing, register tiles, fusion, and forcing a strategy on a tensor.
+
+>>> s = Schedule((Choice("B", "loops", (("simd", True),)),), groups=(("B", "C"),))
+>>> print(s)
+B: loops (simd=True)
+fused: B + C
+>>> s["B"].strategy
+'loops'
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a caller may decide about the schedule of a build.
+
+    ``checkpoint``: recurrences whose intermediate rows need not all be kept are
+    computed in rolling buffers / checkpointed segments (``codegen.checkpoint``);
+    ``register_tiles``: row accumulators live in vector registers where they fit
+    (``codegen.regtile``); ``fuse``: consecutive row-local tensors share one loop
+    (``codegen.fuse``); ``copies``: dot-product sums may read transposed or
+    zero-padded copies (``codegen.layout``); ``force``: tensor name -> strategy
+    name, used for that tensor when the strategy applies (an error names the
+    strategies that do otherwise).
+
+    >>> Options(force={"Y": "loops"}).force
+    (('Y', 'loops'),)
+    >>> Options().key()
+    'checkpoint=1 register_tiles=1 fuse=1 copies=1 force='
+    """
+    checkpoint: bool = True
+    register_tiles: bool = True
+    fuse: bool = True
+    copies: bool = True
+    force: Tuple[Tuple[str, str], ...] = ()
+
+    def __post_init__(self):
+        force = self.force
+        if isinstance(force, Mapping):
+            force = tuple(sorted(force.items()))
+        object.__setattr__(self, "force", tuple((str(k), str(v)) for k, v in force))
+
+    def forced(self, name: str) -> Optional[str]:
+        """The strategy forced on the tensor called ``name``, if any.
+
+        >>> Options(force={"Y": "jam"}).forced("Y"), Options().forced("Y")
+        ('jam', None)
+        """
+        return dict(self.force).get(name)
+
+    def key(self) -> str:
+        """A stable text of the options: part of the build-cache key."""
+        flags = " ".join(f"{k}={int(getattr(self, k))}"
+                         for k in ("checkpoint", "register_tiles", "fuse", "copies"))
+        return f"{flags} force=" + ",".join(f"{k}:{v}" for k, v in self.force)
+
+
+#: the options of a build that sets none
+DEFAULT = Options()
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The strategy that lowered one tensor, and its parameters (name, value) in the
+    order the strategy decided them.
+
+    >>> str(Choice("dW", "rows", (("tile", 256), ("row block", "i x 4"))))
+    'dW: rows (tile=256, row block=i x 4)'
+    """
+    tensor: str
+    strategy: str
+    params: Tuple[Tuple[str, Any], ...] = ()
+
+    def param(self, name: str, default=None):
+        """The value of parameter ``name`` (``default`` if the strategy did not set it).
+
+        >>> Choice("Y", "rows", (("tile", 64),)).param("tile")
+        64
+        """
+        return dict(self.params).get(name, default)
+
+    def __str__(self):
+        ps = ", ".join(f"{k}={v}" for k, v in self.params)
+        return f"{self.tensor}: {self.strategy}" + (f" ({ps})" if ps else "")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What a build chose: one :class:`Choice` per lowered tensor (in lowering order; a
+    tensor lowered twice, as in a fast and a fallback version, appears twice), the
+    row-fusion groups, the copies the program reads instead of some operands, and the
+    checkpointed recurrences. ``schedule["name"]`` is the first choice for a tensor."""
+    choices: Tuple[Choice, ...] = ()
+    groups: Tuple[Tuple[str, ...], ...] = ()
+    copies: Tuple[str, ...] = ()
+    checkpoint: Tuple[str, ...] = ()
+    options: Options = field(default=DEFAULT)
+
+    def __getitem__(self, name: str) -> Choice:
+        for c in self.choices:
+            if c.tensor == name:
+                return c
+        raise KeyError(f"no tensor named {name!r} was lowered; lowered: "
+                       f"{', '.join(dict.fromkeys(c.tensor for c in self.choices))}")
+
+    def __contains__(self, name: str) -> bool:
+        return any(c.tensor == name for c in self.choices)
+
+    def strategies(self) -> Dict[str, str]:
+        """Tensor name -> the strategy of its first choice.
+
+        >>> Schedule((Choice("A", "loops"), Choice("B", "rows"))).strategies()
+        {'A': 'loops', 'B': 'rows'}
+        """
+        out: Dict[str, str] = {}
+        for c in self.choices:
+            out.setdefault(c.tensor, c.strategy)
+        return out
+
+    def __str__(self):
+        lines = [str(c) for c in self.choices]
+        lines += [f"fused: {' + '.join(g)}" for g in self.groups]
+        lines += [f"copy: {c}" for c in self.copies]
+        lines += [f"checkpointed: {c}" for c in self.checkpoint]
+        return "\n".join(lines) or "(nothing lowered: every output is a view of an input)"
+
+
+class Recorder:
+    """Collects the choices of one lowering, in order; :meth:`freeze` makes the
+    :class:`Schedule`. A strategy adds parameters to the choice in progress with
+    :meth:`note` as it decides them.
+
+    >>> r = Recorder(DEFAULT)
+    >>> r.choose("Y", "rows"); r.note("tile", 64); r.done()
+    >>> print(r.freeze())
+    Y: rows (tile=64)
+    """
+
+    def __init__(self, options: Options):
+        self.options = options
+        self.choices: list = []
+        self.groups: list = []
+        self.copies: list = []
+        self.checkpoint: list = []
+        self._open: list = []  # the choices in progress (a strategy lowers other tensors)
+
+    def choose(self, tensor: str, strategy: str, params: Tuple[Tuple[str, Any], ...] = ()):
+        """Open the choice of ``strategy`` for ``tensor``: :meth:`note` adds to it until
+        :meth:`done`."""
+        self.choices.append(Choice(tensor, strategy, tuple(params)))
+        self._open.append(len(self.choices) - 1)
+
+    def done(self) -> None:
+        """Close the innermost open choice."""
+        self._open.pop()
+
+    def note(self, name: str, value) -> None:
+        """Record parameter ``name`` of the innermost open choice (nothing if none)."""
+        if not self._open:
+            return
+        k = self.choices[self._open[-1]]
+        if (name, value) in k.params:
+            return  # a tile lowered several times (row blocks, remainders) decides it once
+        self.choices[self._open[-1]] = replace(k, params=k.params + ((name, value),))
+
+    def freeze(self) -> Schedule:
+        return Schedule(tuple(self.choices), tuple(self.groups), tuple(self.copies),
+                        tuple(self.checkpoint), self.options)

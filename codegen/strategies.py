@@ -1,0 +1,191 @@
+"""The strategy table: how each tensor may be lowered, tried in a documented order.
+
+Each :class:`Strategy` has a name, ``applies(lw, t)`` (None, or the plan its
+lowering needs: a pure function of the tensor and the program, no lowering
+state is touched) and ``lower(lw, t, plan)`` (the statements; a lowering may
+decline by returning None, before it changes anything, when a fit it can only
+judge with the plan in hand fails: the next strategy is tried). :func:`choose`
+takes the first that applies, or the one ``Options.force`` names; a cost-based
+choice would replace that first-match loop and nothing else. What ran is
+recorded in the build's :class:`codegen.schedule.Schedule`.
+
+The order, for a tensor that is not a recurrence (a recurrence runs ``loops``,
+its carried axis sequential, or is checkpointed by ``codegen.checkpoint``):
+
+========================  ===================================================
+``padded-copy``           a gather sum over a zero-padded copy of its input
+                          (``codegen.padcopy``), the plain sum kept for
+                          non-finite weights
+``rows``                  ``epilogue(sum)`` with reads along the innermost
+                          axis: accumulators for a tile of it, row blocks,
+                          register tiles (``compute_rows``)
+``jam``                   dot-product sums: ``JAM`` x ``JAM`` elements per nest
+``taps``                  short innermost tap axes: all taps per pass
+                          (``codegen.taps``, ``codegen.tapregs``)
+``gather-rows``           data-dependent indices fixed along a row: checked
+                          once per row
+``pieces``                the innermost loop cut where its tests change value
+                          (``codegen.peel``)
+``blocks``                a transpose: square blocks of two axes
+``split``                 an axis read through ``j // c``: ``c`` remainders
+                          unrolled
+``loops``                 loops over the box, the innermost in vector lanes
+========================  ===================================================
+
+A scatter-add runs ``scatter-rows`` (a contiguous target row per source row)
+or ``scatter``.
+
+>>> [s.name for s in TABLE]  # doctest: +NORMALIZE_WHITESPACE
+['padded-copy', 'rows', 'jam', 'taps', 'gather-rows', 'pieces', 'blocks', 'split', 'loops',
+ 'scatter-rows', 'scatter']
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, List, Tuple
+
+from tensorexpr.errors import describe
+from tensorexpr.ir import Compute, ScatterAdd, Tensor
+
+from . import peel, taps
+from .scatter import scatter_rows_apply
+from .patterns import (jam_reduce, row_invariant_indices, row_reduce, split_factor,
+                       transposed_axis)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One row of the table: ``applies(lw, t) -> plan | None``,
+    ``lower(lw, t, plan) -> statements | None`` and the parameters to print of a
+    plan (``params(plan) -> ((name, value), ...)``)."""
+    name: str
+    kind: type
+    applies: Callable
+    lower: Callable
+    params: Callable = lambda plan: ()
+    doc: str = ""
+
+
+def _no_carry(t) -> bool:
+    return t.carry is None
+
+
+def _padded_copy(lw, t):
+    # planned with the program rewrite that added the copy (codegen.padcopy.rewrite),
+    # for the tensor as written (not a form of it a fusion group lowers)
+    p = lw.padded.get(t.uid)
+    return (t.body, p) if p is not None and p.t is t else None
+
+
+def _rows(lw, t):
+    return row_reduce(t) if _no_carry(t) else None
+
+
+def _jam(lw, t):
+    return jam_reduce(t) if _no_carry(t) else None
+
+
+def _taps(lw, t):
+    return taps.applies(t) if _no_carry(t) else None
+
+
+def _plain_shape(t) -> bool:
+    """No transposed axis and no ``j // c`` split: the shapes ``blocks`` and ``split``
+    take first."""
+    return transposed_axis(t) is None and split_factor(t) is None
+
+
+def _gather_rows(lw, t):
+    if not _no_carry(t):
+        return None
+    hoist = row_invariant_indices(t)
+    return hoist if hoist and _plain_shape(t) else None
+
+
+def _pieces(lw, t):
+    if not _no_carry(t) or not t.axes or not _plain_shape(t):
+        return None
+    return peel.pieces(t.body, t.axes[-1])
+
+
+def _blocks(lw, t):
+    return transposed_axis(t) if _no_carry(t) else None
+
+
+def _split(lw, t):
+    if not _no_carry(t) or transposed_axis(t) is not None:
+        return None
+    return split_factor(t)
+
+
+def _scatter_rows(lw, t):
+    return True if scatter_rows_apply(t) else None
+
+
+TABLE: Tuple[Strategy, ...] = (
+    Strategy("padded-copy", Compute, _padded_copy,
+             lambda lw, t, p: lw.compute_padded_copy(t, *p),
+             lambda p: (("copy", p[1].fill.name),)),
+    Strategy("rows", Compute, _rows, lambda lw, t, red: lw.compute_rows(t, red)),
+    Strategy("jam", Compute, _jam, lambda lw, t, red: lw.compute_jam(t, red)),
+    Strategy("taps", Compute, _taps, lambda lw, t, p: lw.compute_taps(t, p),
+             lambda p: (("taps", p.ntaps), ("registers", p.registers_only))),
+    Strategy("gather-rows", Compute, _gather_rows,
+             lambda lw, t, hoist: lw.compute_gather_rows(t, hoist),
+             lambda hoist: (("hoisted", len(hoist)),)),
+    Strategy("pieces", Compute, _pieces, lambda lw, t, cut: lw.compute_pieces(t, cut),
+             lambda cut: (("pieces", tuple((lo, hi) for lo, hi, _ in cut)),)),
+    Strategy("blocks", Compute, _blocks, lambda lw, t, a: lw.compute_loops(t, transposed=a),
+             lambda a: (("axis", a),)),
+    Strategy("split", Compute, _split, lambda lw, t, c: lw.compute_loops(t, split=c),
+             lambda c: (("factor", c),)),
+    Strategy("loops", Compute, lambda lw, t: True, lambda lw, t, _: lw.compute_loops(t)),
+    Strategy("scatter-rows", ScatterAdd, _scatter_rows,
+             lambda lw, t, _: lw.scatter(t, rows=True)),
+    Strategy("scatter", ScatterAdd, lambda lw, t: True,
+             lambda lw, t, _: lw.scatter(t, rows=False)),
+)
+
+BY_NAME = {s.name: s for s in TABLE}
+
+
+def candidates(lw, t: Tensor) -> List[Tuple[Strategy, object]]:
+    """The strategies that apply to ``t``, in table order, with their plans (or, when
+    ``lw.options`` forces one on ``t``, that one alone: an error if it does not apply).
+
+    >>> import tensorexpr as te
+    >>> from codegen.lower import Lowerer
+    >>> from codegen.signature import Signature
+    >>> A = te.placeholder((64, 64), name="A")
+    >>> B = te.compute((64, 64), lambda i, j: A[j, i] + 1.0, name="B")
+    >>> [s.name for s, _ in candidates(Lowerer(Signature([B], [A])), B)]
+    ['blocks', 'loops']
+    """
+    found = [(s, p) for s in TABLE if isinstance(t, s.kind)
+             for p in [s.applies(lw, t)] if p is not None]
+    forced = lw.options.forced(t.name)
+    if forced is None:
+        return found
+    if forced not in BY_NAME:
+        raise ValueError(f"Options(force=...) names strategy {forced!r} for tensor {t.name!r}; "
+                         f"the strategies are {', '.join(BY_NAME)}")
+    mine = [(s, p) for s, p in found if s.name == forced]
+    if not mine:
+        raise ValueError(f"strategy {forced!r} does not apply to {describe(t)}; "
+                         f"the ones that do: {', '.join(s.name for s, _ in found)}")
+    return mine
+
+
+def lower(lw, t: Tensor):
+    """Lower ``t`` by the first strategy of :func:`candidates` that does not decline,
+    recording the choice (and what its lowering notes) in ``lw.record``."""
+    for s, plan in candidates(lw, t):
+        lw.record.choose(t.name, s.name, s.params(plan))
+        try:
+            stmts = s.lower(lw, t, plan)
+        finally:
+            lw.record.done()
+        if stmts is not None:
+            return stmts
+        lw.record.choices.pop()  # declined before lowering anything: not a choice
+    raise ValueError(f"no strategy lowers {describe(t)}")

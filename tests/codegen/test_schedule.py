@@ -28,7 +28,7 @@ def test_matmul_by_rows_at_odd_sizes(m, k, n):
     B = te.placeholder((k, n), name="B")
     C = _matmul(A, B, k)
     f, _ = agree([C], [A, B], rand((m, k)), rand((k, n), seed=1))
-    assert "acc0[" in f.source  # the row accumulator is used
+    assert f.schedule["C"].strategy == "rows"  # the row accumulator is used
 
 
 def test_matmul_by_rows_with_symbolic_sizes():
@@ -41,7 +41,7 @@ def test_matmul_by_rows_with_symbolic_sizes():
     for mm, nn in [(1, 1), (5, 9), (3, ROW_TILE + 1), (ROW_TILE, 2)]:
         a, b = rand((mm, 6)), rand((6, nn), seed=2)
         np.testing.assert_allclose(fc(a, b), fn(a, b), rtol=1e-5, atol=1e-5)
-    assert "acc0[" in fc.source
+    assert fc.schedule["C"].strategy == "rows"
 
 
 def test_rows_keep_the_epilogue_and_compute_the_reduction_once():
@@ -65,7 +65,7 @@ def test_rows_of_max_propagate_nan_and_empty_rows():
     x[2, 7] = np.nan
     f, (y,) = agree([Y], [X], x)
     assert y[0] == -np.inf and np.isnan(y[7])
-    assert "acc0[" in f.source
+    assert f.schedule["Y"].strategy == "rows"
 
 
 def test_where_on_the_row_axis_and_a_select_in_the_body():
@@ -159,6 +159,7 @@ def test_row_blocks_with_remainder_rows(m):
     C = te.compute((m, 40), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k) * 2.0 + b[j],
                    name="C")
     f, _ = agree([C], [A, B, b], rand((m, 7)), rand((7, 40), seed=1), rand(40, seed=2))
+    assert f.schedule["C"].param("row block") == f"i x {ROW_BLOCK}"
     assert "(remainder)" in f.source
 
 
@@ -168,7 +169,7 @@ def test_row_blocks_with_symbolic_rows_and_columns():
     B = te.placeholder((5, n), name="B")
     C = _matmul(A, B, 5)
     fc, fn = te.build(C), te.build(C, backend="numpy")
-    assert "(remainder)" in fc.source
+    assert fc.schedule["C"].param("row block") == f"i x {ROW_BLOCK}"
     for mm, nn in [(1, 1), (4, 33), (7, 64), (13, 70)]:
         a, b = rand((mm, 5)), rand((5, nn), seed=3)
         np.testing.assert_allclose(fc(a, b), fn(a, b), rtol=1e-5, atol=1e-5)
@@ -205,7 +206,7 @@ def test_transpose_in_blocks_at_odd_and_symbolic_sizes():
     b = te.placeholder((37,), name="b")
     Y = te.compute((37, m), lambda j, i: X[i, j] + b[j], name="Y")
     fc, fn = te.build(Y), te.build(Y, backend="numpy")
-    assert "(block)" in fc.source
+    assert fc.schedule["Y"].strategy == "blocks"
     for size in (1, 9, 40):
         x, bb = rand((size, 37)), rand(37, seed=1)
         np.testing.assert_array_equal(fc(x, bb), fn(x, bb))
@@ -220,7 +221,8 @@ def test_innermost_axis_split_by_its_divisor(c):
                                                       P[i, j // c] * (j % c + 1.0), 0.0),
                    name="Y")
     f, _ = agree([Y], [X, P], rand((3, 4 * c)), rand((3, 4), seed=1))
-    assert f"//{c}" in f.source and "te_floordiv" not in without_comments(f.source)
+    assert f.schedule["Y"].strategy == "split" and f.schedule["Y"].param("factor") == c
+    assert "te_floordiv" not in without_comments(f.source)
 
 
 def test_cheap_intermediates_are_computed_where_read():
@@ -286,7 +288,7 @@ def test_one_accumulator_per_phase_of_a_moving_row_bound():
     D = te.compute((n + 2,), lambda x: te.sum(H[f, x - r] * W[f, r], axis=[f, r],
                                               where=(x >= r) & (x - r < n)), name="D")
     fc, fn = te.build(D), te.build(D, backend="numpy")
-    assert f"acc0[{3 * ROW_TILE}]" in fc.source  # three phases of r
+    assert fc.schedule["D"].param("accumulators per tap") == 3  # three phases of r
     for size in (1, 7, 40):
         h, w = rand((5, size)), rand((5, 3), seed=1)
         np.testing.assert_allclose(fc(h, w), fn(h, w), rtol=1e-5, atol=1e-5)
@@ -304,6 +306,8 @@ def test_dot_products_reduced_together(n):
     D = te.compute((m, n), lambda i, j: te.sum(H[i, k] * B[j, 32 - k], axis=k) + 1.0,
                    name="D")
     fc, fn = te.build(D), te.build(D, backend="numpy")
+    assert fc.schedule["D"].strategy == "jam"
+    assert fc.schedule["D"].param("jam") == f"{JAM} x {JAM}"
     assert "(remainder)" in fc.source and "reduction(+:t3)" in fc.source
     for size in (1, 6, 2 * JAM + 1):  # rows JAM at a time, then the remainder rows
         h, b = rand((size, 33)), rand((n, 33), seed=1)

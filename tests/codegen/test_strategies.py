@@ -1,0 +1,158 @@
+"""The strategy table (codegen.strategies): every strategy is chosen where it should be,
+forcing one gives the same values, and a strategy that does not apply is refused."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import tensorexpr as te
+from codegen import strategies
+from tensorexpr.ir import Compute
+
+from .util import agree, rand
+
+
+def _matmul():
+    A = te.placeholder((20, 12), name="A")
+    B = te.placeholder((12, 40), name="B")
+    k = te.reduce_axis((0, 12), name="k")
+    C = te.compute((20, 40), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return [C], [A, B], [rand((20, 12)), rand((12, 40), seed=1)]
+
+
+def _dot_rows():
+    # B read backwards along k: no transposed copy, so the jammed dot products run
+    H = te.placeholder((9, 33), name="H")
+    B = te.placeholder((10, 33), name="B")
+    k = te.reduce_axis((0, 33), name="k")
+    D = te.compute((9, 10), lambda i, j: te.sum(H[i, k] * B[j, 32 - k], axis=k), name="D")
+    return [D], [H, B], [rand((9, 33)), rand((10, 33), seed=1)]
+
+
+def _conv_weight_gradient():
+    X = te.placeholder((2, 3, 10, 20), name="X")
+    H = te.placeholder((2, 4, 8, 18), name="H")
+    n, y, x = te.reduce_axis(2, "n"), te.reduce_axis(8, "y"), te.reduce_axis(18, "x")
+    dW = te.compute((4, 3, 3, 3), lambda f, c, ky, kx: te.sum(
+        H[n, f, y, x] * X[n, c, y + ky, x + kx], axis=[n, y, x]), name="dW")
+    return [dW], [X, H], [rand((2, 3, 10, 20)), rand((2, 4, 8, 18), seed=1)]
+
+
+def _padded_gradient():
+    H = te.placeholder((1, 2, 12, 12), name="H")
+    W = te.placeholder((2, 3, 3, 3), name="W")
+    f, ky, kx = te.reduce_axis(2), te.reduce_axis(3), te.reduce_axis(3)
+    dX = te.compute((1, 3, 14, 14), lambda n, c, y, x: te.sum(
+        H[n, f, y - ky, x - kx] * W[f, c, ky, kx], axis=[f, ky, kx],
+        where=(y - ky >= 0) & (y - ky < 12) & (x - kx >= 0) & (x - kx < 12)), name="dX")
+    return [dX], [H, W], [rand((1, 2, 12, 12)), rand((2, 3, 3, 3), seed=1)]
+
+
+def _gather_rows():
+    E = te.placeholder((10, 16), name="E")
+    idx = te.placeholder((4,), dtype="int32", name="idx")
+    Y = te.compute((4, 16), lambda i, d: E[idx[i], d] * 2.0, name="Y")
+    return [Y], [E, idx], [rand((10, 16)), np.array([3, 0, 9, 3], np.int32)]
+
+
+def _pieces():
+    X = te.placeholder((6, 40), name="X")
+    Y = te.compute((6, 40), lambda i, j: X[i, te.maximum(j - 1, 0)] + X[i, te.minimum(j + 1, 39)],
+                   name="Y")
+    return [Y], [X], [rand((6, 40))]
+
+
+def _blocks():
+    X = te.placeholder((40, 37), name="X")
+    Y = te.compute((37, 40), lambda j, i: X[i, j] * 2.0, name="Y")
+    return [Y], [X], [rand((40, 37))]
+
+
+def _split():
+    X = te.placeholder((3, 8), name="X")
+    P = te.placeholder((3, 4), name="P")
+    Y = te.compute((3, 8), lambda i, j: te.select(X[i, j] > P[i, j // 2], P[i, j // 2], 0.0),
+                   name="Y")
+    return [Y], [X, P], [rand((3, 8)), rand((3, 4), seed=1)]
+
+
+def _loops():
+    X = te.placeholder((5, 7), name="X")
+    Y = te.compute((5, 7), lambda i, j: te.exp(X[i, j]) + 1.0, name="Y")
+    return [Y], [X], [rand((5, 7))]
+
+
+def _scatter_rows():
+    E = te.placeholder((10, 16), name="E")
+    idx = te.placeholder((4,), dtype="int32", name="idx")
+    H = te.placeholder((4, 16), name="H")
+    dE, = te.differentiate(te.compute((4, 16), lambda i, d: E[idx[i], d], name="Y"), [E],
+                           head=H)
+    return [dE], [H, idx], [rand((4, 16)), np.array([3, 0, 9, 3], np.int32)]
+
+
+def _scatter():
+    E = te.placeholder((10,), name="E")
+    idx = te.placeholder((4,), dtype="int32", name="idx")
+    H = te.placeholder((4,), name="H")
+    dE, = te.differentiate(te.compute((4,), lambda i: E[idx[i]], name="Y"), [E], head=H)
+    return [dE], [H, idx], [rand(4), np.array([3, 0, 9, 3], np.int32)]
+
+
+PROGRAMS = {"rows": _matmul, "jam": _dot_rows, "taps": _conv_weight_gradient,
+            "padded-copy": _padded_gradient, "gather-rows": _gather_rows, "pieces": _pieces,
+            "blocks": _blocks, "split": _split, "loops": _loops,
+            "scatter-rows": _scatter_rows, "scatter": _scatter}
+
+
+def test_every_strategy_of_the_table_has_a_program_here():
+    assert set(PROGRAMS) == {s.name for s in strategies.TABLE}
+
+
+def test_the_module_docstring_lists_the_table_in_its_order():
+    listed = re.findall(r"^``([a-z-]+)``", strategies.__doc__, re.M)
+    compute = [s.name for s in strategies.TABLE if s.kind is Compute]
+    assert listed == compute
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_each_strategy_is_chosen_for_its_program_and_agrees_with_numpy(name):
+    outs, ins, arrays = PROGRAMS[name]()
+    f, _ = agree(outs, ins, *arrays)
+    assert f.schedule[outs[0].name].strategy == name, str(f.schedule)
+
+
+@pytest.mark.parametrize("name", ["rows", "jam", "taps", "blocks", "split", "pieces",
+                                  "gather-rows", "padded-copy"])
+def test_forcing_plain_loops_gives_the_same_values(name):
+    outs, ins, arrays = PROGRAMS[name]()
+    t = outs[0].name
+    fast = te.build(outs, ins)
+    plain = te.build(outs, ins, options=te.ScheduleOptions(force={t: "loops"}))
+    assert plain.schedule[t].strategy == "loops" and fast.schedule[t].strategy == name
+    assert plain.source != fast.source
+    np.testing.assert_allclose(plain(*arrays), fast(*arrays), rtol=1e-5, atol=1e-5)
+
+
+def test_forcing_a_strategy_that_does_not_apply_names_the_tensor_and_the_choices():
+    outs, ins, _ = _loops()
+    with pytest.raises(ValueError, match=r"strategy 'rows' does not apply to tensor 'Y' "
+                                         r"\(defined at .*test_strategies.py.*the ones that do: "
+                                         r"loops"):
+        te.build(outs, ins, options=te.ScheduleOptions(force={"Y": "rows"}))
+
+
+def test_an_unknown_strategy_is_refused_with_the_list():
+    outs, ins, _ = _loops()
+    with pytest.raises(ValueError, match="the strategies are padded-copy, rows, jam"):
+        te.build(outs, ins, options=te.ScheduleOptions(force={"Y": "fast"}))
+
+
+def test_forcing_rows_over_a_padded_copy():
+    outs, ins, arrays = _padded_gradient()
+    f = te.build(outs, ins, options=te.ScheduleOptions(force={"dX": "rows"}))
+    assert f.schedule["dX"].strategy == "rows" and not f.schedule.copies
+    want = te.build(outs, ins, backend="numpy")(*arrays)
+    np.testing.assert_allclose(f(*arrays), want, rtol=1e-5, atol=1e-5)

@@ -51,7 +51,7 @@ class Op:
     elements from ``offset`` on, a :class:`Var` of it is a vector register, and
     ``add``, ``sub``, ``mul``, ``div`` and ``neg`` act lane by lane; an
     :class:`Accumulate` of a product adds it with one rounding per lane, as a
-    scalar sum's does (``codegen.regtile`` writes them).
+    scalar sum's does (``codegen.rowsum_registers`` writes them).
     """
 
     op: str
@@ -213,7 +213,7 @@ class Fence:
     """Values of the local array ``name`` (``size`` elements of ``dtype``) are not carried
     across this point by the C compiler: stores before it are done, loads after it read
     the array. A tile's vector registers hand their sums to the element-wise epilogue
-    through the array (``codegen.regtile``); gcc forwarded the stores into the epilogue's
+    through the array (``codegen.rowsum_registers``); gcc forwarded the stores into the epilogue's
     vector loop, kept the registers live in pieces and spilled the accumulators of the
     loop before it (a third of the speed)."""
 

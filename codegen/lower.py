@@ -20,8 +20,13 @@ A recurrence runs its carried axis sequentially (outermost, in its direction)
 and the others in parallel within a step; a scatter-add zero-fills, then
 accumulates serially with a checked target index.
 
-Schedule (for speed; every step keeps the IR's semantics, and is skipped when
-its preconditions do not hold):
+This module is the core: :class:`Lowerer` (its expression, row-sum, jam, gather-row
+and scatter parts are mixins in ``lower_expr``, ``rowsum``, ``unroll_jam``,
+``gather_rows`` and ``scatter``) lowers each tensor by the strategy
+``codegen.strategies`` chooses and records the choice (``codegen.schedule``);
+``codegen.pipeline`` runs it between the program rewrites and the loop-AST passes.
+What the strategies do (for speed; every step keeps the IR's semantics, and a
+strategy applies only when its preconditions hold):
 
 * rows: a tensor whose body is ``epilogue(reduction)`` and whose reads walk
   along its innermost axis ``j`` computes the reduction for a tile of ``j`` at
@@ -31,15 +36,15 @@ its preconditions do not hold):
   a matmul, ``f`` of a convolution) is blocked ``row_block()`` rows at a time;
   bounds of ``j`` that move with a short reduction axis get one accumulator per
   value of it (store forwarding), combined at the end; the tiles all inside ``j``'s
-  range loop apart from a ragged last one (constant trip counts, ``codegen.rowtiles``);
+  range loop apart from a ragged last one (constant trip counts, ``codegen.rowsum_tiles``);
 * bounds of ``j`` that move with a short tap axis (padded convolutions, their
   input gradients) become a mask over the whole tile, with an unmasked version
-  over zero-staged rows when the weights are finite (``codegen.fulltile``); a
-  row read at ``(x - k) // s`` is computed per residue of ``x`` (``codegen.residue``);
+  over zero-staged rows when the weights are finite (``codegen.rowsum_masked``); a
+  row read at ``(x - k) // s`` is computed per residue of ``x`` (``codegen.rowsum_residues``);
 * sums whose innermost output axes are short taps (a convolution's weight
-  gradient) compute all taps of a block of rows in one pass (``codegen.taps``),
+  gradient) compute all taps of a block of rows in one pass (``codegen.tapsum``),
   with the partial sums in vector registers over copies of the image when the sum
-  is a convolution's weight gradient proper (``codegen.tapregs``);
+  is a convolution's weight gradient proper (``codegen.tapsum_registers``);
 * dot-product-like sums (``H B^T``: no read walks along ``j``) read a transposed
   copy of the operand instead (``codegen.layout``; then they run by rows) when it
   is read by enough rows; the others reduce ``JAM`` x ``JAM`` elements in one loop
@@ -73,7 +78,7 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Placeholder, Redu
                            Tensor, fresh_uid, walk)
 from tensorexpr.transform import const_value
 
-from . import fuse, padcopy, strategies, taps
+from . import fuse, padcopy, strategies, tapsum
 from .cexpr import I64, add, cast, fold, mul
 from .loopast import (Block, Buffer, CExpr, Comment, For, Kernel, Lit, Op, Stmt, Store, Var,
                       simd_safe)
@@ -246,8 +251,8 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         return padcopy.lower(self, t, red, p)
 
     def compute_taps(self, t: Compute, p) -> Optional[List[Stmt]]:
-        """Short innermost tap axes, all taps per pass (``codegen.taps``'s plan ``p``)."""
-        return taps.lower(self, t, p)
+        """Short innermost tap axes, all taps per pass (``codegen.tapsum``'s plan ``p``)."""
+        return tapsum.lower(self, t, p)
 
     def compute_loops(self, t: Compute, transposed: Optional[int] = None,
                       split: Optional[int] = None) -> List[Stmt]:
@@ -309,7 +314,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
 
     def compute_pieces(self, t: Compute, cut: List[Tuple[int, int, Expr]]) -> List[Stmt]:
         """``t`` (no recurrence) with its innermost loop cut into ``cut``'s pieces
-        (``codegen.peel``): one loop per piece, over that piece's body. The outermost
+        (``codegen.piecewise``): one loop per piece, over that piece's body. The outermost
         axis is threaded; for a 1-d tensor that is the longest piece's loop."""
         axes = list(t.axes)
         j = axes[-1]

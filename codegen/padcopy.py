@@ -8,7 +8,7 @@ The input gradient of a convolution gathers the output gradient ``H`` at
 
 The tests move with the output's row axis ``x``: the row loops of
 ``lower.Lowerer.compute_rows`` then get bounds that move with the taps, a masked
-or staged tile per tap (``codegen.fulltile``), and a row of ``Wh + 2*d`` elements
+or staged tile per tap (``codegen.rowsum_masked``), and a row of ``Wh + 2*d`` elements
 is rarely a whole number of vectors. Here the sum reads instead a copy of ``H``
 made once per call, with zeros around it::
 

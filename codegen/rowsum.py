@@ -3,9 +3,9 @@
 A mixin of :class:`codegen.lower.Lowerer` (``compute_rows``): an accumulator array
 over a tile of the innermost output axis ``j``, isl loops over ``(reduction axes, j)``
 with ``j`` innermost (contiguous, vectorizable), row blocks sharing the reads along
-``j``, then the epilogue per element. Its helpers: ``codegen.rowtiles`` (tile shapes),
-``codegen.regtile`` (the accumulators in registers), ``codegen.fulltile`` (masked
-whole tiles), ``codegen.residue`` (strided rows per residue).
+``j``, then the epilogue per element. Its helpers: ``codegen.rowsum_tiles`` (tile shapes),
+``codegen.rowsum_registers`` (the accumulators in registers), ``codegen.rowsum_masked`` (masked
+whole tiles), ``codegen.rowsum_residues`` (strided rows per residue).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tensorexpr import polyhedral
 from tensorexpr.ir import Axis, Binary, Compute, Const, Expr, Reduce, fresh_uid
 from tensorexpr.transform import const_value
 
-from . import fulltile, regtile, residue, rowtiles, target
+from . import rowsum_masked, rowsum_registers, rowsum_residues, rowsum_tiles, target
 from .cexpr import I64, add, all_of, cast, fold, identity, mul, zero
 from .loopast import (Accumulate, Block, CExpr, Decl, For, If, Lit, Load, Local, Op, Stmt, Store,
                       Var, mark_inner_simd, simd_safe)
@@ -56,9 +56,9 @@ class RowSumLowering:
         their accumulators are updated together (registers, not memory).
 
         A row read at ``x // s`` or ``(x - k) // s`` (a strided convolution's gradient)
-        is computed per residue ``x = s*q + r`` over ``q`` (``codegen.residue``; ``sp``)."""
+        is computed per residue ``x = s*q + r`` over ``q`` (``codegen.rowsum_residues``; ``sp``)."""
         if sp is None:
-            sp = residue.split(t, red)
+            sp = rowsum_residues.split(t, red)
             if sp is not None:
                 self.record.note("residues of", f"{sp.orig.axes[-1].name} // {sp.s}")
                 self.buf[sp.tensor.uid] = self.buf[t.uid]
@@ -81,7 +81,7 @@ class RowSumLowering:
         width = tile if tiled else n
         # reads along j from zero-padded copies (codegen.layout): whole vectors of lanes,
         # the ones beyond j's extent computed and never stored
-        pad = rowtiles.padded_lanes(red, j) if ri is not None and not tiled and sp is None \
+        pad = rowsum_tiles.padded_lanes(red, j) if ri is not None and not tiled and sp is None \
             else None
         if pad is not None:
             width = pad
@@ -142,13 +142,13 @@ class RowSumLowering:
             acc = self.fresh("acc", red.dtype).name
             scope = Scope(dict(env), tile_axes or scope_axes, (), {})
             tree, rest = polyhedral.loop_nest(rx, conds, scope.axes, scope.guards)
-            # bounds of j that move with a tap: the whole tile, masked (codegen.fulltile).
+            # bounds of j that move with a tap: the whole tile, masked (codegen.rowsum_masked).
             # Every pass then starts at the tile's start: one accumulator for all taps,
             # when the tile is a whole number of vectors (measured: a padded convolution
             # 10% faster; a 17-wide residue row of a strided gradient 60% slower)
             full = False
-            if fulltile.worth(red.body, red.op, j, rest):
-                tree, full = fulltile.widen(tree, jstart, jend, keep={jt.uid} if tiled else ())
+            if rowsum_masked.worth(red.body, red.op, j, rest):
+                tree, full = rowsum_masked.widen(tree, jstart, jend, keep={jt.uid} if tiled else ())
             if full and width % lanes == 0:
                 phase, phases = None, 1
             if full:
@@ -191,12 +191,12 @@ class RowSumLowering:
             blend = bool(rest) and pure(red.body)
             self.loop_tree(tree, rx, affine, [] if blend else rest, scope, {}, point, nest)
             if full:
-                # the unmasked version (codegen.fulltile) when the weights it multiplies
+                # the unmasked version (codegen.rowsum_masked) when the weights it multiplies
                 # the staged rows by are all finite, checked once before the loops
                 needs: set = set()
                 fresh = lambda dt: self.fresh("t", dt)  # noqa: E731
-                fast = fulltile.hoist(nest, fresh, needs)
-                nest = fulltile.hoist(nest, fresh)
+                fast = rowsum_masked.hoist(nest, fresh, needs)
+                nest = rowsum_masked.hoist(nest, fresh)
                 if needs:
                     for b in sorted(needs):
                         if b not in finite:
@@ -204,7 +204,7 @@ class RowSumLowering:
                     ok = all_of([Op("eq", (finite[b], finite[b]), "bool") for b in sorted(needs)])
                     nest = [If(ok, Block(tuple(fast)), Block(tuple(nest)))]
             # the accumulators in vector registers where every term vectorizes
-            # (codegen.regtile): gcc keeps the array in memory, an FMA per load and store
+            # (codegen.rowsum_registers): gcc keeps the array in memory, an FMA per load and store
             regs = None
             if (self.options.register_tiles and red.op == "sum" and phases == 1 and not blend
                     and size <= lanes * target.current().accumulators):
@@ -215,7 +215,7 @@ class RowSumLowering:
                     lo_, hi_ = closed_value(ax.lo), closed_value(ax.hi)
                     if lo_ is not None and hi_ == lo_ + 1:
                         one[tv.name] = lo_
-                regs = regtile.registerize(nest, acc, size, red.dtype, lanes,
+                regs = rowsum_registers.registerize(nest, acc, size, red.dtype, lanes,
                                            lambda dt: self.fresh("v", dt), one)
             if regs is not None:
                 self.record.note("register tile", f"{size} x {red.dtype}")
@@ -294,12 +294,12 @@ class RowSumLowering:
         split = None
         # (not when the tiles are the parallel loop: one loop, one work-sharing construct)
         if tiled and not exact and sp is None and const_value(j.lo) == 0 and outer:
-            split = rowtiles.whole_tiles(self, jt, j, tile, scope_axes, tile_block, work)
+            split = rowsum_tiles.whole_tiles(self, jt, j, tile, scope_axes, tile_block, work)
             if split is not None:
                 self.record.note("whole tiles apart", True)
         # Operands along the rows too large for the cache: the tiles in chunks whose panels
-        # stay cached while every row block reads them (codegen.rowtiles.panel_chunk)
-        chunk = rowtiles.panel_chunk(t, red, tile) if tiled and ri is not None else None
+        # stay cached while every row block reads them (codegen.rowsum_tiles.panel_chunk)
+        chunk = rowsum_tiles.panel_chunk(t, red, tile) if tiled and ri is not None else None
         if chunk is not None:
             self.record.note("panel chunks", chunk)
         finite: Dict[str, Var] = {}  # buffer -> sum of its elements times 0 (NaN: not finite)

@@ -30,7 +30,7 @@ class Options:
     ``checkpoint``: recurrences whose intermediate rows need not all be kept are
     computed in rolling buffers / checkpointed segments (``codegen.checkpoint``);
     ``register_tiles``: row accumulators live in vector registers where they fit
-    (``codegen.regtile``); ``fuse``: consecutive row-local tensors share one loop
+    (``codegen.rowsum_registers``); ``fuse``: consecutive row-local tensors share one loop
     (``codegen.fuse``); ``copies``: dot-product sums may read transposed or
     zero-padded copies (``codegen.layout``); ``force``: tensor name -> strategy
     name, used for that tensor when the strategy applies (an error names the

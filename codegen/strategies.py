@@ -21,11 +21,11 @@ its carried axis sequential, or is checkpointed by ``codegen.checkpoint``):
                           register tiles (``compute_rows``)
 ``jam``                   dot-product sums: ``JAM`` x ``JAM`` elements per nest
 ``taps``                  short innermost tap axes: all taps per pass
-                          (``codegen.taps``, ``codegen.tapregs``)
+                          (``codegen.tapsum``, ``codegen.tapsum_registers``)
 ``gather-rows``           data-dependent indices fixed along a row: checked
                           once per row
 ``pieces``                the innermost loop cut where its tests change value
-                          (``codegen.peel``)
+                          (``codegen.piecewise``)
 ``blocks``                a transpose: square blocks of two axes
 ``split``                 an axis read through ``j // c``: ``c`` remainders
                           unrolled
@@ -47,7 +47,7 @@ from typing import Callable, List, Tuple
 from tensorexpr.errors import describe
 from tensorexpr.ir import Compute, ScatterAdd, Tensor
 
-from . import peel, taps
+from . import piecewise, tapsum
 from .scatter import scatter_rows_apply
 from .patterns import (jam_reduce, row_invariant_indices, row_reduce, split_factor,
                        transposed_axis)
@@ -86,7 +86,7 @@ def _jam(lw, t):
 
 
 def _taps(lw, t):
-    return taps.applies(t) if _no_carry(t) else None
+    return tapsum.applies(t) if _no_carry(t) else None
 
 
 def _plain_shape(t) -> bool:
@@ -105,7 +105,7 @@ def _gather_rows(lw, t):
 def _pieces(lw, t):
     if not _no_carry(t) or not t.axes or not _plain_shape(t):
         return None
-    return peel.pieces(t.body, t.axes[-1])
+    return piecewise.pieces(t.body, t.axes[-1])
 
 
 def _blocks(lw, t):

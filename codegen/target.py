@@ -2,7 +2,7 @@
 
 Kernels are compiled with ``-march=native``, so the CPU decides how wide a vector
 is and how many of them fit in registers, and the register tiles of a row sum
-(``lower.Lowerer.compute_rows``, ``codegen.regtile``) must be shaped for it: a
+(``lower.Lowerer.compute_rows``, ``codegen.rowsum_registers``) must be shaped for it: a
 tile of 8 rows x 32 floats kept its 16 accumulators in registers on AVX-512 (32
 registers of 16 floats) but needs 32 AVX2 registers of 8 floats, of which there
 are 16, and ran at a third of the speed there (spilled to the stack). AVX2 takes

@@ -188,7 +188,7 @@ def test_conv2d_gradient_shape_where_in_two_dims():
         where=((y - kh) % 2 == 0) & ((x - kw) % 2 == 0) & ((y - kh) // 2 >= 0)
         & ((y - kh) // 2 < H) & ((x - kw) // 2 >= 0) & ((x - kw) // 2 < W)), name="dX")
     f, _ = agree([dX], [X, K], rand((H, W)), rand((3, 3), seed=1))
-    # both tap loops step by 2 (in each version of the nest: codegen.fulltile's unmasked
+    # both tap loops step by 2 (in each version of the nest: codegen.rowsum_masked's unmasked
     # one for finite weights, and the masked one)
     versions = 2 if "(full tile, unmasked)" in f.source else 1
     assert f.source.count("+= 2)") == 2 * versions

@@ -1,13 +1,13 @@
 """Convolutions and their gradients on the C backend against the numpy backend: padded
-(full-tile masked row loops, ``codegen.fulltile``), strided (residue splits of the
-input gradient, ``codegen.residue``), dilated, ragged and symbolic sizes."""
+(full-tile masked row loops, ``codegen.rowsum_masked``), strided (residue splits of the
+input gradient, ``codegen.rowsum_residues``), dilated, ragged and symbolic sizes."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 import tensorexpr as te
-from codegen import fulltile, residue, taps
+from codegen import rowsum_masked, rowsum_residues, tapsum
 from tensorexpr.ir import Reduce, walk
 
 from .util import agree, rand
@@ -53,7 +53,7 @@ def check(shape_x, shape_w, **kw):
 def test_conv_forward_and_gradients(s, pad, dil, hw):
     fwd, grad = check((2, 3) + hw, (5, 3, 3, 3), s=s, pad=pad, dil=dil)
     if (pad or dil > 1) and s == 1:  # taps move the row's bounds: whole tiles, masked
-        assert fulltile.MARK in fwd + grad
+        assert rowsum_masked.MARK in fwd + grad
     if s > 1:  # the input gradient's reads step by 1 along q (no stepped loops over x)
         assert f"//{s}" in grad
 
@@ -61,7 +61,7 @@ def test_conv_forward_and_gradients(s, pad, dil, hw):
 def test_conv_wide_rows_are_tiled_and_masked():
     # rows longer than a tile: the masked loop runs over each tile
     fwd, grad = check((1, 2, 3, 70), (9, 2, 3, 3), s=1, pad=1)
-    assert fulltile.MARK in fwd
+    assert rowsum_masked.MARK in fwd
 
 
 def test_conv_with_symbolic_sizes():
@@ -109,7 +109,7 @@ def test_masked_points_are_never_evaluated():
     fc, (y,) = agree([Y], [X, W], x, w)
     assert np.isfinite(y[0, 0, :, 0]).all() and np.isinf(y[0, 0, :, 1:]).all()
     # the unmasked fast path (staged row, zeros outside) is taken only for finite weights
-    assert fulltile.MARK in fc.source and "(full tile, unmasked)" in fc.source
+    assert rowsum_masked.MARK in fc.source and "(full tile, unmasked)" in fc.source
     w[0, 0, 1, 0] = np.nan
     y = fc(x, w)
     assert np.isfinite(y[0, 0, :, 0]).all() and np.isnan(y[0, 0, :, 1:]).all()
@@ -126,7 +126,7 @@ def test_residue_rewrites_floor_division_exactly():
                                                 where=((x - k) % 2 == 0) & (x >= k)
                                                 & (x - k < 16)), name="D")
     red = next(e for e in walk(D.body) if isinstance(e, Reduce))
-    sp = residue.split(D, red)
+    sp = rowsum_residues.split(D, red)
     assert sp is not None and sp.s == 2 and [a.name for a in sp.tensor.axes] == ["i", "x%2", "x//2"]
     # the read moves with q alone: H[i, q + (r - k) // 2]
     (read,) = [e for e in walk(sp.red.body) if hasattr(e, "indices")]
@@ -142,7 +142,7 @@ def test_residue_leaves_mixed_divisors_alone():
     k = te.reduce_axis((0, 2), name="k")
     D = te.compute((4, 12), lambda i, x: te.sum(X[i, x // 2] + X[i, x // 3], axis=k), name="D")
     red = next(e for e in walk(D.body) if isinstance(e, Reduce))
-    assert residue.factor(D, red) is None
+    assert rowsum_residues.factor(D, red) is None
     agree([D], [X], rand((4, 12)))
 
 
@@ -153,7 +153,7 @@ def test_weight_gradient_by_taps():
     H = te.placeholder(Y.shape, name="H")
     dW = te.differentiate(Y, [W], head=H)[0]
     red = next(e for e in walk(dW.body) if isinstance(e, Reduce))
-    plan = taps.plan(dW)
+    plan = tapsum.plan(dW)
     assert plan is not None and plan[0] is red and plan[1] == 2
     assert dW.axes[plan[2]].hi.value == 8  # f is blocked: the X reads serve the block
     h = rand(Y.shape, seed=2)
@@ -167,11 +167,11 @@ def test_taps_need_a_float_sum_and_a_long_last_axis():
     A = te.placeholder((6, 20), dtype="int32", name="A")
     k = te.reduce_axis((0, 20), name="k")
     S = te.compute((6, 3), lambda i, d: te.sum(A[i, k] * d, axis=k), name="S")
-    assert taps.plan(S) is None  # an integer sum
+    assert tapsum.plan(S) is None  # an integer sum
     B = te.placeholder((6, 5), name="B")
     r = te.reduce_axis((0, 5), name="r")
     T = te.compute((6, 3), lambda i, d: te.sum(B[i, r] * d, axis=r), name="T")
-    assert taps.plan(T) is None  # 5 lanes
+    assert tapsum.plan(T) is None  # 5 lanes
     agree([S], [A], rand((6, 20), dtype="int32"))
     agree([T], [B], rand((6, 5)))
 
@@ -182,7 +182,7 @@ def test_taps_with_a_symbolic_outer_axis():
     k = te.reduce_axis((0, 16), name="k")
     # a 1-d correlation's weight gradient shape: taps d, lanes k, outer i symbolic
     G = te.compute((n, 3), lambda i, d: te.sum(X[i, k] * X[i, (k + d) % 16], axis=k), name="G")
-    assert taps.plan(G) is not None
+    assert tapsum.plan(G) is not None
     fc, fn = te.build(G), te.build(G, backend="numpy")
     for nn in (1, 5):
         x = rand((nn, 16))

@@ -22,7 +22,7 @@ lanes next to another nest in one parallel region kept gcc 12 from vectorizing.
 The partial sums here are stored per point of ``x``: every product loads and stores
 one. Where the sum is a convolution's weight gradient proper (a product of two
 stored tensors, a domain that only says the read is inside the image),
-``codegen.tapregs`` keeps them in vector registers instead, about three times faster;
+``codegen.tapsum_registers`` keeps them in vector registers instead, about three times faster;
 the loops here are for the other sums.
 
 >>> import tensorexpr as te
@@ -43,7 +43,7 @@ from tensorexpr.ir import (Binary, Compute, Const, Read, Reduce, is_float, occur
                            walk)
 from tensorexpr.transform import const_value, substitute
 
-from . import tapregs
+from . import tapsum_registers
 from .cexpr import I64, add, cast, identity
 from .loopast import (Accumulate, Block, Decl, For, If, Lit, Load, Local, Stmt, Store,
                       mark_inner_simd)
@@ -129,26 +129,26 @@ def applies(t: Compute) -> Optional[Taps]:
     p = plan(t)
     if p is not None:
         return Taps(p, p[1], False)
-    # larger kernels (5 x 5, 7 x 7) and short rows (7 x 7 images: tapregs runs
+    # larger kernels (5 x 5, 7 x 7) and short rows (7 x 7 images: tapsum_registers runs
     # them over flat positions) only in registers: the per-point partial sums of
     # _exact were not measured against the other schedules for them
-    wide = plan(t, tapregs.WIDE_TAP, tapregs.WIDE_MAX_TAPS, 1)
+    wide = plan(t, tapsum_registers.WIDE_TAP, tapsum_registers.WIDE_MAX_TAPS, 1)
     return None if wide is None else Taps(wide, wide[1], True)
 
 
-def lower(lw, t: Compute, taps: Taps) -> Optional[List[Stmt]]:
+def lower(lw, t: Compute, chosen: Taps) -> Optional[List[Stmt]]:
     """The loop nest of ``t`` by taps (see the module docstring): with its partial sums
-    in vector registers (``codegen.tapregs``) where they fit; None (nothing lowered)
+    in vector registers (``codegen.tapsum_registers``) where they fit; None (nothing lowered)
     when only registers apply and they do not fit."""
-    red, ntaps, _ = taps.plan
+    red, ntaps, _ = chosen.plan
     body, where = where_form(red)
-    fast = tapregs.lower(lw, t, red, ntaps, body, where)
-    if fast is not None or taps.registers_only:
+    fast = tapsum_registers.lower(lw, t, red, ntaps, body, where)
+    if fast is not None or chosen.registers_only:
         if fast is not None:
             lw.record.note("partial sums", "registers")
         return fast
     lw.record.note("partial sums", "memory")
-    return _exact(lw, t, taps.plan)
+    return _exact(lw, t, chosen.plan)
 
 
 def _exact(lw, t: Compute, p) -> List[Stmt]:

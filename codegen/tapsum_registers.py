@@ -1,7 +1,7 @@
 """A convolution's weight gradient with its partial sums in vector registers.
 
 ``dW[f, c, ky, kx] = sum_{n, y, x} H[n, f, y, x] * X[n, c, s*y + d*ky - p, s*x + d*kx - p]``
-(the sums ``codegen.taps`` recognises: short taps as the innermost output axes) is
+(the sums ``codegen.tapsum`` recognises: short taps as the innermost output axes) is
 computed here as follows, for each value of the outer axes other than ``f`` (``c``,
 on threads):
 
@@ -20,7 +20,7 @@ on threads):
 * at the end the ``V`` lanes of each ``part[f][tap]`` are added: a reassociation of
   the sum, as ``tensorexpr.ir`` allows for reductions.
 
-More taps than registers (5 x 5, 7 x 7 kernels: ``codegen.taps`` hands those over
+More taps than registers (5 x 5, 7 x 7 kernels: ``codegen.tapsum`` hands those over
 only to this module) take several passes over ``y``, each with the accumulators of
 a group of taps. A tall image runs by tiles of ``y`` whose rows of the copies stay
 in the L1 cache. When the threaded axis has few values (the 3 channels of an RGB
@@ -59,7 +59,7 @@ from .patterns import uses
 from .scope import Scope
 
 #: kernels up to this extent per axis and this many taps (7 x 7) run here even where
-#: codegen.taps' own loops would not take them (its TAP, MAX_TAPS)
+#: codegen.tapsum' own loops would not take them (its TAP, MAX_TAPS)
 WIDE_TAP = 7
 WIDE_MAX_TAPS = 49
 #: at most this many rows of the block axis per lanes loop (each copy load serves them)
@@ -139,7 +139,7 @@ def _box_range(form: Tuple[int, Tuple[int, ...]], axes: List[Axis]) -> Tuple[int
 
 def plan(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Expr]
          ) -> Optional[Plan]:
-    """A :class:`Plan` when ``t`` (a sum of ``codegen.taps``, ``body`` and ``where`` its
+    """A :class:`Plan` when ``t`` (a sum of ``codegen.tapsum``, ``body`` and ``where`` its
     term and domain) has the form of the module docstring, else None.
 
     >>> import tensorexpr as te
@@ -166,7 +166,7 @@ def plan(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Ex
     if _uses_any(body.a, taps) == _uses_any(body.b, taps):
         return None
     hr, xr = (body.b, body.a) if _uses_any(body.a, taps) else (body.a, body.b)
-    # a short axis codegen.taps took for a tap that X reads as a plain index or not at
+    # a short axis codegen.tapsum took for a tap that X reads as a plain index or not at
     # all (c of an image of 1-4 channels) is an outer axis here
     while len(taps) > 1 and all(isinstance(i, Axis) and i.uid == taps[0].uid
                                 for i in xr.indices if _uses_any(i, taps[:1])):

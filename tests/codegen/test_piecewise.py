@@ -1,4 +1,4 @@
-"""Index-set splitting (``codegen.peel``): where the pieces fall, what their bodies keep,
+"""Index-set splitting (``codegen.piecewise``): where the pieces fall, what their bodies keep,
 and the C backend against the numpy backend on clamped stencils, their gradients and
 random tests on the innermost index."""
 from __future__ import annotations
@@ -7,14 +7,14 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 import tensorexpr as te
-from codegen import peel
+from codegen import piecewise
 from tensorexpr.ir import Binary, Select, walk
 
 from .util import agree, rand, without_comments
 
 
 def spans(t):
-    return [(lo, hi) for lo, hi, _ in peel.pieces(t.body, t.axes[-1])]
+    return [(lo, hi) for lo, hi, _ in piecewise.pieces(t.body, t.axes[-1])]
 
 
 def has_tests(e) -> bool:
@@ -35,7 +35,7 @@ def test_clamped_blur_and_its_gradient_split_at_both_ends():
     assert spans(Y) == [(0, 1), (1, 49), (49, 50)]
     H = te.placeholder((50,), name="H")
     dX = te.differentiate(Y, [X], head=H)[0]
-    cut = peel.pieces(dX.body, dX.axes[-1])
+    cut = piecewise.pieces(dX.body, dX.axes[-1])
     assert [(lo, hi) for lo, hi, _ in cut] == [(0, 1), (1, 49), (49, 50)]
     assert has_tests(dX.body) and not has_tests(cut[1][2])  # the middle: three plain reads
 
@@ -57,14 +57,14 @@ def test_tests_that_are_not_on_the_axis_alone_stay():
               lambda y, x: te.select(x + y >= 4, X[y, x], 0.0),
               lambda y, x: te.select(x // 4 >= 1, X[y, x], 0.0),
               lambda y, x: te.select(X[y, x] > 0.0, X[y, x], 0.0)):
-        assert peel.pieces(te.compute((6, 9), f).body, te.compute((6, 9), f).axes[-1]) is None
+        assert piecewise.pieces(te.compute((6, 9), f).body, te.compute((6, 9), f).axes[-1]) is None
 
 
 def test_too_many_pieces_leave_the_loop_whole():
     X = te.placeholder((20,), name="X")
     Y = te.compute((20,), lambda i: sum((te.select(i == k, X[i], 0.0) for k in (2, 5, 8, 11)),
                                         X[i]), name="Y")
-    assert peel.pieces(Y.body, Y.axes[0]) is None  # 9 pieces > MAX_PIECES
+    assert piecewise.pieces(Y.body, Y.axes[0]) is None  # 9 pieces > MAX_PIECES
 
 
 def test_clamped_blur_runs_without_tests_in_c():

@@ -1,4 +1,4 @@
-"""Convolution weight gradients with partial sums in registers (``codegen.tapregs``):
+"""Convolution weight gradients with partial sums in registers (``codegen.tapsum_registers``):
 the C backend against the numpy backend for padded, strided, dilated, ragged, long
 and symbolic shapes, non-finite values on either side, and the sums it leaves alone."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tensorexpr as te
-from codegen import tapregs, target
+from codegen import tapsum_registers, target
 from codegen.target import Target
 
 from .test_conv import conv2d
@@ -114,7 +114,7 @@ def test_other_domains_are_left_to_the_exact_loops():
     fc, _ = agree([dW], [X, H], rand((2, 2, 8, 20)), rand((2, 4, 6, 18), seed=1))
     assert FAST not in fc.source and "part0[" in fc.source
     # three rows of the block axis: fewer than MIN_ROWS reads of each image
-    assert tapregs.MIN_ROWS > 3
+    assert tapsum_registers.MIN_ROWS > 3
     X2, W2, H2, dW2 = weight_gradient((1, 2, 6, 18), (3, 2, 3, 3), pad=1)
     fc, _ = agree([dW2], [X2, W2, H2], rand(X2.shape), rand(W2.shape, seed=1),
                   rand(H2.shape, seed=2))
@@ -122,7 +122,7 @@ def test_other_domains_are_left_to_the_exact_loops():
 
 
 def test_docstring_examples():
-    result = doctest.testmod(tapregs)
+    result = doctest.testmod(tapsum_registers)
     assert result.failed == 0 and result.attempted > 0
 
 
@@ -135,7 +135,7 @@ def test_one_channel_shares_rows_of_f_among_the_threads():
 
 
 def test_exact_loops_with_a_symbolic_batch():
-    # codegen.taps' own loops (a domain the copies cannot express) over a symbolic batch
+    # codegen.tapsum' own loops (a domain the copies cannot express) over a symbolic batch
     b = te.var("b")
     X = te.placeholder((b, 2, 8, 20), name="X")
     H = te.placeholder((b, 4, 6, 18), name="H")
@@ -208,7 +208,7 @@ def _ragged_rows(hw, dil, lanes):
 
 
 def test_rows_shorter_than_the_lanes_check():
-    # a 7 x 7 image: rows too short for codegen.taps' own loops, flat positions here
+    # a 7 x 7 image: rows too short for codegen.tapsum' own loops, flat positions here
     # (AVX-512: 16 lanes; AVX2's 8 lanes hold a row and one lane past it)
     for tgt, flat in (("avx512", True), ("avx2", False)):
         with target.use(TARGETS[tgt]):

@@ -1,4 +1,4 @@
-"""Register tiles of row sums (codegen.rowtiles, lower.compute_rows): whole tiles apart
+"""Register tiles of row sums (codegen.rowsum_tiles, lower.compute_rows): whole tiles apart
 from the ragged last one; C against the numpy backend at sizes that are not multiples of
 the tile or of the row block, symbolic sizes, float64."""
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_ragged_products_agree(form, M, K, N):
 def test_whole_tiles_keep_their_accumulators_in_registers():
     """The point of the split: inside whole tiles the loop over the lanes is ``W`` long
     (isl proves j < n there), so it becomes whole vectors whose accumulators stay in
-    registers (codegen.regtile); only the last tile is bounded by ``min``."""
+    registers (codegen.rowsum_registers); only the last tile is bounded by ``min``."""
     A, B, C = _product("AB", 2 * R, 9, 3 * W + 7)
     f = te.build([C], inputs=[A, B])
     src = f.source

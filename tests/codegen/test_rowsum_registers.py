@@ -1,4 +1,4 @@
-"""Register tiles (codegen.regtile): row sums whose accumulators live in vector registers,
+"""Register tiles (codegen.rowsum_registers): row sums whose accumulators live in vector registers,
 for the target of this machine and for other vector widths (codegen.target), against the
 numpy backend and bit for bit against the accumulators in memory."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tensorexpr as te
-from codegen import regtile, target
+from codegen import rowsum_registers, target
 from codegen.target import Target
 
 from .util import agree, rand
@@ -34,7 +34,7 @@ def _product(M, K, N, dtype="float32"):
     return A, B, te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
 
 
-@pytest.mark.parametrize("name", ["codegen.regtile", "codegen.target", "codegen.loopast"])
+@pytest.mark.parametrize("name", ["codegen.rowsum_registers", "codegen.target", "codegen.loopast"])
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name))
     assert result.failed == 0 and result.attempted > 0
@@ -113,7 +113,7 @@ def test_same_bits_as_accumulators_in_memory(tgt, monkeypatch, tmp_path):
     fast = te.build(C)
     assert "te_vfma_" in fast.source
     monkeypatch.setenv("TENSOREXPR_CACHE_DIR", str(tmp_path))  # a build of its own
-    monkeypatch.setattr(regtile, "registerize", lambda *args, **kw: None)
+    monkeypatch.setattr(rowsum_registers, "registerize", lambda *args, **kw: None)
     slow = te.build(C)
     assert "te_vfma_" not in slow.source
     np.testing.assert_array_equal(fast(a, b), slow(a, b))

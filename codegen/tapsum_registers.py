@@ -371,6 +371,11 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
         ytile = lw.fresh("k", I64) if Ty < yhi - ylo else Lit(ylo, I64)
     if tiled_copy:
         RS = tile_rows(Ty)
+    lw.record.note("lanes", "flat positions" if flat else p.lane.name)
+    if isinstance(ytile, Var):
+        lw.record.note("y tile", Ty)
+    if G > 1:
+        lw.record.note("groups", G)
     xbuf, hbuf = lw.buf[p.x.tensor.uid].name, lw.buf[p.h.tensor.uid].name
     gv = lw.fresh("i", I64) if G > 1 else None
     g0 = add(Lit(F0, I64), mul(gv, Lit(FG, I64))) if gv is not None else Lit(F0, I64)
@@ -587,6 +592,7 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
                         for g in range(0, NV, MAX_VECTORS)]
                 continue
             cv = lw.fresh("k", I64)
+            lw.record.note("vector loop", True)
             out.append(For(cv, Lit(0, I64), Lit(full, I64), 1,
                            Block((block(fb, nb, [(cv, False)], ks),)),
                            note=f"{p.lane.name} vectors"))

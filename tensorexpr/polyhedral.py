@@ -11,12 +11,17 @@ size describes a non-empty dimension).
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import islpy as isl
 
+# ``const`` is a common local name here (an affine form's constant term).
 from .ir import (Axis, Binary, Cast, Const, Expr, Read, Reduce, Select, SizeVar, Unary,
-                 INDEX_DTYPE, is_int, walk)
+                 INDEX_DTYPE, binary, fresh_uid, is_int, walk)
+from .ir import const as const_expr
+from .printer import expr_str
+from .transform import eval_int, free_axes, substitute
 
 CTX = isl.DEFAULT_CONTEXT
 
@@ -214,7 +219,6 @@ class FiberPiece:
         self.free, self.subst, self.cond = tuple(free), dict(subst), cond
 
     def __repr__(self):
-        from .printer import expr_str
         s = ", ".join(f"{k}={expr_str(v)}" for k, v in self.subst.items())
         c = "" if self.cond is None else expr_str(self.cond)
         return f"FiberPiece(free={[a.name for a in self.free]}, {s}, if {c})"
@@ -315,7 +319,6 @@ def _solve_piece(target, domain, guards, indices, params) -> List[FiberPiece]:
 
 def _piece(target, free, dependent, dom: isl.Set, ma: isl.MultiAff, params) -> FiberPiece:
     """One piece of the inverted read, with tightened (or fixed) free axes."""
-    from .ir import fresh_uid
     nt = len(target)
     over_free = dom.project_out(isl.dim_type.set, 0, nt)
     names: List[Expr] = list(target)
@@ -353,10 +356,8 @@ def _piece(target, free, dependent, dom: isl.Set, ma: isl.MultiAff, params) -> F
 
 def _fold(e: Expr) -> Expr:
     """Constant-fold a bound (``4 + 1`` -> ``5``) so printed ranges stay readable."""
-    from .transform import eval_int
-    from . import api
     try:
-        return api.const(eval_int(e), INDEX_DTYPE)
+        return const_expr(eval_int(e), INDEX_DTYPE)
     except (ValueError, KeyError, TypeError):
         return e
 
@@ -388,7 +389,6 @@ def simplify_affine(e: Expr) -> Expr:
     >>> simplify_affine((i // 2) * 2 + (i - 2 * (i // 2)))
     i
     """
-    from .transform import free_axes
     axes = free_axes(e)
     params = params_of([e])
     try:
@@ -435,7 +435,6 @@ def _term(key) -> Expr:
 
 def _render(terms: Dict, const: int) -> Expr:
     """``sum(c * term) + const`` with subtraction for negative coefficients."""
-    from . import api
     out = None
     for key, c in sorted(terms.items(), key=lambda kv: kv[1] < 0):
         t = _term(key)
@@ -445,7 +444,7 @@ def _render(terms: Dict, const: int) -> Expr:
         else:
             out = out + mag if c > 0 else out - mag
     if out is None:
-        return api.const(const, INDEX_DTYPE)
+        return const_expr(const, INDEX_DTYPE)
     if const:
         out = out + const if const > 0 else out - (-const)
     return out
@@ -468,7 +467,6 @@ def _aff_expr(aff: isl.Aff, names, params) -> Expr:
 
 
 def _constraint_expr(c: isl.Constraint, names, params) -> Expr:
-    from . import api
     terms, const, den = _lin(c.get_aff(), names, params)
     divs = [k for k in terms if isinstance(k, tuple)]
     if c.is_equality() and len(divs) == 1:
@@ -481,17 +479,16 @@ def _constraint_expr(c: isl.Constraint, names, params) -> Expr:
             s = f // q
             nt = dict(nterms)
             if rest == {k: s * v for k, v in nt.items()} and const == s * nconst:
-                return api._binary("eq", _render(nt, nconst) % q, 0)
+                return binary("eq", _render(nt, nconst) % q, 0)
     pos = {k: v for k, v in terms.items() if v > 0}
     neg = {k: -v for k, v in terms.items() if v < 0}
     lhs = _render(pos, const if const > 0 else 0)
     rhs = _render(neg, -const if const < 0 else 0)
-    return api._binary("eq" if c.is_equality() else "ge", lhs, rhs)
+    return binary("eq" if c.is_equality() else "ge", lhs, rhs)
 
 
 def set_expr(s: isl.Set, names, params) -> Optional[Expr]:
     """An isl set over ``names`` as an IR condition (None for the universe)."""
-    from . import api
     s = s.coalesce().compute_divs()
     if s.plain_is_universe():
         return None
@@ -500,11 +497,11 @@ def set_expr(s: isl.Set, names, params) -> Optional[Expr]:
         conj = None
         for c in bs.get_constraints():
             e = _constraint_expr(c, names, params)
-            conj = e if conj is None else api._binary("and", conj, e)
-        alts.append(conj if conj is not None else api.const(True))
+            conj = e if conj is None else binary("and", conj, e)
+        alts.append(conj if conj is not None else const_expr(True))
     out = alts[0]
     for a in alts[1:]:
-        out = api._binary("or", out, a)
+        out = binary("or", out, a)
     return out
 
 
@@ -517,13 +514,9 @@ def set_expr(s: isl.Set, names, params) -> Optional[Expr]:
 # affine: isl's AST builder gives tight bounds and strides, and the answer is
 # translated to the small tree below so that no isl object leaves this module.
 
-from dataclasses import dataclass as _dataclass
-from typing import Union as _Union
-
-from .ir import fresh_uid as _fresh_uid
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class LoopFor:
     """``for iterator = lo; iterator < hi; iterator += step: body`` (``step >= 1``)."""
 
@@ -534,7 +527,7 @@ class LoopFor:
     body: "LoopTree"
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class LoopLet:
     """A loop isl proved to run once: ``iterator = value; body``."""
 
@@ -543,26 +536,26 @@ class LoopLet:
     body: "LoopTree"
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class LoopIf:
     cond: Expr
     then: "LoopTree"
     orelse: Optional["LoopTree"]
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class LoopBlock:
     items: Tuple["LoopTree", ...]
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class LoopPoint:
     """One point of the domain: the value of each requested axis, in order."""
 
     values: Tuple[Expr, ...]
 
 
-LoopTree = _Union[LoopFor, LoopLet, LoopIf, LoopBlock, LoopPoint]
+LoopTree = Union[LoopFor, LoopLet, LoopIf, LoopBlock, LoopPoint]
 
 
 def conjuncts(cond: Optional[Expr]) -> List[Expr]:
@@ -712,7 +705,7 @@ def _ast_tree(node: "isl.AstNode", names: Dict[str, Expr], shown: Dict[str, str]
     if t == isl.ast_node_type.for_:
         it_name = node.for_get_iterator().get_id().get_name()
         lo = _ast_expr(node.for_get_init(), names)
-        it = Axis(shown.get(it_name, it_name), lo, lo, _fresh_uid())
+        it = Axis(shown.get(it_name, it_name), lo, lo, fresh_uid())
         inner = dict(names)
         inner[it_name] = it
         if node.for_is_degenerate():
@@ -833,7 +826,6 @@ def affine_form(e: Expr, axes: Sequence[Axis]) -> Optional[Tuple[int, Tuple[int,
     >>> affine_form((k // 4) * 4 + k % 4 + 3, [k])
     (3, (1,))
     """
-    from .transform import eval_int, substitute
     if not is_index_arithmetic(e):
         return None  # a data-dependent index has no value to sample at a point
     los = [_const_int(ax.lo) for ax in axes]
@@ -924,7 +916,6 @@ def project(keep: Sequence[Axis], guards: Sequence[Expr]) -> Optional[Expr]:
     >>> print(project([i], [k <= i]))
     None
     """
-    from .transform import free_axes
     affine, axes, params = [], {a.uid: a for a in keep}, set()
     for g in guards:
         for c in conjuncts(g):
@@ -945,8 +936,7 @@ def project(keep: Sequence[Axis], guards: Sequence[Expr]) -> Optional[Expr]:
         s = s & sp.cond(c)
     s = s.project_out(isl.dim_type.set, len(keep), len(others))
     if s.is_empty():
-        from . import api
-        return api.const(False)
+        return const_expr(False)
     context = Space(list(keep), sorted(params)).box()
     return set_expr(_align(s, context).gist(context), list(keep), sorted(params))
 

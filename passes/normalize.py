@@ -22,7 +22,16 @@ def _has_reduce(e: Expr) -> bool:
 
 
 def is_canonical(t: Tensor) -> bool:
-    """Elementwise, or one reduction at the top whose body and where are elementwise."""
+    """Elementwise, or one reduction at the top whose body and where are elementwise.
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((4, 8), name="A")
+    >>> k = te.reduce_axis(8, name="k")
+    >>> is_canonical(te.compute((4,), lambda i: te.sum(A[i, k], axis=k)))
+    True
+    >>> is_canonical(te.compute((4,), lambda i: te.sum(A[i, k], axis=k) / 8.0))
+    False
+    """
     if not isinstance(t, Compute):
         return True
     b = t.body

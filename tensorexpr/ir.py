@@ -108,24 +108,51 @@ _uid_counter = itertools.count(1)
 
 
 def fresh_uid() -> int:
-    """A process-unique integer; creation order of tensors and axes follows it."""
+    """A process-unique integer; creation order of tensors and axes follows it.
+
+    >>> a = fresh_uid()
+    >>> fresh_uid() > a
+    True
+    """
     return next(_uid_counter)
 
 
 def is_float(dtype: str) -> bool:
+    """Is ``dtype`` a floating-point type?
+
+    >>> is_float("float64"), is_float("int32")
+    (True, False)
+    """
     return dtype in ("float32", "float64")
 
 
 def is_int(dtype: str) -> bool:
+    """Is ``dtype`` an integer type (``bool`` is not)?
+
+    >>> is_int("int32"), is_int("bool")
+    (True, False)
+    """
     return dtype in ("int32", "int64")
 
 
 def promote(a: str, b: str) -> str:
-    """The result type of a binary arithmetic operation on ``a`` and ``b``."""
+    """The result type of a binary arithmetic operation on ``a`` and ``b``.
+
+    >>> promote("int32", "float32"), promote("int64", "int32")
+    ('float32', 'int64')
+    """
     return a if _RANK[a] >= _RANK[b] else b
 
 
 def check_dtype(dtype: str) -> str:
+    """``dtype`` if it is one of ``DTYPES``, else a TypeError naming the choices.
+
+    >>> check_dtype("int64")
+    'int64'
+    >>> check_dtype("float16")
+    Traceback (most recent call last):
+    TypeError: unknown dtype 'float16'; use one of bool, int32, int64, float32, float64
+    """
     if dtype not in DTYPES:
         raise TypeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     return dtype
@@ -428,10 +455,22 @@ class Tensor(Node):
 
     @property
     def shape(self) -> tuple:
+        """The sizes, ints where static (``Const``) and expressions of ``te.var`` otherwise.
+
+        >>> import tensorexpr as te
+        >>> te.placeholder((te.var("n"), 3), name="A").shape
+        (n, 3)
+        """
         return tuple(d.value if isinstance(d, Const) else d for d in self.dims)
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions.
+
+        >>> import tensorexpr as te
+        >>> te.placeholder((2, 3), name="A").ndim
+        2
+        """
         return len(self.dims)
 
     def __getitem__(self, idx) -> Expr:
@@ -650,7 +689,7 @@ def binary(op: str, a, b) -> Expr:
 
     >>> e = binary("div", const(7), 2)
     >>> e, e.dtype
-    (float32(7) / float32(2), 'float32')
+    ((7.0 / 2.0), 'float32')
     >>> binary("max", const(1), const(2.5, "float64")).dtype
     'float64'
     """
@@ -750,7 +789,13 @@ def register_printer(expr_text, tensor_text) -> None:
 
 
 def children(e: Expr) -> Tuple[Expr, ...]:
-    """The direct sub-expressions of ``e`` (axis bounds and tensors excluded)."""
+    """The direct sub-expressions of ``e`` (axis bounds and tensors excluded).
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((3,), name="X")
+    >>> children(te.select(X[0] > 0.0, X[1], 2.0))
+    ((X[0] > 0.0), X[1], 2.0)
+    """
     match e:
         case Binary(_, a, b, _):
             return (a, b)
@@ -856,12 +901,24 @@ def occurrences(e: Expr) -> list:
 
 
 def reads(e: Expr):
-    """All :class:`Read` nodes in ``e``, in pre-order (each node object once)."""
+    """All :class:`Read` nodes in ``e``, in pre-order (each node object once).
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((3,), name="X")
+    >>> reads(X[0] * X[X[1].astype("int64")])
+    [X[0], X[int64(X[1])], X[1]]
+    """
     return [x for x in walk(e, unique=True) if isinstance(x, Read)]
 
 
 def tensor_exprs(t: Tensor) -> Tuple[Expr, ...]:
-    """The expressions that define ``t`` (empty for placeholders)."""
+    """The expressions that define ``t`` (empty for placeholders).
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((3,), name="X")
+    >>> tensor_exprs(te.compute((3,), lambda i: X[i] * 2.0)), tensor_exprs(X)
+    (((X[i] * 2.0),), ())
+    """
     match t:
         case Compute():
             return (t.body,)
@@ -873,7 +930,13 @@ def tensor_exprs(t: Tensor) -> Tuple[Expr, ...]:
 
 
 def tensor_inputs(t: Tensor) -> Tuple[Tensor, ...]:
-    """Tensors read by ``t``'s definition (each once, first-read order; no SelfRef)."""
+    """Tensors read by ``t``'s definition (each once, first-read order; no SelfRef).
+
+    >>> import tensorexpr as te
+    >>> X, Y = te.placeholder((3,), name="X"), te.placeholder((3,), name="Y")
+    >>> [t.name for t in tensor_inputs(te.compute((3,), lambda i: Y[i] * X[i] + Y[0]))]
+    ['Y', 'X']
+    """
     seen = {}
     for e in tensor_exprs(t):
         for r in reads(e):
@@ -891,7 +954,11 @@ def tensor_inputs(t: Tensor) -> Tuple[Tensor, ...]:
 def topo_order(outputs) -> list:
     """Every tensor reachable from ``outputs``, producers before consumers.
 
-    >>> # [A, B, C] for C = f(A, B)
+    >>> import tensorexpr as te
+    >>> A, B = te.placeholder((3,), name="A"), te.placeholder((3,), name="B")
+    >>> C = te.compute((3,), lambda i: A[i] + B[i], name="C")
+    >>> [t.name for t in topo_order([C])]
+    ['A', 'B', 'C']
     """
     order, state = [], {}
     for out in outputs:
@@ -914,7 +981,14 @@ def topo_order(outputs) -> list:
 
 
 def size_vars(e: Expr) -> set:
-    """Names of the size variables used in ``e`` (including in axis bounds)."""
+    """Names of the size variables used in ``e`` (including in axis bounds).
+
+    >>> import tensorexpr as te
+    >>> n, m = te.var("n"), te.var("m")
+    >>> k = te.reduce_axis(m, name="k")
+    >>> sorted(size_vars(te.sum(k + n, axis=k)))
+    ['m', 'n']
+    """
     out = set()
     for x in walk(e, unique=True):
         if isinstance(x, SizeVar):

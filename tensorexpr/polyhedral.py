@@ -31,6 +31,13 @@ class NotAffine(Exception):
 
 
 def dim_name(ax: Axis) -> str:
+    """The name of ``ax``'s isl dimension: unique by uid (two axes may share a name).
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+    >>> dim_name(i)
+    'a7'
+    """
     return f"a{ax.uid}"
 
 
@@ -39,7 +46,14 @@ def _val(v: int) -> isl.Val:
 
 
 def params_of(exprs: Iterable[Expr]) -> List[str]:
-    """Size-variable names used by ``exprs`` and by the bounds of the axes they use."""
+    """Size-variable names used by ``exprs`` and by the bounds of the axes they use.
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import Axis, Const
+    >>> j = Axis("j", Const(0, "int64"), te.var("m"), 3)
+    >>> params_of([j + te.var("n")])
+    ['m', 'n']
+    """
     out: Dict[str, None] = {}
     stack = list(exprs)
     seen = set()
@@ -80,7 +94,11 @@ class Space:
         self._consts: Dict[int, isl.PwAff] = {}
 
     def constant(self, v: int) -> isl.PwAff:
-        """The constant ``v`` in this space (cached: islpy's scalar conversion is slow)."""
+        """The constant ``v`` in this space (cached: islpy's scalar conversion is slow).
+
+        >>> print(Space([]).constant(3))
+        { [] -> [(3)] }
+        """
         pa = self._consts.get(v)
         if pa is None:
             pa = self._consts[v] = self.vars[0].add_constant_val(_val(v))
@@ -89,7 +107,16 @@ class Space:
     # {{{ expressions -> isl
 
     def aff(self, e: Expr) -> isl.PwAff:
-        """``e`` as a piecewise quasi-affine function of the axes; NotAffine otherwise."""
+        """``e`` as a piecewise quasi-affine function of the axes; NotAffine otherwise.
+
+        >>> from tensorexpr.ir import Axis, Const
+        >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+        >>> print(Space([i]).aff(i // 2 + 1))
+        { [a7] -> [(1 + floor((a7)/2))] }
+        >>> Space([i]).aff(i * i)
+        Traceback (most recent call last):
+        tensorexpr.polyhedral.NotAffine: product of two non-constant indices: i * i
+        """
         match e:
             case Const(v, dt) if is_int(dt) or dt == "bool":
                 return self.constant(int(v))
@@ -140,7 +167,13 @@ class Space:
         raise NotAffine(f"operation {op} is not affine")
 
     def cond(self, e: Expr) -> isl.Set:
-        """The set of points where the boolean ``e`` holds; NotAffine if not expressible."""
+        """The set of points where the boolean ``e`` holds; NotAffine if not expressible.
+
+        >>> from tensorexpr.ir import Axis, Const
+        >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+        >>> print(Space([i]).cond((i % 2 == 0) & (i < 4)))
+        { [a7] : (a7) mod 2 = 0 and a7 <= 3 }
+        """
         match e:
             case Const(v, "bool"):
                 return self.universe() if v else self.universe().complement()
@@ -160,17 +193,32 @@ class Space:
     # }}}
 
     def universe(self) -> isl.Set:
+        """Every point of the space (no constraint, not even the axes' bounds).
+
+        >>> print(Space([], ["n"]).universe())
+        [n] -> { [] }
+        """
         return self.vars[0].le_set(self.vars[0])
 
     def context(self) -> isl.Set:
-        """Every size variable is at least 1."""
+        """Every size variable is at least 1.
+
+        >>> print(Space([], ["n"]).context())
+        [n] -> { [] : n > 0 }
+        """
         s = self.universe()
         for p in self.params:
             s = s & self.vars[p].ge_set(self.vars[0] + 1)
         return s
 
     def box(self, axes: Optional[Sequence[Axis]] = None) -> isl.Set:
-        """``lo <= a < hi`` for the given axes (default: all), within the context."""
+        """``lo <= a < hi`` for the given axes (default: all), within the context.
+
+        >>> from tensorexpr.ir import Axis, Const
+        >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+        >>> print(Space([i]).box())
+        { [a7] : 0 <= a7 <= 7 }
+        """
         s = self.context()
         for ax in (self.axes if axes is None else axes):
             v = self.vars[dim_name(ax)]
@@ -178,7 +226,14 @@ class Space:
         return s.coalesce()
 
     def point_values(self, point: isl.Point) -> Dict[str, int]:
-        """``{axis or size name: value}`` of an isl point of this space."""
+        """``{axis or size name: value}`` of an isl point of this space.
+
+        >>> from tensorexpr.ir import Axis, Const
+        >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+        >>> sp = Space([i])
+        >>> sp.point_values((sp.box() & sp.cond(i >= 7)).sample_point())
+        {'i': 7}
+        """
         out = {}
         for k, ax in enumerate(self.axes):
             out[ax.name] = point.get_coordinate_val(isl.dim_type.set, k).to_python()
@@ -196,7 +251,13 @@ def _const_int(e: Expr) -> Optional[int]:
 
 
 def is_affine(e: Expr, space: Space) -> bool:
-    """Can ``e`` be represented in ``space`` (quasi-affine in its axes and sizes)?"""
+    """Can ``e`` be represented in ``space`` (quasi-affine in its axes and sizes)?
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+    >>> is_affine(2 * i + 1, Space([i])), is_affine(i * i, Space([i]))
+    (True, False)
+    """
     try:
         space.aff(e)
         return True
@@ -240,10 +301,11 @@ def solve_fiber(target: Sequence[Axis], domain: Sequence[Axis], guards: Sequence
     Raises :class:`NotAffine` if the read is not quasi-affine.
 
     >>> import tensorexpr as te
-    >>> from tensorexpr.ir import Axis, Const
+    >>> from tensorexpr.ir import Axis, Const, fresh_uid
     >>> z = Const(0, "int64")
-    >>> h = Axis("h", z, Const(16, "int64"), 1); kh = Axis("kh", z, Const(3, "int64"), 2)
-    >>> y = Axis("y", z, Const(33, "int64"), 3)
+    >>> h = Axis("h", z, Const(16, "int64"), fresh_uid())
+    >>> kh = Axis("kh", z, Const(3, "int64"), fresh_uid())
+    >>> y = Axis("y", z, Const(33, "int64"), fresh_uid())
     >>> [p.free[0].name for p in solve_fiber([y], [h, kh], [], [2 * h + kh])]
     ['kh']
     """
@@ -488,7 +550,16 @@ def _constraint_expr(c: isl.Constraint, names, params) -> Expr:
 
 
 def set_expr(s: isl.Set, names, params) -> Optional[Expr]:
-    """An isl set over ``names`` as an IR condition (None for the universe)."""
+    """An isl set over ``names`` as an IR condition (None for the universe).
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+    >>> sp = Space([i])
+    >>> set_expr(sp.cond((i >= 2) & (i % 2 == 0)), [i], [])
+    (((i % 2) == 0) & (i >= 2))
+    >>> print(set_expr(sp.universe(), [i], []))
+    None
+    """
     s = s.coalesce().compute_divs()
     if s.plain_is_universe():
         return None
@@ -601,7 +672,13 @@ class PointSet:
         self.set = dom
 
     def within(self, index: Expr, size: Expr) -> bool:
-        """Is ``0 <= index < size`` at every point? False if either is not affine here."""
+        """Is ``0 <= index < size`` at every point? False if either is not affine here.
+
+        >>> from tensorexpr.ir import Axis, Const
+        >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+        >>> PointSet([i]).within(i // 2, Const(4, "int64")), PointSet([i]).within(i * i, Const(64, "int64"))
+        (True, False)
+        """
         try:
             pa, hi = self.space.aff(index), self.space.aff(size)
         except NotAffine:

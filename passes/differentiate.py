@@ -31,7 +31,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 from tensorexpr import api
 from tensorexpr.errors import JacobianError, describe
 from tensorexpr.ir import (Axis, Compute, Const, Expr, Placeholder, Read, Reduce, ScatterAdd,
-                           SelfRef, Tensor, fresh_uid, is_float, same, topo_order,
+                           SelfRef, Tensor, binary, fresh_uid, is_float, same, topo_order,
                            tensor_inputs, INDEX_DTYPE)
 from tensorexpr.printer import shape_str
 from tensorexpr.polyhedral import NotAffine, Space, params_of, simplify_affine, solve_fiber
@@ -353,8 +353,8 @@ class _Differentiator:
                     sites = read_partials(rbody)
                 else:
                     count = self._tie_count(t, op, rbody, raxes, where)
-                    hit = api._binary("eq", rbody, Read(t, tuple(t.axes), t.dtype))
-                    inv = api._binary("div", 1.0, Read(count, tuple(t.axes), count.dtype))
+                    hit = binary("eq", rbody, Read(t, tuple(t.axes), t.dtype))
+                    inv = binary("div", 1.0, Read(count, tuple(t.axes), count.dtype))
                     sites = [Site(s.read, simplify(s.factor * inv), (hit,) + s.guards)
                              for s in read_partials(rbody)]
                 adj_idx = p_axes + tuple(t.axes)
@@ -392,7 +392,7 @@ class _Differentiator:
     def _tie_count(self, t: Compute, op, rbody, raxes, where) -> Compute:
         ax = tuple(Axis(a.name, a.lo, a.hi, fresh_uid()) for a in t.axes)
         sub = dict(zip(t.axes, ax))
-        hit = api._binary("eq", rbody, Read(t, tuple(t.axes), t.dtype))
+        hit = binary("eq", rbody, Read(t, tuple(t.axes), t.dtype))
         cond = hit if where is None else (where & hit)
         body = substitute(Reduce("sum", api.const(1.0, t.dtype), tuple(raxes), cond, t.dtype), sub)
         return Compute(f"{t.name}_ties", tuple(t.dims), t.dtype, fresh_uid(), t.origin,

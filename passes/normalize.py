@@ -22,7 +22,16 @@ def _has_reduce(e: Expr) -> bool:
 
 
 def is_canonical(t: Tensor) -> bool:
-    """Elementwise, or one reduction at the top whose body and where are elementwise."""
+    """Elementwise, or one reduction at the top whose body and where are elementwise.
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((4, 8), name="A")
+    >>> k = te.reduce_axis(8, name="k")
+    >>> is_canonical(te.compute((4,), lambda i: te.sum(A[i, k], axis=k)))
+    True
+    >>> is_canonical(te.compute((4,), lambda i: te.sum(A[i, k], axis=k) / 8.0))
+    False
+    """
     if not isinstance(t, Compute):
         return True
     b = t.body
@@ -129,16 +138,30 @@ def _hoist(t: Compute, r: Reduce, guards, new: List[Tensor]) -> Read:
     body = substitute(body, shift)
     s = Compute(f"{t.name}_{r.op}", tuple(a.hi for a in axes), r.dtype, fresh_uid(), t.origin,
                 axes=tuple(axes), body=body)
-    key = _shape_key(s)
+    key = reduction_key(s)
     for old in new:  # the same reduction written twice in one body is computed once
-        if _shape_key(old) == key:
+        if reduction_key(old) == key:
             return Read(old, at, r.dtype)
     new.append(s)
     return Read(s, at, r.dtype)
 
 
-def _shape_key(t: Compute) -> Expr:
-    """``t``'s body with its axes and reduction axes renamed positionally (for CSE)."""
+def reduction_key(t: Compute) -> tuple:
+    """``t``'s shape and body (a reduction) with its axes renamed positionally.
+
+    Two extracted reductions with ``same`` keys compute the same values: normalize
+    computes a reduction written twice once, and ``te.build`` recognises the copies
+    ``te.differentiate`` extracts from a forward tensor.
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import same
+    >>> A = te.placeholder((4, 8), name="A")
+    >>> def row_sum(name):
+    ...     k = te.reduce_axis(8, name="k")
+    ...     return te.compute((4,), lambda i: te.sum(A[i, k], axis=k), name=name)
+    >>> same(reduction_key(row_sum("S")), reduction_key(row_sum("T")))
+    True
+    """
     r = t.body
     canon_out = {a: Axis(f"_o{k}", a.lo, a.hi, -1 - k) for k, a in enumerate(t.axes)}
     canon_red = tuple(Axis(f"_r{k}", a.lo, a.hi, -100 - k) for k, a in enumerate(r.axes))

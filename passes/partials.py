@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import List, NamedTuple, Tuple
 
 from tensorexpr import api
-from tensorexpr.ir import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, is_float
+from tensorexpr.ir import (Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, binary, is_float,
+                           unary)
 
 from .simplify import simplify
 
@@ -101,7 +102,7 @@ def _back(root: Expr, adj: Expr, out: list) -> None:
             continue
         total = contribs[0]
         for c in contribs[1:]:
-            total = api._binary("add", total, c)
+            total = binary("add", total, c)
         for child, fn, g, ax in rules_of(e):
             pending.setdefault(key(child, guards + g, axes + ax), []).append(fn(total))
 
@@ -109,7 +110,7 @@ def _back(root: Expr, adj: Expr, out: list) -> None:
 def _rules(e: Expr) -> list:
     """``(child, adjoint -> child's contribution, added guards, added axes)`` for the
     float children of ``e`` through which an adjoint flows."""
-    m = api._binary
+    m = binary
     match e:
         case Binary("add", a, b, _):
             return [(a, lambda adj: adj, (), ()), (b, lambda adj: adj, (), ())]
@@ -169,7 +170,7 @@ def _rules(e: Expr) -> list:
             return [(a, lambda adj: api.cast(adj, a.dtype), (), ())] if is_float(a.dtype) else []
         case Select(c, a, b, _):
             return [(a, lambda adj: adj, (c,), ()),
-                    (b, lambda adj: adj, (api._unary("not", c),), ())]
+                    (b, lambda adj: adj, (unary("not", c),), ())]
         case Reduce("sum", body, raxes, where, _):
             # Only left inline where extraction is impossible (a recurrence's sum
             # over its own earlier values): the read's domain grows by the axes.

@@ -7,6 +7,8 @@
 >>> te.build(S, backend="numpy")(np.ones((2, 3), np.float32))
 array([3., 3.], dtype=float32)
 """
+# First: the printer gives nodes their text (repr); the IR below it cannot import it.
+from . import printer  # noqa: F401
 from .api import (abs, cast, ceil, compute, const, cos, exp, floor, log, max, maximum, min,
                   minimum, placeholder, recurrence, reduce_axis, select, sigmoid, sin, sqrt,
                   stop_gradient, sum, tanh, var)

@@ -6,7 +6,6 @@ until ``te.build``.
 from __future__ import annotations
 
 import inspect
-import math
 import re
 from typing import Callable, Optional, Sequence, Union
 
@@ -14,185 +13,25 @@ import numpy as np
 
 from . import ir
 from .errors import TensorExprError, describe, user_origin
-from .ir import (Axis, Binary, Carry, Cast, Compute, Const, Expr, Read, Reduce, Select,
-                 SelfRef, SizeVar, Tensor, Unary, Placeholder, check_dtype, fresh_uid,
-                 is_float, is_int, promote)
+# const, cast and as_expr are public here too: the typing rules live with the IR.
+from .ir import (Axis, Compute, Const, Expr, Read, Reduce, Select, SelfRef, SizeVar, Tensor,
+                 Unary, Placeholder, as_expr, binary, cast, check_dtype, coerce_pair, const,
+                 fresh_uid, is_float, promote, unary)
 # Imported here, not lazily in _define: the first import of a submodule sets it as an
 # attribute of the package, and `tensorexpr.recurrence` (the module) would then replace
 # the public function `te.recurrence` after its first use.
 from .recurrence import verify_order
+from .transform import free_axes
 
 Scalar = Union[bool, int, float]
 ExprLike = Union[Expr, Scalar]
 
-# {{{ conversion and promotion
-
-
-def const(value: Scalar, dtype: Optional[str] = None) -> Const:
-    """A literal of the given type (inferred from the Python value if omitted).
-
-    Integers must fit the type (no silent wrap-around); a ``float32`` literal is
-    rounded to float32 here, so every backend sees the same value.
-
-    >>> import tensorexpr as te
-    >>> te.const(2, "float32")
-    2.0
-    >>> te.const(7).dtype, te.const(0.5).dtype, te.const(True).dtype
-    ('int64', 'float32', 'bool')
-    """
-    if isinstance(value, Const):
-        value = value.value
-    if isinstance(value, np.generic):
-        value = value.item()
-    if not isinstance(value, (bool, int, float)):
-        raise TypeError(f"te.const takes a bool, int or float, not {type(value).__name__} "
-                        f"{value!r}")
-    if dtype is None:
-        dtype = ("bool" if isinstance(value, bool) else
-                 "int64" if isinstance(value, int) else "float32")
-    check_dtype(dtype)
-    if dtype == "bool":
-        value = bool(value)
-    elif is_int(dtype):
-        if isinstance(value, float) and not value.is_integer():
-            raise TypeError(f"{value!r} is not an integer; it cannot be a {dtype} constant")
-        value = int(value)
-        lo, hi = _INT_RANGE[dtype]
-        if not lo <= value <= hi:
-            raise ValueError(f"{value} does not fit in {dtype} [{lo}, {hi}]; use a wider "
-                             f"type, e.g. te.const({value}, 'int64')"
-                             if dtype == "int32" else
-                             f"{value} does not fit in {dtype} [{lo}, {hi}]")
-    else:
-        value = _float(value, dtype)
-    return Const(value, dtype)
-
-
-_INT_RANGE = {"int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1)}
-
-
-def _float(v, dtype: str) -> float:
-    """``v`` rounded to ``dtype`` (out-of-range float32 values become +-inf, as in C)."""
-    if dtype == "float32":
-        with np.errstate(over="ignore"):
-            return float(np.float32(v))
-    return float(v)
-
-
-def _wrap(v: int, dtype: str) -> int:
-    """``v`` reduced modulo 2**bits into ``dtype``'s range (integer casts wrap, as in numpy)."""
-    lo, hi = _INT_RANGE[dtype]
-    return (v - lo) % (hi - lo + 1) + lo
-
-
-def _is_scalar(x) -> bool:
-    return isinstance(x, (bool, int, float)) and not isinstance(x, Expr)
-
-
-def as_expr(x, like: Optional[str] = None) -> Expr:
-    """Convert ``x`` to an expression; a Python scalar takes the type ``like``."""
-    if isinstance(x, Expr):
-        return x
-    if isinstance(x, Tensor):
-        raise TypeError(f"tensor {x.name!r} used as a scalar; index it (e.g. {x.name}[i])")
-    if isinstance(x, np.generic):
-        x = x.item()
-    if not _is_scalar(x):
-        raise TypeError(f"cannot use {type(x).__name__} {x!r} in a tensor expression")
-    if like is None:
-        return const(x)
-    if isinstance(x, bool):
-        return const(x, "bool" if like == "bool" else like)
-    if isinstance(x, int):
-        return const(x, "int64" if like == "bool" else like)
-    return const(x, like if is_float(like) else "float32")
-
-
-def _coerce_pair(a, b):
-    """Both operands as expressions, Python scalars weakly typed."""
-    if isinstance(a, Expr) and isinstance(b, Expr):
-        return a, b
-    if isinstance(a, Expr):
-        return a, as_expr(b, a.dtype)
-    if isinstance(b, Expr):
-        return as_expr(a, b.dtype), b
-    return as_expr(a), as_expr(b)
-
-
-def cast(x: ExprLike, dtype: str) -> Expr:
-    """Convert ``x`` to ``dtype`` (float to int truncates toward zero, like C).
-
-    >>> import tensorexpr as te
-    >>> te.cast(te.const(1), "float32").dtype
-    'float32'
-    """
-    check_dtype(dtype)
-    x = as_expr(x)
-    if x.dtype == dtype:
-        return x
-    if isinstance(x, Const):
-        v = x.value
-        if dtype == "bool":
-            return Const(bool(v), dtype)
-        if is_int(dtype):
-            if isinstance(v, float):
-                lo, hi = _INT_RANGE[dtype]
-                if not (math.isfinite(v) and lo - 1 < v < hi + 1):
-                    return Cast(x, dtype)  # NaN / out of range: the backends' rule applies
-                return Const(int(v), dtype)
-            return Const(_wrap(int(v), dtype), dtype)
-        return Const(_float(v, dtype), dtype)
-    return Cast(x, dtype)
-
-
-def _to_float(x: Expr) -> Expr:
-    return x if is_float(x.dtype) else cast(x, ir.DEFAULT_FLOAT)
-
-
-# }}}
-
 # {{{ operators
-
-
-def _binary(op: str, a, b) -> Expr:
-    a, b = _coerce_pair(a, b)
-    if op in ir.BINARY_LOGIC:
-        if a.dtype != "bool" or b.dtype != "bool":
-            sym = "&" if op == "and" else "|"
-            raise TypeError(f"'{sym}' takes booleans (comparisons); got {a.dtype} and {b.dtype}")
-        return Binary(op, a, b, "bool")
-    t = promote(a.dtype, b.dtype)
-    if t == "bool" and op not in ir.BINARY_CMP and op not in ("max", "min"):
-        t = "int64"  # arithmetic on booleans counts them, as in numpy
-    if op == "div" and not is_float(t):
-        t = ir.DEFAULT_FLOAT
-    a, b = cast(a, t), cast(b, t)
-    if op in ir.BINARY_CMP:
-        return Binary(op, a, b, "bool")
-    return Binary(op, a, b, t)
-
-
-def _unary(op: str, a) -> Expr:
-    a = as_expr(a)
-    if op == "not":
-        if a.dtype != "bool":
-            raise TypeError(f"'~' takes a boolean; got {a.dtype}")
-        return Unary("not", a, "bool")
-    if op == "neg":
-        if a.dtype == "bool":
-            raise TypeError("cannot negate a boolean; use ~")
-        return Unary("neg", a, a.dtype)
-    if op == "abs" and is_int(a.dtype):
-        return Unary(op, a, a.dtype)
-    if op in ("floor", "ceil") and is_int(a.dtype):
-        return a
-    a = _to_float(a)
-    return Unary(op, a, a.dtype)
 
 
 def _math(op: str, doc: str) -> Callable[[ExprLike], Expr]:
     def fn(x: ExprLike) -> Expr:
-        return _unary(op, x)
+        return unary(op, x)
     fn.__name__ = op
     fn.__doc__ = (f"Elementwise {doc}.\n\n    >>> import tensorexpr as te\n"
                   f"    >>> te.{op}(te.const(1.0)).dtype\n    'float32'\n")
@@ -239,7 +78,7 @@ def maximum(a: ExprLike, b: ExprLike) -> Expr:
     >>> te.maximum(te.const(1), 2).dtype
     'int64'
     """
-    return _binary("max", a, b)
+    return binary("max", a, b)
 
 
 def minimum(a: ExprLike, b: ExprLike) -> Expr:
@@ -249,7 +88,7 @@ def minimum(a: ExprLike, b: ExprLike) -> Expr:
     >>> te.minimum(te.const(1.0), 2).dtype
     'float32'
     """
-    return _binary("min", a, b)
+    return binary("min", a, b)
 
 
 def select(cond: ExprLike, a: ExprLike, b: ExprLike) -> Expr:
@@ -262,7 +101,7 @@ def select(cond: ExprLike, a: ExprLike, b: ExprLike) -> Expr:
     cond = as_expr(cond)
     if cond.dtype != "bool":
         raise TypeError(f"te.select needs a boolean condition; got {cond.dtype}")
-    a, b = _coerce_pair(a, b)
+    a, b = coerce_pair(a, b)
     t = promote(a.dtype, b.dtype)
     return Select(cond, cast(a, t), cast(b, t), t)
 
@@ -303,6 +142,7 @@ def _size(d, what: str) -> Expr:
             if isinstance(x, (Axis, Read)):
                 raise TypeError(f"{what}: a size may use te.var sizes and constants only, not {x}")
         # Domains are isl sets with the sizes as parameters: n * n or n ** 2 cannot be one.
+        # isl is imported on first use, so `import tensorexpr` stays light.
         from .polyhedral import NotAffine, Space, params_of
         try:
             Space([], params_of([d])).aff(d)
@@ -384,7 +224,6 @@ def _check_arity(fn: Callable, n: int, name: str, origin: str, recurrence: bool)
 
 def _check_body(body: Expr, axes, name: str, origin: str, self_ref=None):
     """Reject axes used outside their scope: a bug the user should hear about here."""
-    from .transform import free_axes
     free = free_axes(body)
     own = {a.uid for a in axes}
     stray = [a for a in free if a.uid not in own]
@@ -483,28 +322,9 @@ def _define(shape, fn, name, dtype, recurrence, checkpoints):
                 self_ref=self_ref, checkpoints=checkpoints)
     if recurrence:
         t = verify_order(t)
-    from . import bounds
+    from . import bounds  # imports isl: on first use, as above
     bounds.check_tensor(t)
     return t
-
-
-def _read(tensor: Tensor, idx) -> Read:
-    if not isinstance(idx, tuple):
-        idx = (idx,)
-    if len(idx) != tensor.ndim:
-        raise IndexError(f"{describe(tensor)} has {tensor.ndim} dimensions; "
-                         f"indexed with {len(idx)} indices")
-    out = []
-    for k, x in enumerate(idx):
-        if isinstance(x, slice):
-            raise TypeError(f"{describe(tensor)}: slices are not supported in reads; "
-                            f"write a te.compute over the slice's range instead")
-        e = as_expr(x, ir.INDEX_DTYPE)
-        if not is_int(e.dtype):
-            raise TypeError(f"{describe(tensor)}: index {k} is {e.dtype}, not an integer; "
-                            f"use .astype('int64') if that is intended")
-        out.append(cast(e, ir.INDEX_DTYPE))
-    return Read(tensor, tuple(out), tensor.dtype)
 
 
 # }}}

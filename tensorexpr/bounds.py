@@ -13,9 +13,11 @@ from __future__ import annotations
 from typing import Tuple
 
 from .errors import BoundsError, describe
-from .ir import (Axis, Binary, Compute, Expr, Read, Reduce, ScatterAdd, Select, Tensor,
-                 Unary, children)
+from .ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, ScatterAdd, Select,
+                 SizeVar, Tensor, Unary, children)
 from .polyhedral import NotAffine, Space, params_of
+from .printer import expr_str, shape_str
+from .transform import eval_int, substitute
 
 
 def read_sites(e: Expr, guards: Tuple[Expr, ...] = (), axes: Tuple[Axis, ...] = ()):
@@ -148,20 +150,15 @@ def _check_read(t: Tensor, read: Read, guards, axes) -> None:
     d, outside = bad
     pt = outside.sample_point()
     vals = space.point_values(pt)
-    from .printer import _fmt, expr_str
-    from .transform import substitute
-    from .ir import Const, SizeVar
     binding = {ax: Const(vals[ax.name], "int64") for ax in axes}
     binding.update({SizeVar(p): Const(vals[p], "int64") for p in space.params})
     where = ", ".join(f"{k} = {v}" for k, v in vals.items())
     try:
-        from .transform import eval_int
         idx_vals = tuple(eval_int(substitute(ix, binding)) for ix in read.indices)
         at = f" (index {idx_vals})"
     except Exception:
         at = ""
-    shape = ", ".join(_fmt(s, True) for s in target.dims) + ("," if target.ndim == 1 else "")
     raise BoundsError(
         f"{describe(t)} reads {expr_str(read)} outside {target.name!r} "
-        f"(shape ({shape})) at {where}{at}. Guard the read with "
+        f"(shape {shape_str(target.dims)}) at {where}{at}. Guard the read with "
         f"te.select(...) or where=..., shrink the domain, or pad the input")

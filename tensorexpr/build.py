@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .ir import (Binary, Compute, Placeholder, Read, Reduce, ScatterAdd, SelfRef, Tensor,
-                 Unary, COSTLY_OPS, fresh_uid, tensor_inputs, topo_order, walk)
+                 Unary, COSTLY_OPS, fresh_uid, same, tensor_inputs, topo_order, walk)
 
 BACKENDS = ("c", "numpy")
 
@@ -349,19 +349,18 @@ def _extracted_reductions(outputs: Sequence[Tensor]) -> list:
     """``[(shape key, owner uid)]`` of the reductions normalization extracts from the
     bodies of ``outputs``' graph, as ``te.differentiate`` does (deterministically,
     so a gradient's own copies have the same keys)."""
-    from passes.normalize import _shape_key, normalize
+    from passes.normalize import reduction_key, normalize
     owners: Dict[int, int] = {}
     norm = normalize(list(outputs), owners)
-    return [(_shape_key(norm[uid]), owner) for uid, owner in owners.items()]
+    return [(reduction_key(norm[uid]), owner) for uid, owner in owners.items()]
 
 
 def _find_extracted(t: Compute, extracted: list) -> Optional[int]:
     """The uid of the forward tensor ``t`` was extracted from, if it is one of ``extracted``."""
     if not extracted:
         return None
-    from passes.normalize import _shape_key
-    from .ir import same
-    key = _shape_key(t)
+    from passes.normalize import reduction_key
+    key = reduction_key(t)
     for k, owner in extracted:
         if same(k, key):
             return owner

@@ -204,7 +204,16 @@ class Program:
 
     def key(self) -> str:
         """A digest of what the forward computes (its results from its inputs): equal
-        for two programs exactly when they compute the same, in any process."""
+        for two programs exactly when they compute the same, in any process.
+
+        >>> import numpy as np, tensorexpr as te
+        >>> n = te.var("n")
+        >>> X = te.placeholder((n,), name="X")
+        >>> T = te.compute((n,), lambda i: te.tanh(X[i]), name="T")
+        >>> p = Program(te.compute((n,), lambda i: T[i] * T[i], name="Y"))
+        >>> p.key() == Program(p.outputs).key(), p.key() == Program(T).key()
+        (True, False)
+        """
         if self._key is None:
             from codegen.fingerprint import fingerprint
             from codegen.signature import Signature
@@ -219,14 +228,32 @@ class Program:
 
     @property
     def forward(self):
-        """The built forward: the outputs, then the extra saved values (a ``te.Function``)."""
+        """The built forward: the outputs, then the extra saved values (a ``te.Function``).
+
+        >>> import numpy as np, tensorexpr as te
+        >>> n = te.var("n")
+        >>> X = te.placeholder((n,), name="X")
+        >>> T = te.compute((n,), lambda i: te.tanh(X[i]), name="T")
+        >>> p = Program(te.compute((n,), lambda i: T[i] * T[i], name="Y"))
+        >>> type(p.forward).__name__, [t.name for t in p.results]
+        ('Function', ['Y', 'T'])
+        """
         if self._forward is None:
             from .build import build
             self._forward = build(self.results, inputs=self.inputs, name=self.name)
         return self._forward
 
     def run(self, arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
-        """The forward's results (outputs, then extras) as a list of arrays."""
+        """The forward's results (outputs, then extras) as a list of arrays.
+
+        >>> import numpy as np, tensorexpr as te
+        >>> n = te.var("n")
+        >>> X = te.placeholder((n,), name="X")
+        >>> T = te.compute((n,), lambda i: te.tanh(X[i]), name="T")
+        >>> p = Program(te.compute((n,), lambda i: T[i] * T[i], name="Y"))
+        >>> [a.tolist() for a in p.run([np.zeros(2, np.float32)])]
+        [[0.0, 0.0], [0.0, 0.0]]
+        """
         try:
             out = self.forward(*arrays)
         except ValueError:
@@ -237,7 +264,16 @@ class Program:
         return [out] if len(self.results) == 1 else list(out)
 
     def gradients(self) -> List[Tensor]:
-        """The gradient tensors, one per float input (see :func:`gradient_of`)."""
+        """The gradient tensors, one per float input (see :func:`gradient_of`).
+
+        >>> import numpy as np, tensorexpr as te
+        >>> n = te.var("n")
+        >>> X = te.placeholder((n,), name="X")
+        >>> T = te.compute((n,), lambda i: te.tanh(X[i]), name="T")
+        >>> p = Program(te.compute((n,), lambda i: T[i] * T[i], name="Y"))
+        >>> [g.name for g in p.gradients()]
+        ['dX']
+        """
         if not self.differentiable:
             raise TensorExprError(f"op {self.name!r} has no float input and float output "
                                   f"to differentiate")
@@ -248,7 +284,16 @@ class Program:
 
     def grad(self) -> "Program":
         """The backward as a program of ``inputs + heads + saved`` (one head per float
-        output), returning one gradient per float input; differentiable in turn."""
+        output), returning one gradient per float input; differentiable in turn.
+
+        >>> import numpy as np, tensorexpr as te
+        >>> n = te.var("n")
+        >>> X = te.placeholder((n,), name="X")
+        >>> T = te.compute((n,), lambda i: te.tanh(X[i]), name="T")
+        >>> p = Program(te.compute((n,), lambda i: T[i] * T[i], name="Y"))
+        >>> p.grad().name, [t.name for t in p.grad().inputs]
+        ('Y_grad', ['X', 'd_Y', 'T'])
+        """
         if self._grad is None:
             self._grad = Program(self.gradients(), self.inputs + self.heads + self.saved,
                                  name=f"{self.name}_grad", save=False)
@@ -257,7 +302,16 @@ class Program:
     def extras_grad(self) -> "Program":
         """The gradient through the extra saved values: a program of ``inputs`` and one
         head per float extra, returning one gradient per float input. A higher derivative
-        needs it (the backward reads the saved values, which depend on the inputs)."""
+        needs it (the backward reads the saved values, which depend on the inputs).
+
+        >>> import numpy as np, tensorexpr as te
+        >>> n = te.var("n")
+        >>> X = te.placeholder((n,), name="X")
+        >>> T = te.compute((n,), lambda i: te.tanh(X[i]), name="T")
+        >>> p = Program(te.compute((n,), lambda i: T[i] * T[i], name="Y"))
+        >>> p.extras_grad().name, [t.name for t in p.extras_grad().inputs]
+        ('Y_saved_grad', ['X', 'd_T'])
+        """
         if self._extras_grad is None:
             floats = [t for t in self.extras if is_float(t.dtype)]
             heads = [self._head(t) for t in floats]
@@ -269,13 +323,34 @@ class Program:
     # {{{ shapes
 
     def sizes(self, shapes: Sequence[Sequence]) -> Dict[str, object]:
-        """The size variables' values bound from the inputs' shapes."""
+        """The size variables' values bound from the inputs' shapes.
+
+        >>> import numpy as np, tensorexpr as te
+        >>> n = te.var("n")
+        >>> X = te.placeholder((n,), name="X")
+        >>> T = te.compute((n,), lambda i: te.tanh(X[i]), name="T")
+        >>> p = Program(te.compute((n,), lambda i: T[i] * T[i], name="Y"))
+        >>> p.sizes([(5,)])
+        {'n': 5}
+        """
         return {name: shapes[k][d] for name, (k, d) in self._size_source.items()}
 
     def check_shapes(self, shapes: Sequence[Sequence], maximum: Callable = max,
                      minimum: Callable = min) -> Dict[str, object]:
         """The sizes bound from ``shapes``, after checking that every input has its
-        declared shape; a mismatch is a ``ValueError`` naming the input."""
+        declared shape; a mismatch is a ``ValueError`` naming the input.
+
+        >>> import numpy as np, tensorexpr as te
+        >>> n = te.var("n")
+        >>> X = te.placeholder((n,), name="X")
+        >>> T = te.compute((n,), lambda i: te.tanh(X[i]), name="T")
+        >>> p = Program(te.compute((n,), lambda i: T[i] * T[i], name="Y"))
+        >>> p.check_shapes([(5,)])
+        {'n': 5}
+        >>> p.check_shapes([(5, 3)])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: op 'Y': input 'X' must have 1 dimension(s); got shape (5, 3) (tensor 'X' ...)
+        """
         sizes = self.sizes(shapes)
         for t, shape in zip(self.inputs, shapes):
             if len(shape) != t.ndim:
@@ -292,7 +367,16 @@ class Program:
 
     def result_shapes(self, sizes: Dict[str, object], maximum: Callable = max,
                       minimum: Callable = min) -> List[tuple]:
-        """The shapes of the forward's results (outputs, then extras) at ``sizes``."""
+        """The shapes of the forward's results (outputs, then extras) at ``sizes``.
+
+        >>> import numpy as np, tensorexpr as te
+        >>> n = te.var("n")
+        >>> X = te.placeholder((n,), name="X")
+        >>> T = te.compute((n,), lambda i: te.tanh(X[i]), name="T")
+        >>> p = Program(te.compute((n,), lambda i: T[i] * T[i], name="Y"))
+        >>> p.result_shapes({"n": 5})
+        [(5,), (5,)]
+        """
         return [tuple(eval_size(d, sizes, maximum, minimum) for d in t.dims)
                 for t in self.results]
 
@@ -304,7 +388,18 @@ class GradOps:
     same adapter (``type(self)``): :meth:`grad_op` (inputs, one head per float
     output, the saved values) and :meth:`extras_grad_op` (the gradient through the
     saved values that are not outputs, needed by higher derivatives only). A subclass
-    sets ``self.program`` and calls ``GradOps.__init__``."""
+    sets ``self.program`` and calls ``GradOps.__init__``.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((3,), name="X")
+    >>> class Op(GradOps):
+    ...     def __init__(self, program):
+    ...         self.program = program
+    ...         GradOps.__init__(self)
+    >>> op = Op(Program(te.compute((3,), lambda i: te.tanh(X[i]), name="Y")))
+    >>> op.grad_op().program.name, op.grad_op() is op.grad_op()
+    ('Y_grad', True)
+    """
 
     def __init__(self):
         self._grad_op = None
@@ -312,14 +407,37 @@ class GradOps:
 
     def grad_op(self):
         """The backward as an op of the inputs, one head per float output and the saved
-        values (built on first use)."""
+        values (built on first use).
+
+        >>> import tensorexpr as te
+        >>> class Op(GradOps):
+        ...     def __init__(self, program):
+        ...         self.program = program
+        ...         GradOps.__init__(self)
+        >>> X = te.placeholder((3,), name="X")
+        >>> op = Op(Program(te.compute((3,), lambda i: X[i] * X[i], name="Y")))
+        >>> [t.name for t in op.grad_op().program.inputs]
+        ['X', 'd_Y']
+        """
         if self._grad_op is None:
             self._grad_op = type(self)(self.program.grad())
         return self._grad_op
 
     def extras_grad_op(self):
         """The gradient through the saved values that are not outputs, as an op
-        (needed by higher derivatives only)."""
+        (needed by higher derivatives only).
+
+        >>> import tensorexpr as te
+        >>> class Op(GradOps):
+        ...     def __init__(self, program):
+        ...         self.program = program
+        ...         GradOps.__init__(self)
+        >>> X = te.placeholder((3,), name="X")
+        >>> T = te.compute((3,), lambda i: te.tanh(X[i]), name="T")
+        >>> op = Op(Program(te.compute((3,), lambda i: T[i] * T[i], name="Y")))
+        >>> op.extras_grad_op().program.name
+        'Y_saved_grad'
+        """
         if self._extras_grad_op is None:
             self._extras_grad_op = type(self)(self.program.extras_grad())
         return self._extras_grad_op

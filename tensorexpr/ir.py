@@ -95,6 +95,10 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Optional, Tuple, Union
 
+import numpy as np
+
+from .errors import describe
+
 DTYPES = ("bool", "int32", "int64", "float32", "float64")
 _RANK = {d: k for k, d in enumerate(DTYPES)}
 INDEX_DTYPE = "int64"
@@ -104,24 +108,51 @@ _uid_counter = itertools.count(1)
 
 
 def fresh_uid() -> int:
-    """A process-unique integer; creation order of tensors and axes follows it."""
+    """A process-unique integer; creation order of tensors and axes follows it.
+
+    >>> a = fresh_uid()
+    >>> fresh_uid() > a
+    True
+    """
     return next(_uid_counter)
 
 
 def is_float(dtype: str) -> bool:
+    """Is ``dtype`` a floating-point type?
+
+    >>> is_float("float64"), is_float("int32")
+    (True, False)
+    """
     return dtype in ("float32", "float64")
 
 
 def is_int(dtype: str) -> bool:
+    """Is ``dtype`` an integer type (``bool`` is not)?
+
+    >>> is_int("int32"), is_int("bool")
+    (True, False)
+    """
     return dtype in ("int32", "int64")
 
 
 def promote(a: str, b: str) -> str:
-    """The result type of a binary arithmetic operation on ``a`` and ``b``."""
+    """The result type of a binary arithmetic operation on ``a`` and ``b``.
+
+    >>> promote("int32", "float32"), promote("int64", "int32")
+    ('float32', 'int64')
+    """
     return a if _RANK[a] >= _RANK[b] else b
 
 
 def check_dtype(dtype: str) -> str:
+    """``dtype`` if it is one of ``DTYPES``, else a TypeError naming the choices.
+
+    >>> check_dtype("int64")
+    'int64'
+    >>> check_dtype("float16")
+    Traceback (most recent call last):
+    TypeError: unknown dtype 'float16'; use one of bool, int32, int64, float32, float64
+    """
     if dtype not in DTYPES:
         raise TypeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     return dtype
@@ -238,8 +269,8 @@ COSTLY_OPS = ("pow", "floordiv", "mod", "exp", "log", "sqrt", "tanh", "sigmoid",
 class Expr(Node):
     """A scalar expression; ``dtype`` is a field of every concrete node.
 
-    Python operators build new expressions (see ``tensorexpr.api`` for the
-    promotion rules); ``same`` tests structural equality.
+    Python operators build new expressions (:func:`binary`, with the promotion
+    rules of the module docstring); ``same`` tests structural equality.
     """
 
     __slots__ = ()
@@ -249,12 +280,10 @@ class Expr(Node):
     # comparison answers structural (in)equality so that expressions can be
     # dictionary keys, the same trick TVM uses.
     def __eq__(self, other):  # type: ignore[override]
-        from . import api
-        return api._binary("eq", self, other)
+        return binary("eq", self, other)
 
     def __ne__(self, other):  # type: ignore[override]
-        from . import api
-        return api._binary("ne", self, other)
+        return binary("ne", self, other)
 
     __hash__ = Node.__hash__
 
@@ -264,14 +293,30 @@ class Expr(Node):
             "use te.select(cond, a, b) instead of `if`, and & | ~ instead of and/or/not")
 
     def __repr__(self) -> str:
-        from .printer import expr_str
-        return expr_str(self)
+        return _PRINTER["expr"](self)
+
+    def __neg__(self):
+        return unary("neg", self)
+
+    def __pos__(self):
+        return self
+
+    def __invert__(self):
+        return unary("not", self)
+
+    def astype(self, dtype: str) -> "Expr":
+        """This expression converted to ``dtype`` (see :func:`cast`).
+
+        >>> import tensorexpr as te
+        >>> te.const(3).astype("float64")
+        3.0d
+        """
+        return cast(self, dtype)
 
 
 def _op_method(op, reflected=False):
     def method(self, other):
-        from . import api
-        return api._binary(op, other, self) if reflected else api._binary(op, self, other)
+        return binary(op, other, self) if reflected else binary(op, self, other)
     method.__name__ = f"__{'r' if reflected else ''}{op}__"
     return method
 
@@ -283,27 +328,6 @@ for _name, _op in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "
     setattr(Expr, f"__r{_name}__", _op_method(_op, reflected=True))
 for _name, _op in [("lt", "lt"), ("le", "le"), ("gt", "gt"), ("ge", "ge")]:
     setattr(Expr, f"__{_name}__", _op_method(_op))
-
-
-def _neg(self):
-    from . import api
-    return api._unary("neg", self)
-
-
-def _invert(self):
-    from . import api
-    return api._unary("not", self)
-
-
-def _astype(self, dtype):
-    from . import api
-    return api.cast(self, dtype)
-
-
-Expr.__neg__ = _neg
-Expr.__pos__ = lambda self: self
-Expr.__invert__ = _invert
-Expr.astype = _astype
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -435,19 +459,29 @@ class Tensor(Node):
 
     @property
     def shape(self) -> tuple:
+        """The sizes, ints where static (``Const``) and expressions of ``te.var`` otherwise.
+
+        >>> import tensorexpr as te
+        >>> te.placeholder((te.var("n"), 3), name="A").shape
+        (n, 3)
+        """
         return tuple(d.value if isinstance(d, Const) else d for d in self.dims)
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions.
+
+        >>> import tensorexpr as te
+        >>> te.placeholder((2, 3), name="A").ndim
+        2
+        """
         return len(self.dims)
 
     def __getitem__(self, idx) -> Expr:
-        from . import api
-        return api._read(self, idx)
+        return read(self, idx)
 
     def __str__(self) -> str:
-        from .printer import tensor_str
-        return tensor_str(self)
+        return _PRINTER["tensor"](self)
 
     def __repr__(self) -> str:
         shape = ", ".join(str(s) for s in self.shape)
@@ -520,11 +554,252 @@ class ScatterAdd(Tensor):
 
 # }}}
 
+# {{{ typed construction (the rules of "Values and types" above)
+
+
+def const(value, dtype: Optional[str] = None) -> Const:
+    """A literal of the given type (inferred from the Python value if omitted).
+
+    Integers must fit the type (no silent wrap-around); a ``float32`` literal is
+    rounded to float32 here, so every backend sees the same value.
+
+    >>> import tensorexpr as te
+    >>> te.const(2, "float32")
+    2.0
+    >>> te.const(7).dtype, te.const(0.5).dtype, te.const(True).dtype
+    ('int64', 'float32', 'bool')
+    """
+    if isinstance(value, Const):
+        value = value.value
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, (bool, int, float)):
+        raise TypeError(f"te.const takes a bool, int or float, not {type(value).__name__} "
+                        f"{value!r}")
+    if dtype is None:
+        dtype = ("bool" if isinstance(value, bool) else
+                 "int64" if isinstance(value, int) else "float32")
+    check_dtype(dtype)
+    if dtype == "bool":
+        value = bool(value)
+    elif is_int(dtype):
+        if isinstance(value, float) and not value.is_integer():
+            raise TypeError(f"{value!r} is not an integer; it cannot be a {dtype} constant")
+        value = int(value)
+        lo, hi = _INT_RANGE[dtype]
+        if not lo <= value <= hi:
+            raise ValueError(f"{value} does not fit in {dtype} [{lo}, {hi}]; use a wider "
+                             f"type, e.g. te.const({value}, 'int64')"
+                             if dtype == "int32" else
+                             f"{value} does not fit in {dtype} [{lo}, {hi}]")
+    else:
+        value = _float(value, dtype)
+    return Const(value, dtype)
+
+
+_INT_RANGE = {"int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1)}
+
+
+def _float(v, dtype: str) -> float:
+    """``v`` rounded to ``dtype`` (out-of-range float32 values become +-inf, as in C)."""
+    if dtype == "float32":
+        with np.errstate(over="ignore"):
+            return float(np.float32(v))
+    return float(v)
+
+
+def _wrap(v: int, dtype: str) -> int:
+    """``v`` reduced modulo 2**bits into ``dtype``'s range (integer casts wrap, as in numpy)."""
+    lo, hi = _INT_RANGE[dtype]
+    return (v - lo) % (hi - lo + 1) + lo
+
+
+def _is_scalar(x) -> bool:
+    return isinstance(x, (bool, int, float)) and not isinstance(x, Expr)
+
+
+def as_expr(x, like: Optional[str] = None) -> Expr:
+    """Convert ``x`` to an expression; a Python scalar takes the type ``like``.
+
+    >>> as_expr(2, "float64").dtype, as_expr(2).dtype, as_expr(0.5, "int32").dtype
+    ('float64', 'int64', 'float32')
+    """
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, Tensor):
+        raise TypeError(f"tensor {x.name!r} used as a scalar; index it (e.g. {x.name}[i])")
+    if isinstance(x, np.generic):
+        x = x.item()
+    if not _is_scalar(x):
+        raise TypeError(f"cannot use {type(x).__name__} {x!r} in a tensor expression")
+    if like is None:
+        return const(x)
+    if isinstance(x, bool):
+        return const(x, "bool" if like == "bool" else like)
+    if isinstance(x, int):
+        return const(x, "int64" if like == "bool" else like)
+    return const(x, like if is_float(like) else "float32")
+
+
+def coerce_pair(a, b):
+    """Both operands as expressions, Python scalars weakly typed (they take the other's type).
+
+    >>> [x.dtype for x in coerce_pair(const(1.0, "float64"), 2)]
+    ['float64', 'float64']
+    """
+    if isinstance(a, Expr) and isinstance(b, Expr):
+        return a, b
+    if isinstance(a, Expr):
+        return a, as_expr(b, a.dtype)
+    if isinstance(b, Expr):
+        return as_expr(a, b.dtype), b
+    return as_expr(a), as_expr(b)
+
+
+def cast(x, dtype: str) -> Expr:
+    """Convert ``x`` to ``dtype`` (float to int truncates toward zero, like C).
+
+    >>> import tensorexpr as te
+    >>> te.cast(te.const(1), "float32").dtype
+    'float32'
+    """
+    check_dtype(dtype)
+    x = as_expr(x)
+    if x.dtype == dtype:
+        return x
+    if isinstance(x, Const):
+        v = x.value
+        if dtype == "bool":
+            return Const(bool(v), dtype)
+        if is_int(dtype):
+            if isinstance(v, float):
+                lo, hi = _INT_RANGE[dtype]
+                if not (math.isfinite(v) and lo - 1 < v < hi + 1):
+                    return Cast(x, dtype)  # NaN / out of range: the backends' rule applies
+                return Const(int(v), dtype)
+            return Const(_wrap(int(v), dtype), dtype)
+        return Const(_float(v, dtype), dtype)
+    return Cast(x, dtype)
+
+
+def _to_float(x: Expr) -> Expr:
+    return x if is_float(x.dtype) else cast(x, DEFAULT_FLOAT)
+
+
+def binary(op: str, a, b) -> Expr:
+    """``a op b`` typed by the promotion rules above (what Python's operators build).
+
+    ``op`` is one of ``BINARY_ARITH``, ``BINARY_CMP`` or ``BINARY_LOGIC``.
+
+    >>> e = binary("div", const(7), 2)
+    >>> e, e.dtype
+    ((7.0 / 2.0), 'float32')
+    >>> binary("max", const(1), const(2.5, "float64")).dtype
+    'float64'
+    """
+    a, b = coerce_pair(a, b)
+    if op in BINARY_LOGIC:
+        if a.dtype != "bool" or b.dtype != "bool":
+            sym = "&" if op == "and" else "|"
+            raise TypeError(f"'{sym}' takes booleans (comparisons); got {a.dtype} and {b.dtype}")
+        return Binary(op, a, b, "bool")
+    t = promote(a.dtype, b.dtype)
+    if t == "bool" and op not in BINARY_CMP and op not in ("max", "min"):
+        t = "int64"  # arithmetic on booleans counts them, as in numpy
+    if op == "div" and not is_float(t):
+        t = DEFAULT_FLOAT
+    a, b = cast(a, t), cast(b, t)
+    if op in BINARY_CMP:
+        return Binary(op, a, b, "bool")
+    return Binary(op, a, b, t)
+
+
+def unary(op: str, a) -> Expr:
+    """``op(a)`` for ``op`` in ``UNARY_OPS``; math functions convert integers to float32.
+
+    >>> unary("exp", const(1)).dtype, unary("abs", const(-1)).dtype
+    ('float32', 'int64')
+    """
+    a = as_expr(a)
+    if op == "not":
+        if a.dtype != "bool":
+            raise TypeError(f"'~' takes a boolean; got {a.dtype}")
+        return Unary("not", a, "bool")
+    if op == "neg":
+        if a.dtype == "bool":
+            raise TypeError("cannot negate a boolean; use ~")
+        return Unary("neg", a, a.dtype)
+    if op == "abs" and is_int(a.dtype):
+        return Unary(op, a, a.dtype)
+    if op in ("floor", "ceil") and is_int(a.dtype):
+        return a
+    a = _to_float(a)
+    return Unary(op, a, a.dtype)
+
+
+def read(tensor: "Tensor", idx) -> "Read":
+    """``tensor[idx]`` with checked integer indices (what ``Tensor.__getitem__`` builds).
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((2, 3), name="A")
+    >>> read(A, (1, 2)), A[1, 2].dtype
+    (A[1, 2], 'float32')
+    """
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    if len(idx) != tensor.ndim:
+        raise IndexError(f"{describe(tensor)} has {tensor.ndim} dimensions; "
+                         f"indexed with {len(idx)} indices")
+    out = []
+    for k, x in enumerate(idx):
+        if isinstance(x, slice):
+            raise TypeError(f"{describe(tensor)}: slices are not supported in reads; "
+                            f"write a te.compute over the slice's range instead")
+        e = as_expr(x, INDEX_DTYPE)
+        if not is_int(e.dtype):
+            raise TypeError(f"{describe(tensor)}: index {k} is {e.dtype}, not an integer; "
+                            f"use .astype('int64') if that is intended")
+        out.append(cast(e, INDEX_DTYPE))
+    return Read(tensor, tuple(out), tensor.dtype)
+
+
+# }}}
+# {{{ text of nodes
+
+# The math-like text of nodes lives in ``tensorexpr.printer``, a layer above this
+# module: it registers its functions here when imported (the package imports it
+# before any node exists), so repr() needs no import of a client of the IR.
+_PRINTER = {"expr": lambda e: f"<{type(e).__name__}>",
+            "tensor": lambda t: repr(t)}
+
+
+def register_printer(expr_text, tensor_text) -> None:
+    """Make ``repr(expr)`` use ``expr_text(expr)`` and ``str(tensor)`` ``tensor_text(tensor)``.
+
+    ``tensorexpr.printer`` registers :func:`~tensorexpr.printer.expr_str` and
+    :func:`~tensorexpr.printer.tensor_str`; registering them again changes nothing.
+
+    >>> from tensorexpr import printer
+    >>> register_printer(printer.expr_str, printer.tensor_str)
+    >>> Const(2, "int64") + 1
+    (2 + 1)
+    """
+    _PRINTER["expr"], _PRINTER["tensor"] = expr_text, tensor_text
+
+
+# }}}
+
 # {{{ traversal helpers
 
 
 def children(e: Expr) -> Tuple[Expr, ...]:
-    """The direct sub-expressions of ``e`` (axis bounds and tensors excluded)."""
+    """The direct sub-expressions of ``e`` (axis bounds and tensors excluded).
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((3,), name="X")
+    >>> children(te.select(X[0] > 0.0, X[1], 2.0))
+    ((X[0] > 0.0), X[1], 2.0)
+    """
     match e:
         case Binary(_, a, b, _):
             return (a, b)
@@ -630,12 +905,24 @@ def occurrences(e: Expr) -> list:
 
 
 def reads(e: Expr):
-    """All :class:`Read` nodes in ``e``, in pre-order (each node object once)."""
+    """All :class:`Read` nodes in ``e``, in pre-order (each node object once).
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((3,), name="X")
+    >>> reads(X[0] * X[X[1].astype("int64")])
+    [X[0], X[int64(X[1])], X[1]]
+    """
     return [x for x in walk(e, unique=True) if isinstance(x, Read)]
 
 
 def tensor_exprs(t: Tensor) -> Tuple[Expr, ...]:
-    """The expressions that define ``t`` (empty for placeholders)."""
+    """The expressions that define ``t`` (empty for placeholders).
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((3,), name="X")
+    >>> tensor_exprs(te.compute((3,), lambda i: X[i] * 2.0)), tensor_exprs(X)
+    (((X[i] * 2.0),), ())
+    """
     match t:
         case Compute():
             return (t.body,)
@@ -647,7 +934,13 @@ def tensor_exprs(t: Tensor) -> Tuple[Expr, ...]:
 
 
 def tensor_inputs(t: Tensor) -> Tuple[Tensor, ...]:
-    """Tensors read by ``t``'s definition (each once, first-read order; no SelfRef)."""
+    """Tensors read by ``t``'s definition (each once, first-read order; no SelfRef).
+
+    >>> import tensorexpr as te
+    >>> X, Y = te.placeholder((3,), name="X"), te.placeholder((3,), name="Y")
+    >>> [t.name for t in tensor_inputs(te.compute((3,), lambda i: Y[i] * X[i] + Y[0]))]
+    ['Y', 'X']
+    """
     seen = {}
     for e in tensor_exprs(t):
         for r in reads(e):
@@ -665,7 +958,11 @@ def tensor_inputs(t: Tensor) -> Tuple[Tensor, ...]:
 def topo_order(outputs) -> list:
     """Every tensor reachable from ``outputs``, producers before consumers.
 
-    >>> # [A, B, C] for C = f(A, B)
+    >>> import tensorexpr as te
+    >>> A, B = te.placeholder((3,), name="A"), te.placeholder((3,), name="B")
+    >>> C = te.compute((3,), lambda i: A[i] + B[i], name="C")
+    >>> [t.name for t in topo_order([C])]
+    ['A', 'B', 'C']
     """
     order, state = [], {}
     for out in outputs:
@@ -688,7 +985,14 @@ def topo_order(outputs) -> list:
 
 
 def size_vars(e: Expr) -> set:
-    """Names of the size variables used in ``e`` (including in axis bounds)."""
+    """Names of the size variables used in ``e`` (including in axis bounds).
+
+    >>> import tensorexpr as te
+    >>> n, m = te.var("n"), te.var("m")
+    >>> k = te.reduce_axis(m, name="k")
+    >>> sorted(size_vars(te.sum(k + n, axis=k)))
+    ['m', 'n']
+    """
     out = set()
     for x in walk(e, unique=True):
         if isinstance(x, SizeVar):

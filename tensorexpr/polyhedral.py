@@ -11,12 +11,17 @@ size describes a non-empty dimension).
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import islpy as isl
 
+# ``const`` is a common local name here (an affine form's constant term).
 from .ir import (Axis, Binary, Cast, Const, Expr, Read, Reduce, Select, SizeVar, Unary,
-                 INDEX_DTYPE, is_int, walk)
+                 INDEX_DTYPE, binary, fresh_uid, is_int, walk)
+from .ir import const as const_expr
+from .printer import expr_str
+from .transform import eval_int, free_axes, substitute
 
 CTX = isl.DEFAULT_CONTEXT
 
@@ -26,6 +31,13 @@ class NotAffine(Exception):
 
 
 def dim_name(ax: Axis) -> str:
+    """The name of ``ax``'s isl dimension: unique by uid (two axes may share a name).
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+    >>> dim_name(i)
+    'a7'
+    """
     return f"a{ax.uid}"
 
 
@@ -34,7 +46,14 @@ def _val(v: int) -> isl.Val:
 
 
 def params_of(exprs: Iterable[Expr]) -> List[str]:
-    """Size-variable names used by ``exprs`` and by the bounds of the axes they use."""
+    """Size-variable names used by ``exprs`` and by the bounds of the axes they use.
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import Axis, Const
+    >>> j = Axis("j", Const(0, "int64"), te.var("m"), 3)
+    >>> params_of([j + te.var("n")])
+    ['m', 'n']
+    """
     out: Dict[str, None] = {}
     stack = list(exprs)
     seen = set()
@@ -75,7 +94,11 @@ class Space:
         self._consts: Dict[int, isl.PwAff] = {}
 
     def constant(self, v: int) -> isl.PwAff:
-        """The constant ``v`` in this space (cached: islpy's scalar conversion is slow)."""
+        """The constant ``v`` in this space (cached: islpy's scalar conversion is slow).
+
+        >>> print(Space([]).constant(3))
+        { [] -> [(3)] }
+        """
         pa = self._consts.get(v)
         if pa is None:
             pa = self._consts[v] = self.vars[0].add_constant_val(_val(v))
@@ -84,7 +107,16 @@ class Space:
     # {{{ expressions -> isl
 
     def aff(self, e: Expr) -> isl.PwAff:
-        """``e`` as a piecewise quasi-affine function of the axes; NotAffine otherwise."""
+        """``e`` as a piecewise quasi-affine function of the axes; NotAffine otherwise.
+
+        >>> from tensorexpr.ir import Axis, Const
+        >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+        >>> print(Space([i]).aff(i // 2 + 1))
+        { [a7] -> [(1 + floor((a7)/2))] }
+        >>> Space([i]).aff(i * i)
+        Traceback (most recent call last):
+        tensorexpr.polyhedral.NotAffine: product of two non-constant indices: i * i
+        """
         match e:
             case Const(v, dt) if is_int(dt) or dt == "bool":
                 return self.constant(int(v))
@@ -135,7 +167,13 @@ class Space:
         raise NotAffine(f"operation {op} is not affine")
 
     def cond(self, e: Expr) -> isl.Set:
-        """The set of points where the boolean ``e`` holds; NotAffine if not expressible."""
+        """The set of points where the boolean ``e`` holds; NotAffine if not expressible.
+
+        >>> from tensorexpr.ir import Axis, Const
+        >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+        >>> print(Space([i]).cond((i % 2 == 0) & (i < 4)))
+        { [a7] : (a7) mod 2 = 0 and a7 <= 3 }
+        """
         match e:
             case Const(v, "bool"):
                 return self.universe() if v else self.universe().complement()
@@ -155,17 +193,32 @@ class Space:
     # }}}
 
     def universe(self) -> isl.Set:
+        """Every point of the space (no constraint, not even the axes' bounds).
+
+        >>> print(Space([], ["n"]).universe())
+        [n] -> { [] }
+        """
         return self.vars[0].le_set(self.vars[0])
 
     def context(self) -> isl.Set:
-        """Every size variable is at least 1."""
+        """Every size variable is at least 1.
+
+        >>> print(Space([], ["n"]).context())
+        [n] -> { [] : n > 0 }
+        """
         s = self.universe()
         for p in self.params:
             s = s & self.vars[p].ge_set(self.vars[0] + 1)
         return s
 
     def box(self, axes: Optional[Sequence[Axis]] = None) -> isl.Set:
-        """``lo <= a < hi`` for the given axes (default: all), within the context."""
+        """``lo <= a < hi`` for the given axes (default: all), within the context.
+
+        >>> from tensorexpr.ir import Axis, Const
+        >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+        >>> print(Space([i]).box())
+        { [a7] : 0 <= a7 <= 7 }
+        """
         s = self.context()
         for ax in (self.axes if axes is None else axes):
             v = self.vars[dim_name(ax)]
@@ -173,7 +226,14 @@ class Space:
         return s.coalesce()
 
     def point_values(self, point: isl.Point) -> Dict[str, int]:
-        """``{axis or size name: value}`` of an isl point of this space."""
+        """``{axis or size name: value}`` of an isl point of this space.
+
+        >>> from tensorexpr.ir import Axis, Const
+        >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+        >>> sp = Space([i])
+        >>> sp.point_values((sp.box() & sp.cond(i >= 7)).sample_point())
+        {'i': 7}
+        """
         out = {}
         for k, ax in enumerate(self.axes):
             out[ax.name] = point.get_coordinate_val(isl.dim_type.set, k).to_python()
@@ -191,7 +251,13 @@ def _const_int(e: Expr) -> Optional[int]:
 
 
 def is_affine(e: Expr, space: Space) -> bool:
-    """Can ``e`` be represented in ``space`` (quasi-affine in its axes and sizes)?"""
+    """Can ``e`` be represented in ``space`` (quasi-affine in its axes and sizes)?
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+    >>> is_affine(2 * i + 1, Space([i])), is_affine(i * i, Space([i]))
+    (True, False)
+    """
     try:
         space.aff(e)
         return True
@@ -214,7 +280,6 @@ class FiberPiece:
         self.free, self.subst, self.cond = tuple(free), dict(subst), cond
 
     def __repr__(self):
-        from .printer import expr_str
         s = ", ".join(f"{k}={expr_str(v)}" for k, v in self.subst.items())
         c = "" if self.cond is None else expr_str(self.cond)
         return f"FiberPiece(free={[a.name for a in self.free]}, {s}, if {c})"
@@ -236,10 +301,11 @@ def solve_fiber(target: Sequence[Axis], domain: Sequence[Axis], guards: Sequence
     Raises :class:`NotAffine` if the read is not quasi-affine.
 
     >>> import tensorexpr as te
-    >>> from tensorexpr.ir import Axis, Const
+    >>> from tensorexpr.ir import Axis, Const, fresh_uid
     >>> z = Const(0, "int64")
-    >>> h = Axis("h", z, Const(16, "int64"), 1); kh = Axis("kh", z, Const(3, "int64"), 2)
-    >>> y = Axis("y", z, Const(33, "int64"), 3)
+    >>> h = Axis("h", z, Const(16, "int64"), fresh_uid())
+    >>> kh = Axis("kh", z, Const(3, "int64"), fresh_uid())
+    >>> y = Axis("y", z, Const(33, "int64"), fresh_uid())
     >>> [p.free[0].name for p in solve_fiber([y], [h, kh], [], [2 * h + kh])]
     ['kh']
     """
@@ -315,7 +381,6 @@ def _solve_piece(target, domain, guards, indices, params) -> List[FiberPiece]:
 
 def _piece(target, free, dependent, dom: isl.Set, ma: isl.MultiAff, params) -> FiberPiece:
     """One piece of the inverted read, with tightened (or fixed) free axes."""
-    from .ir import fresh_uid
     nt = len(target)
     over_free = dom.project_out(isl.dim_type.set, 0, nt)
     names: List[Expr] = list(target)
@@ -353,10 +418,8 @@ def _piece(target, free, dependent, dom: isl.Set, ma: isl.MultiAff, params) -> F
 
 def _fold(e: Expr) -> Expr:
     """Constant-fold a bound (``4 + 1`` -> ``5``) so printed ranges stay readable."""
-    from .transform import eval_int
-    from . import api
     try:
-        return api.const(eval_int(e), INDEX_DTYPE)
+        return const_expr(eval_int(e), INDEX_DTYPE)
     except (ValueError, KeyError, TypeError):
         return e
 
@@ -388,7 +451,6 @@ def simplify_affine(e: Expr) -> Expr:
     >>> simplify_affine((i // 2) * 2 + (i - 2 * (i // 2)))
     i
     """
-    from .transform import free_axes
     axes = free_axes(e)
     params = params_of([e])
     try:
@@ -435,7 +497,6 @@ def _term(key) -> Expr:
 
 def _render(terms: Dict, const: int) -> Expr:
     """``sum(c * term) + const`` with subtraction for negative coefficients."""
-    from . import api
     out = None
     for key, c in sorted(terms.items(), key=lambda kv: kv[1] < 0):
         t = _term(key)
@@ -445,7 +506,7 @@ def _render(terms: Dict, const: int) -> Expr:
         else:
             out = out + mag if c > 0 else out - mag
     if out is None:
-        return api.const(const, INDEX_DTYPE)
+        return const_expr(const, INDEX_DTYPE)
     if const:
         out = out + const if const > 0 else out - (-const)
     return out
@@ -468,7 +529,6 @@ def _aff_expr(aff: isl.Aff, names, params) -> Expr:
 
 
 def _constraint_expr(c: isl.Constraint, names, params) -> Expr:
-    from . import api
     terms, const, den = _lin(c.get_aff(), names, params)
     divs = [k for k in terms if isinstance(k, tuple)]
     if c.is_equality() and len(divs) == 1:
@@ -481,17 +541,25 @@ def _constraint_expr(c: isl.Constraint, names, params) -> Expr:
             s = f // q
             nt = dict(nterms)
             if rest == {k: s * v for k, v in nt.items()} and const == s * nconst:
-                return api._binary("eq", _render(nt, nconst) % q, 0)
+                return binary("eq", _render(nt, nconst) % q, 0)
     pos = {k: v for k, v in terms.items() if v > 0}
     neg = {k: -v for k, v in terms.items() if v < 0}
     lhs = _render(pos, const if const > 0 else 0)
     rhs = _render(neg, -const if const < 0 else 0)
-    return api._binary("eq" if c.is_equality() else "ge", lhs, rhs)
+    return binary("eq" if c.is_equality() else "ge", lhs, rhs)
 
 
 def set_expr(s: isl.Set, names, params) -> Optional[Expr]:
-    """An isl set over ``names`` as an IR condition (None for the universe)."""
-    from . import api
+    """An isl set over ``names`` as an IR condition (None for the universe).
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+    >>> sp = Space([i])
+    >>> set_expr(sp.cond((i >= 2) & (i % 2 == 0)), [i], [])
+    (((i % 2) == 0) & (i >= 2))
+    >>> print(set_expr(sp.universe(), [i], []))
+    None
+    """
     s = s.coalesce().compute_divs()
     if s.plain_is_universe():
         return None
@@ -500,11 +568,11 @@ def set_expr(s: isl.Set, names, params) -> Optional[Expr]:
         conj = None
         for c in bs.get_constraints():
             e = _constraint_expr(c, names, params)
-            conj = e if conj is None else api._binary("and", conj, e)
-        alts.append(conj if conj is not None else api.const(True))
+            conj = e if conj is None else binary("and", conj, e)
+        alts.append(conj if conj is not None else const_expr(True))
     out = alts[0]
     for a in alts[1:]:
-        out = api._binary("or", out, a)
+        out = binary("or", out, a)
     return out
 
 
@@ -517,13 +585,9 @@ def set_expr(s: isl.Set, names, params) -> Optional[Expr]:
 # affine: isl's AST builder gives tight bounds and strides, and the answer is
 # translated to the small tree below so that no isl object leaves this module.
 
-from dataclasses import dataclass as _dataclass
-from typing import Union as _Union
-
-from .ir import fresh_uid as _fresh_uid
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class LoopFor:
     """``for iterator = lo; iterator < hi; iterator += step: body`` (``step >= 1``)."""
 
@@ -534,7 +598,7 @@ class LoopFor:
     body: "LoopTree"
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class LoopLet:
     """A loop isl proved to run once: ``iterator = value; body``."""
 
@@ -543,26 +607,26 @@ class LoopLet:
     body: "LoopTree"
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class LoopIf:
     cond: Expr
     then: "LoopTree"
     orelse: Optional["LoopTree"]
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class LoopBlock:
     items: Tuple["LoopTree", ...]
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class LoopPoint:
     """One point of the domain: the value of each requested axis, in order."""
 
     values: Tuple[Expr, ...]
 
 
-LoopTree = _Union[LoopFor, LoopLet, LoopIf, LoopBlock, LoopPoint]
+LoopTree = Union[LoopFor, LoopLet, LoopIf, LoopBlock, LoopPoint]
 
 
 def conjuncts(cond: Optional[Expr]) -> List[Expr]:
@@ -608,7 +672,13 @@ class PointSet:
         self.set = dom
 
     def within(self, index: Expr, size: Expr) -> bool:
-        """Is ``0 <= index < size`` at every point? False if either is not affine here."""
+        """Is ``0 <= index < size`` at every point? False if either is not affine here.
+
+        >>> from tensorexpr.ir import Axis, Const
+        >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+        >>> PointSet([i]).within(i // 2, Const(4, "int64")), PointSet([i]).within(i * i, Const(64, "int64"))
+        (True, False)
+        """
         try:
             pa, hi = self.space.aff(index), self.space.aff(size)
         except NotAffine:
@@ -712,7 +782,7 @@ def _ast_tree(node: "isl.AstNode", names: Dict[str, Expr], shown: Dict[str, str]
     if t == isl.ast_node_type.for_:
         it_name = node.for_get_iterator().get_id().get_name()
         lo = _ast_expr(node.for_get_init(), names)
-        it = Axis(shown.get(it_name, it_name), lo, lo, _fresh_uid())
+        it = Axis(shown.get(it_name, it_name), lo, lo, fresh_uid())
         inner = dict(names)
         inner[it_name] = it
         if node.for_is_degenerate():
@@ -833,7 +903,6 @@ def affine_form(e: Expr, axes: Sequence[Axis]) -> Optional[Tuple[int, Tuple[int,
     >>> affine_form((k // 4) * 4 + k % 4 + 3, [k])
     (3, (1,))
     """
-    from .transform import eval_int, substitute
     if not is_index_arithmetic(e):
         return None  # a data-dependent index has no value to sample at a point
     los = [_const_int(ax.lo) for ax in axes]
@@ -924,7 +993,6 @@ def project(keep: Sequence[Axis], guards: Sequence[Expr]) -> Optional[Expr]:
     >>> print(project([i], [k <= i]))
     None
     """
-    from .transform import free_axes
     affine, axes, params = [], {a.uid: a for a in keep}, set()
     for g in guards:
         for c in conjuncts(g):
@@ -945,8 +1013,7 @@ def project(keep: Sequence[Axis], guards: Sequence[Expr]) -> Optional[Expr]:
         s = s & sp.cond(c)
     s = s.project_out(isl.dim_type.set, len(keep), len(others))
     if s.is_empty():
-        from . import api
-        return api.const(False)
+        return const_expr(False)
     context = Space(list(keep), sorted(params)).box()
     return set_expr(_align(s, context).gist(context), list(keep), sorted(params))
 

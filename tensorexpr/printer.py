@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from .ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read, Reduce,
-                 ScatterAdd, Select, SelfRef, SizeVar, Tensor, Unary, children, postorder)
+                 ScatterAdd, Select, SelfRef, SizeVar, Tensor, Unary, children, postorder,
+                 register_printer, topo_order)
 
 _SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%",
         "pow": "**", "lt": "<", "le": "<=", "eq": "==", "ne": "!=", "gt": ">", "ge": ">=",
@@ -183,6 +184,15 @@ def tensor_str(t: Tensor) -> str:
 
 
 def program_str(outputs) -> str:
-    """Every definition reachable from ``outputs``, producers first."""
-    from .ir import topo_order
+    """Every definition reachable from ``outputs``, producers first.
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((2,), name="A")
+    >>> print(program_str([te.compute((2,), lambda i: A[i] + 1.0, name="B")]))
+    A[2]    float32 input
+    B[i] = A[i] + 1.0    for i in [0, 2)    float32
+    """
     return "\n".join(tensor_str(t) for t in topo_order(outputs))
+
+
+register_printer(expr_str, tensor_str)

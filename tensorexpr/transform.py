@@ -265,17 +265,33 @@ def flat_index(indices, dims) -> Expr:
 
 
 def is_const(e: Expr, value=None) -> bool:
-    """Is ``e`` a literal (equal to ``value`` if given)?"""
+    """Is ``e`` a literal (equal to ``value`` if given)?
+
+    >>> import tensorexpr as te
+    >>> is_const(te.const(0)), is_const(te.const(0), 1), is_const(te.var("n"))
+    (True, False, False)
+    """
     return isinstance(e, Const) and (value is None or e.value == value)
 
 
 def contains(e: Expr, pred: Callable[[Expr], bool]) -> bool:
-    """Does any sub-expression of ``e`` satisfy ``pred``?"""
+    """Does any sub-expression of ``e`` satisfy ``pred``?
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import SizeVar
+    >>> contains(te.var("n") * 2 + 1, lambda x: isinstance(x, SizeVar))
+    True
+    """
     return any(pred(x) for x in walk(e, unique=True))
 
 
 def const_value(e: Expr) -> Optional[int]:
-    """The integer value of a literal, else None."""
+    """The integer value of a literal, else None.
+
+    >>> import tensorexpr as te
+    >>> const_value(te.const(3)), const_value(te.const(0.5)), const_value(te.var("n"))
+    (3, None, None)
+    """
     return e.value if isinstance(e, Const) and not isinstance(e.value, float) else None
 
 

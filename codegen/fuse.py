@@ -82,6 +82,14 @@ SLAB_BYTES = 256 * 1024
 SLAB_LO, SLAB_HI = "te_slab_lo__", "te_slab_hi__"
 
 
+#: Stored members of one group at most. A group is one loop, and so one C function's
+#: worth of code (codegen.cemit splits a kernel only between top-level loops): a chain
+#: of 1,000 tensors in one slab loop took the C compiler 15 s (value-range and
+#: register-allocation passes grow faster than linearly), 32 members per slab already
+#: wake the threads once per 32 tensors.
+MAX_MEMBERS = 32
+
+
 def plan(tensors: Sequence[Tensor], inline: set) -> List[List[Tensor]]:
     """The tensors to lower, in order, as groups (a group of one is lowered alone).
 
@@ -102,7 +110,7 @@ def plan(tensors: Sequence[Tensor], inline: set) -> List[List[Tensor]]:
             inlined[t.uid] = t
             current.append(t)
             continue
-        if stored and _joins(t, stored, inlined):
+        if stored and len(stored) < MAX_MEMBERS and _joins(t, stored, inlined):
             current.append(t)
             stored.append(t)
             continue

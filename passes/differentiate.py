@@ -365,7 +365,7 @@ class _Differentiator:
                 # itself: read it instead of recomputing it.
                 me = Read(t, tuple(t.axes), t.dtype)
                 sites = [s._replace(factor=replace_subexpr(s.factor, body, me))
-                         for s in read_partials(body)]
+                         for s in read_partials(body, t)]
                 if t.self_ref is not None:
                     # Sums over the previous step left inline (sigmoid(sum_k h[t-1, k]
                     # W[k, j]) in a GRU) are in the partials too: computed once over

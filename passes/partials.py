@@ -35,8 +35,10 @@ def _one(dtype: str) -> Const:
     return api.const(1.0, dtype)
 
 
-def read_partials(body: Expr) -> List[Site]:
+def read_partials(body: Expr, owner=None) -> List[Site]:
     """Reverse-mode partials of ``body`` w.r.t. every float read (reductions excluded).
+
+    ``owner`` is the tensor ``body`` defines: errors name it and its source line.
 
     >>> import tensorexpr as te
     >>> X = te.placeholder((4,), name="X")
@@ -47,11 +49,11 @@ def read_partials(body: Expr) -> List[Site]:
     """
     out: List[Site] = []
     if is_float(body.dtype):
-        _back(body, _one(body.dtype), out)
+        _back(body, _one(body.dtype), out, owner)
     return [Site(s.read, simplify(s.factor), s.guards, s.axes) for s in out]
 
 
-def _back(root: Expr, adj: Expr, out: list) -> None:
+def _back(root: Expr, adj: Expr, out: list, owner=None) -> None:
     """Push ``adj`` (the adjoint of ``root``) down to the reads in ``root``.
 
     ``root`` is a DAG: a sub-expression shared by several parents (``x`` in
@@ -67,7 +69,7 @@ def _back(root: Expr, adj: Expr, out: list) -> None:
 
     def rules_of(e: Expr) -> list:
         if id(e) not in rules:
-            rules[id(e)] = _rules(e) if is_float(e.dtype) else []
+            rules[id(e)] = _rules(e, owner) if is_float(e.dtype) else []
         return rules[id(e)]
 
     def key(e, guards, axes):
@@ -107,7 +109,7 @@ def _back(root: Expr, adj: Expr, out: list) -> None:
             pending.setdefault(key(child, guards + g, axes + ax), []).append(fn(total))
 
 
-def _rules(e: Expr) -> list:
+def _rules(e: Expr, owner=None) -> list:
     """``(child, adjoint -> child's contribution, added guards, added axes)`` for the
     float children of ``e`` through which an adjoint flows."""
     m = binary
@@ -175,9 +177,20 @@ def _rules(e: Expr) -> list:
             # Only left inline where extraction is impossible (a recurrence's sum
             # over its own earlier values): the read's domain grows by the axes.
             return [(body, lambda adj: adj, () if where is None else (where,), tuple(raxes))]
-        case Reduce(op=op):
-            from tensorexpr.errors import TensorExprError
+        case Reduce(op=op, axes=raxes):
+            # Extraction into a tensor of its own (how a max is differentiated) is
+            # impossible when it reads the recurrence being defined.
+            from tensorexpr.errors import TensorExprError, describe
+            from tensorexpr.printer import expr_str
+            what = describe(owner) if owner is not None else "a recurrence"
+            text = expr_str(e)
+            axes = raxes[0].name if len(raxes) == 1 else "[" + ", ".join(a.name for a in raxes) + "]"
+            smooth = {"max": f"te.log(te.sum(te.exp(x), axis={axes}))",
+                      "min": f"-te.log(te.sum(te.exp(-x), axis={axes}))"}.get(op, "a sum")
             raise TensorExprError(
-                f"cannot differentiate a {op} reduction over a recurrence's own earlier "
-                f"values; compute it as a sum, or restructure the recurrence")
+                f"{what}: cannot differentiate the {op} reduction "
+                f"{text if len(text) <= 120 else text[:117] + '...'} over the recurrence's "
+                f"own earlier values. Write it with te.{op}imum of the individual reads "
+                f"(a short axis), as the smooth {smooth}, or wrap it in "
+                f"te.stop_gradient(...) if no gradient should flow through it")
     return []

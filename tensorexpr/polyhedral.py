@@ -629,6 +629,21 @@ class LoopPoint:
 LoopTree = Union[LoopFor, LoopLet, LoopIf, LoopBlock, LoopPoint]
 
 
+def may_fail(e: Expr) -> bool:
+    """Can evaluating ``e`` fail at run time: does it read at a data-dependent index
+    (checked when the kernel runs, ir.py "Reads")? Affine and clamped reads are proven
+    in range where they are evaluated; arithmetic never traps.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4,), name="X")
+    >>> I = te.placeholder((4,), dtype="int32", name="I")
+    >>> may_fail(X[I[0]] > 0.0), may_fail(X[te.minimum(I.shape[0], 3)] > 0.0)
+    (True, False)
+    """
+    return any(isinstance(x, Read) and not all(is_index_arithmetic(i) for i in x.indices)
+               for x in walk(e, unique=True))
+
+
 def conjuncts(cond: Optional[Expr]) -> List[Expr]:
     """``cond`` split at ``&`` (none for ``None``).
 
@@ -694,7 +709,10 @@ def loop_nest(axes: Sequence[Axis], conds: Sequence[Expr], outer: Sequence[Axis]
     as parameters, like the sizes); ``facts`` are conditions known to hold there
     (enclosing guards; non-affine ones are ignored) that let isl drop tests.
     Returns ``(tree, rest)``: ``rest`` are the conditions of ``conds`` that are
-    not affine (data-dependent); the caller tests them at each point. Loops are
+    not affine (data-dependent), in their order; the caller tests them at each point,
+    left to right. ``conds`` are conjuncts evaluated left to right (ir.py), so an
+    affine one after a conjunct that may fail (:func:`may_fail`) is not made a loop
+    bound, which would skip that failure: it stays in ``rest``. Loops are
     in the order of ``axes`` (the last innermost), with tight bounds and steps
     (``k % 2 == 0`` gives a loop stepping by 2); each :class:`LoopPoint` gives
     the value of every axis of ``axes`` there.
@@ -710,6 +728,9 @@ def loop_nest(axes: Sequence[Axis], conds: Sequence[Expr], outer: Sequence[Axis]
     sp = Space(outer + axes, params_of(list(conds) + list(facts) + outer + axes))
     dom, rest = sp.box(axes), []
     for c in conds:
+        if rest and any(may_fail(r) for r in rest):
+            rest.append(c)
+            continue
         try:
             dom = dom & sp.cond(c)
         except NotAffine:

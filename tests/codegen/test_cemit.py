@@ -143,3 +143,38 @@ def test_float_floor_division_and_modulo_are_pythons(dtype, data):
     for got, want in ((q, want_q), (r, want_r)):
         bad = ~same_bits(got, want)
         assert not bad.any(), (a[bad], b[bad], got[bad], want[bad])
+
+
+def _functions(src):
+    """Line counts of the C functions in ``src`` (a ``{`` at column 0 opens one)."""
+    sizes, n = [], None
+    for line in src.splitlines():
+        if line == "{":
+            n = 0
+        elif line == "}" and n is not None:
+            sizes.append(n)
+            n = None
+        elif n is not None:
+            n += 1
+    return sizes
+
+
+@pytest.mark.parametrize("n", [250, 450])
+def test_a_long_program_is_emitted_as_bounded_functions(n):
+    # The C compiler's time grows faster than linearly with one function's size: a
+    # chain of 1,000 tensors (forward + gradient) spent minutes in gcc. Top-level
+    # scalars (0-d sums, declared at the kernel's scope) must stay with their uses.
+    from codegen.cemit import PART_LINES, SPLIT_LINES
+    X = te.placeholder((5,), name="X", dtype="float64")
+    T, outs = X, []
+    for k in range(n):
+        r = te.reduce_axis(5, name="r")
+        s = te.compute((), lambda T=T, r=r: te.sum(T[r], axis=r) * 0.01, name=f"s{k}")
+        T = te.compute((5,), lambda i, T=T, s=s: te.sin(T[i]) * 0.5 + T[i] + s[()],
+                       name=f"T{k}")
+    f = te.build(T)
+    sizes = _functions(f.source)
+    assert sum(sizes) > SPLIT_LINES and "te_part1(bufs, sizes, err);" in f.source
+    assert max(sizes) < 4 * PART_LINES, max(sizes)
+    x = np.random.default_rng(1).uniform(-1, 1, 5)
+    np.testing.assert_allclose(f(x), te.build(T, backend="numpy")(x), rtol=1e-12)

@@ -208,3 +208,17 @@ def test_a_read_of_another_channel_does_not_slab_planes():
     assert _slab_loops(f) == 1 and _plane_loops(f) == 0
 
 # }}}
+
+
+def test_a_long_chain_is_fused_in_groups_of_at_most_max_members():
+    # one slab loop of 1,000 members was one huge C function: 15 s of compiling
+    X = te.placeholder((4, 3), name="X", dtype="float64")
+    T, chain = X, []
+    for k in range(2 * fuse.MAX_MEMBERS + 5):
+        T = te.compute((4, 3), lambda i, j, T=T: te.tanh(T[i, j]) * 0.5 + T[i, j] * 0.75,
+                       name=f"T{k}")
+        chain.append(T)
+    groups = fuse.plan(chain, set())
+    assert [len(g) for g in groups] == [fuse.MAX_MEMBERS] * 2 + [5]
+    x = np.random.default_rng(0).uniform(-1, 1, (4, 3))
+    np.testing.assert_allclose(te.build(T)(x), te.build(T, backend="numpy")(x), rtol=1e-12)

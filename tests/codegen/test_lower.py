@@ -299,3 +299,40 @@ def test_a_long_chain_of_inlinable_tensors_lowers(links, body):
     fc, _ = agree(Y, [X], np.linspace(-1.0, 1.0, 4))
     if links == 3:  # a short chain is still computed where it is read: one loop nest
         assert without_comments(fc.source).count("for (") == 1
+
+
+@pytest.mark.parametrize("where", [
+    lambda X, I, k: (X[I[k]] > 0.0) & (k < 3),
+    lambda X, I, k: (k >= 0) & (X[I[k]] > 0.0) & (k < 3),
+    lambda X, I, k: (X[I[k]] > 0.0) & ((k < 3) & (k % 2 == 0)),
+], ids=["data_first", "affine_data_affine", "nested"])
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_where_conjuncts_are_evaluated_left_to_right(where, op):
+    # The C backend made the affine ``k < 3`` a loop bound ahead of the data-dependent
+    # conjunct before it, so it never checked X[I[k]] at k >= 3 (returned a value
+    # where numpy raised): both must evaluate ``&`` left to right (ir.py).
+    X = te.placeholder((4,), name="X", dtype="float64")
+    I = te.placeholder((6,), name="I", dtype="int64")
+    k = te.reduce_axis(6, name="k")
+    S = te.compute((), lambda: getattr(te, op)(X[I[k]], axis=k, where=where(X, I, k)),
+                   name="S")
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    for backend in ("numpy", "c"):
+        f = te.build(S, backend=backend)
+        with pytest.raises(IndexError, match="'X' at index 9"):
+            f(x, np.array([0, 1, 2, 9, 9, 9]))
+        # in range everywhere: both agree
+        assert f(x, np.array([0, 1, 2, 3, 1, 0])) == te.build(S, backend="numpy")(
+            x, np.array([0, 1, 2, 3, 1, 0]))
+
+
+def test_affine_conjuncts_before_a_data_dependent_one_still_bound_the_loop():
+    X = te.placeholder((4,), name="X", dtype="float64")
+    I = te.placeholder((6,), name="I", dtype="int64")
+    k = te.reduce_axis(6, name="k")
+    S = te.compute((), lambda: te.sum(X[I[k]], axis=k, where=(k < 3) & (X[I[k]] > 0.0)),
+                   name="S")
+    f = te.build(S)
+    assert "k0 < 3" in f.source
+    x, i = np.array([1.0, -2.0, 3.0, 4.0]), np.array([0, 1, 2, 9, 9, 9])
+    assert f(x, i) == te.build(S, backend="numpy")(x, i) == 4.0

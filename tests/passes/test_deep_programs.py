@@ -68,3 +68,30 @@ def test_printing_a_dag_names_shared_subexpressions():
     _, T, _ = _deep(3000)
     text = str(T)
     assert "let $1 = " in text and len(text) < 400_000
+
+
+def _largest_function(src):
+    """Lines of the longest C function in ``src`` (a ``{`` at column 0 opens one)."""
+    best, n = 0, None
+    for line in src.splitlines():
+        if line == "{":
+            n = 0
+        elif line == "}" and n is not None:
+            best, n = max(best, n), None
+        elif n is not None:
+            n += 1
+    return best
+
+
+def test_a_chain_gradient_compiles_as_functions_of_bounded_size():
+    # gcc's time grows faster than linearly with one function's size: the gradient
+    # of a chain of 1,000 tensors (one function) took it minutes. The longest
+    # function must not grow with the chain.
+    from codegen.c_backend import source_text
+    from codegen.signature import Signature
+    largest = []
+    for n in (150, 600):
+        X, _, L = _chain(n)
+        (g,) = te.differentiate(L, [X])
+        largest.append(_largest_function(source_text(Signature([g], [X]))))
+    assert largest[1] <= 1.2 * largest[0] + 50, largest

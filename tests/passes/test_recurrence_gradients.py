@@ -318,3 +318,61 @@ def test_adjoint_of_a_self_read_at_an_earlier_point_c(carry, form):
     second_order(L, [X], [x], backend="c")
 
 # }}}
+
+
+def _running_extremum(op, inner):
+    """``h[t, j] = u[t, j] + op_k inner(h[t - 1, k])``: an inline extremum over the
+    recurrence's own previous step (``inner`` picks how it is written)."""
+    T, H = 4, 3
+    u = te.placeholder((T, H), "float64", "u")
+    k = te.reduce_axis(H, name="k")
+    h = te.recurrence((T, H), lambda h, t, j: u[t, j] + te.select(
+        t == 0, 0.0, 0.5 * inner(op, h, t, k, H)), name="h", dtype="float64")
+    r, c = te.reduce_axis(T, name="r"), te.reduce_axis(H, name="c")
+    L = te.compute((), lambda: te.sum(h[r, c] * h[r, c], axis=[r, c]), name="L")
+    return u, h, L
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_inline_extremum_over_own_values_names_the_tensor_line_and_fix(op):
+    # issue 12: the message named neither the recurrence nor the user's line
+    u, h, L = _running_extremum(op, lambda op, h, t, k, H: getattr(te, op)(h[t - 1, k], axis=k))
+    with pytest.raises(te.TensorExprError) as err:
+        te.differentiate(L, [u])
+    msg = str(err.value)
+    assert "tensor 'h'" in msg and "test_recurrence_gradients.py" in msg, msg
+    assert "h = te.recurrence(" in msg  # the user's source line
+    assert f"{op}_{{k in [0, 3)}} h[t - 1, k]" in msg
+    assert f"te.{op}imum" in msg and "te.stop_gradient" in msg and "te.log(te.sum(" in msg
+
+
+def _pairwise(op, h, t, k, H):
+    fn = te.maximum if op == "max" else te.minimum
+    x = h[t - 1, 0]
+    for c in range(1, H):
+        x = fn(x, h[t - 1, c])
+    return x
+
+
+def _smooth(op, h, t, k, H):
+    s = 1.0 if op == "max" else -1.0
+    return s * te.log(te.sum(te.exp(s * h[t - 1, k]), axis=k))
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("inner", [_pairwise, _smooth], ids=["pairwise", "smooth"])
+def test_the_fixes_the_message_suggests_differentiate(op, inner):
+    u, h, L = _running_extremum(op, inner)
+    x = np.random.default_rng(3).uniform(-1, 1, (4, 3))
+    for backend in ("numpy", "c"):
+        check_grads(L, [u], [x], backend=backend, tol=1e-6)
+
+
+def test_a_stopped_inline_extremum_differentiates_as_a_constant():
+    u, h, L = _running_extremum("max", lambda op, h, t, k, H: te.stop_gradient(
+        te.max(h[t - 1, k], axis=k)))
+    x = np.random.default_rng(4).uniform(-1, 1, (4, 3))
+    (du,) = te.differentiate(L, [u])
+    hv = te.build(h, backend="numpy")(x)
+    np.testing.assert_allclose(te.build(du, inputs=[u], backend="numpy")(x), 2 * hv,
+                               rtol=1e-12)

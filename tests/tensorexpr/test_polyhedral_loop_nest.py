@@ -8,7 +8,7 @@ import pytest
 import tensorexpr as te
 from tensorexpr.ir import Axis, Const, SizeVar
 from tensorexpr.polyhedral import (LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint, conjuncts,
-                                   loop_nest)
+                                   loop_nest, may_fail)
 from tensorexpr.transform import eval_int, substitute
 
 
@@ -80,6 +80,22 @@ def test_data_dependent_conjuncts_are_left_to_the_caller():
     tree, rest = loop_nest([k], [k >= 2, data])
     assert len(rest) == 1 and rest[0] is data
     assert _points(tree, {}) == [(v,) for v in range(2, 6)]
+
+
+def test_an_affine_conjunct_after_one_that_may_fail_is_tested_in_order():
+    # ``&`` is left to right: a loop bound from ``k < 3`` would skip the check of
+    # X[I[k]] at k >= 3, which the program makes (ir.py); a failure-free data
+    # conjunct lets the affine ones after it still become bounds.
+    X = te.placeholder((6,), name="X")
+    I = te.placeholder((6,), dtype="int32", name="I")
+    k = _ax("k", 6, 4)
+    checked, plain = X[I[k]] > 0, X[k] > 0
+    assert may_fail(checked) and not may_fail(plain) and not may_fail(k < 3)
+    tree, rest = loop_nest([k], [k >= 1, checked, k < 3])
+    assert [str(c) for c in rest] == [str(checked), str(k < 3)]
+    assert _points(tree, {}) == [(v,) for v in range(1, 6)]
+    tree, rest = loop_nest([k], [k >= 1, plain, k < 3])
+    assert rest == [plain] and _points(tree, {}) == [(1,), (2,)]
 
 
 @pytest.mark.parametrize("make", [

@@ -425,9 +425,7 @@ class RingProgram:
         if s is not None:
             skip = {s.de.uid} | {x.uid for x, _ in s.consumers} | {x.uid for x in s.early}
         body: List[Stmt] = []
-        for t in self.lw.tensors:
-            if isinstance(t, Placeholder):
-                continue
+        for t in self.lw.lowered:  # (scratch tensors are lowered inside their users)
             t = self.logical.get(t.uid, t)
             if s is not None and t.uid == s.de.uid:
                 for x in s.early:

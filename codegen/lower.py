@@ -80,7 +80,7 @@ from tensorexpr.transform import const_value
 
 from . import fuse, padcopy, strategies, tapsum
 from .cexpr import I64, add, cast, fold, mul
-from .loopast import (Block, Buffer, CExpr, Comment, For, Kernel, Lit, Op, Stmt, Store, Var,
+from .loopast import (Block, Buffer, CExpr, Comment, Decl, For, Kernel, Lit, Op, Stmt, Store, Var,
                       simd_safe)
 from .patterns import TRANSPOSE_BLOCK, inlinable
 from .program import Program, Site
@@ -115,12 +115,13 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
 
     def __init__(self, sig, title: str = "", options: Options = DEFAULT,
                  tensors: Optional[Sequence[Tensor]] = None,
-                 scratch: Sequence[Tuple[Tensor, str]] = (), padded=None):
+                 scratch: Sequence[Tuple[Tensor, str]] = (), padded=None, steps=None):
         """``tensors``: the computed tensors to lower, in order, when a rewrite of the
         program (``codegen.pipeline``) changed them (default: the signature's);
         ``scratch``: ``(tensor, note)`` of the tensors a strategy computes inside another
         one's loop nest (buffers of their own, after the others); ``padded``: the sums
-        that read zero-padded copies (``codegen.padcopy.rewrite``)."""
+        that read zero-padded copies (``codegen.padcopy.rewrite``); ``steps``: the
+        recurrences run by steps (``codegen.recurrence_steps.rewrite``)."""
         self.sig = sig
         self.title = title
         self.options = options
@@ -136,6 +137,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         notes = {t.uid: note for t, note in scratch}
         self.tensors += [t for t, _ in scratch]
         self.padded = dict(padded or {})
+        self.steps = dict(steps or {})
         self.buf: Dict[int, Buffer] = {}
         self.dims: Dict[int, Tuple[Expr, ...]] = {}
         for k, t in enumerate(self.tensors):
@@ -254,16 +256,45 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         """Short innermost tap axes, all taps per pass (``codegen.tapsum``'s plan ``p``)."""
         return tapsum.lower(self, t, p)
 
+    def compute_steps(self, t: Compute, p) -> List[Stmt]:
+        """The recurrence ``t`` by steps (``codegen.recurrence_steps``' plan ``p``): a
+        sequential loop over its carried axis, each step computing its sums (each by the
+        strategy the table picks for it), then the rest of the body, both over the other
+        axes in parallel."""
+        ax = t.axes[t.carry.axis]
+        s = self.fresh("s", I64)
+        outer_sizes, outer_params = dict(self.sizes), self.params
+        # the step is a size variable of the sums while they are lowered (isl sees it
+        # as a parameter their domains bound); not a size of the kernel
+        s1 = self.fresh("s", I64)
+        self.sizes[p.step] = s1
+        self.params = tuple(outer_params) + (p.step,)
+        self.buf[p.rest.uid] = self.buf[t.uid]
+        self.dims[p.rest.uid] = t.dims
+        if t.uid in self.rings:  # kept in a ring of rows (codegen.checkpoint): so is rest
+            self.rings[p.rest.uid] = self.rings[t.uid]
+        body: List[Stmt] = [Decl(s1, add(s, Lit(1, I64)))]  # (see Plan.step)
+        for S in p.sums:
+            body.append(Block((Comment(str(S)),) + tuple(self.compute(S))))
+        body.extend(self.compute_loops(p.rest, at_step=s))
+        self.sizes, self.params = outer_sizes, outer_params
+        self.record.note("sums per step", len(p.sums))
+        return [For(s, self.size_expr(ax.lo), self.size_expr(ax.hi), 1, Block(tuple(body)),
+                    descending=t.carry.step < 0, note=ax.name + " (steps)")]
+
     def compute_loops(self, t: Compute, transposed: Optional[int] = None,
-                      split: Optional[int] = None) -> List[Stmt]:
+                      split: Optional[int] = None, at_step: Optional[Var] = None
+                      ) -> List[Stmt]:
         """Loops over ``t``'s box (its carried axis outermost and sequential), the
         innermost in vector lanes; ``transposed``: that axis and the innermost in square
         blocks; ``split``: the innermost axis as ``c*q + r`` with the ``c`` values of
-        ``r`` unrolled."""
+        ``r`` unrolled; ``at_step``: a recurrence's loops at that step of its carried axis
+        (the variable of an enclosing loop)."""
         axes = list(t.axes)
         carry = t.carry.axis if t.carry is not None else None
         order = ([carry] if carry is not None else []) + [k for k in range(len(axes)) if k != carry]
-        vars_ = {k: self.fresh("i", I64) for k in range(len(axes))}
+        vars_ = {k: self.fresh("i", I64) if k != carry or at_step is None else at_step
+                 for k in range(len(axes))}
         scope = Scope({axes[k].uid: vars_[k] for k in order}, tuple(axes), (), {})
         a, c = transposed, split
         if carry is not None:
@@ -303,6 +334,8 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
                            fresh_uid())
             simd = simd_safe(body)
         for k in reversed(order):
+            if k == carry and at_step is not None:
+                continue
             ax = axes[k]
             parallel = bool(par) and k == par[0] and work is not False
             body = Block((For(vars_[k], self.size_expr(ax.lo), self.size_expr(ax.hi), 1, body,

@@ -9,8 +9,9 @@ part that decides and lowers (steps 3-7), :func:`generate` adds the C text.
    options, compiler and target, is loaded from disk (``codegen.c_backend``);
 3. **analysis**: the cheap elementwise intermediates computed where they are
    read instead of stored (``codegen.lower.inlinable``);
-4. **recurrences**: rings of rows and checkpointed segments, with buffers of
-   their own (``codegen.checkpoint``; ``Options.checkpoint``);
+4. **recurrences**: by steps where a step holds sums over earlier steps
+   (``codegen.recurrence_steps``); rings of rows and checkpointed segments, with
+   buffers of their own (``codegen.checkpoint``; ``Options.checkpoint``);
 5. **program rewrites**: dot-product sums read transposed or zero-padded copies
    of their operands, placed in the program as tensors of their own
    (``codegen.layout``; ``Options.copies``);
@@ -114,22 +115,25 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     B: blocks (axis=0)
     """
     # imported here, not above: a cache hit (step 2) never loads the lowering, nor isl
-    from . import checkpoint, copies, layout, padcopy, regions
+    from . import checkpoint, copies, layout, padcopy, recurrence_steps, regions
     from .lower import Lowerer
     from .patterns import inlinable
 
     inline = inlinable(sig)                                          # 3. analysis
-    rings = checkpoint.rings(sig) if options.checkpoint else None    # 4. recurrences
+    computed = [t for t in sig.order if not isinstance(t, Placeholder)]
+    # 4. recurrences: by steps where a step holds sums over earlier ones; rings of rows
+    # and checkpointed segments where they need not all be kept
+    step_sums, steps = recurrence_steps.rewrite(computed, options)
+    rings = checkpoint.rings(sig) if options.checkpoint else None
     if rings is not None:
-        lw = Lowerer(sig, title, options)
+        lw = Lowerer(sig, title, options, scratch=step_sums, steps=steps)
         program = checkpoint.RingProgram(lw, rings).program()
     else:
-        computed = [t for t in sig.order if not isinstance(t, Placeholder)]
         scratch, padded = [], {}
         if options.copies:                                           # 5. program rewrites
             computed = layout.plan(computed, inline)
             scratch, padded = padcopy.rewrite(sig, computed, inline, options)
-        lw = Lowerer(sig, title, options, computed, scratch, padded)
+        lw = Lowerer(sig, title, options, computed, scratch + step_sums, padded, steps)
         lw.record.copies.extend([t.name for t in computed if copies.is_copy(t)] +
                                 [t.name for t, _ in scratch])
         program = lw.program()                                       # 6. schedule, lowering

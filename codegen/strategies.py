@@ -9,8 +9,8 @@ takes the first that applies, or the one ``Options.force`` names; a cost-based
 choice would replace that first-match loop and nothing else. What ran is
 recorded in the build's :class:`codegen.schedule.Schedule`.
 
-The order, for a tensor that is not a recurrence (a recurrence runs ``loops``,
-its carried axis sequential, or is checkpointed by ``codegen.checkpoint``):
+The order (a recurrence runs ``steps`` or ``loops``, its carried axis sequential;
+``codegen.checkpoint`` may keep it in a ring or checkpointed segments):
 
 ========================  ===================================================
 ``padded-copy``           a gather sum over a zero-padded copy of its input
@@ -29,6 +29,9 @@ its carried axis sequential, or is checkpointed by ``codegen.checkpoint``):
 ``blocks``                a transpose: square blocks of two axes
 ``split``                 an axis read through ``j // c``: ``c`` remainders
                           unrolled
+``steps``                 a recurrence whose step holds sums over earlier steps:
+                          each step's sums for all positions at once
+                          (``codegen.recurrence_steps``), then the rest
 ``loops``                 loops over the box, the innermost in vector lanes
 ========================  ===================================================
 
@@ -36,8 +39,8 @@ A scatter-add runs ``scatter-rows`` (a contiguous target row per source row)
 or ``scatter``.
 
 >>> [s.name for s in TABLE]  # doctest: +NORMALIZE_WHITESPACE
-['padded-copy', 'rows', 'jam', 'taps', 'gather-rows', 'pieces', 'blocks', 'split', 'loops',
- 'scatter-rows', 'scatter']
+['padded-copy', 'rows', 'jam', 'taps', 'gather-rows', 'pieces', 'blocks', 'split', 'steps',
+ 'loops', 'scatter-rows', 'scatter']
 """
 from __future__ import annotations
 
@@ -118,6 +121,13 @@ def _split(lw, t):
     return split_factor(t)
 
 
+def _steps(lw, t):
+    # planned with the program rewrite that gave the per-step sums their buffers
+    # (codegen.recurrence_steps.rewrite), for the recurrence as written
+    p = lw.steps.get(t.uid)
+    return p if p is not None and p.t is t else None
+
+
 def _scatter_rows(lw, t):
     return True if scatter_rows_apply(t) else None
 
@@ -139,6 +149,8 @@ TABLE: Tuple[Strategy, ...] = (
              lambda a: (("axis", a),)),
     Strategy("split", Compute, _split, lambda lw, t, c: lw.compute_loops(t, split=c),
              lambda c: (("factor", c),)),
+    Strategy("steps", Compute, _steps, lambda lw, t, p: lw.compute_steps(t, p),
+             lambda p: (("step sums", tuple(x.name for x in p.sums)),)),
     Strategy("loops", Compute, lambda lw, t: True, lambda lw, t, _: lw.compute_loops(t)),
     Strategy("scatter-rows", ScatterAdd, _scatter_rows,
              lambda lw, t, _: lw.scatter(t, rows=True)),

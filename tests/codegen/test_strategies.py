@@ -78,6 +78,15 @@ def _split():
     return [Y], [X, P], [rand((3, 8)), rand((3, 4), seed=1)]
 
 
+def _steps():
+    W = te.placeholder((16, 16), name="W")
+    x = te.placeholder((6, 3, 16), name="x")
+    k = te.reduce_axis(16, name="k")
+    h = te.recurrence((6, 3, 16), lambda h, t, b, j: te.tanh(x[t, b, j] + te.select(
+        t == 0, 0.0, te.sum(h[t - 1, b, k] * W[k, j], axis=k))), name="h")
+    return [h], [x, W], [rand((6, 3, 16)), rand((16, 16), seed=1) * 0.3]
+
+
 def _loops():
     X = te.placeholder((5, 7), name="X")
     Y = te.compute((5, 7), lambda i, j: te.exp(X[i, j]) + 1.0, name="Y")
@@ -103,7 +112,7 @@ def _scatter():
 
 PROGRAMS = {"rows": _matmul, "jam": _dot_rows, "taps": _conv_weight_gradient,
             "padded-copy": _padded_gradient, "gather-rows": _gather_rows, "pieces": _pieces,
-            "blocks": _blocks, "split": _split, "loops": _loops,
+            "blocks": _blocks, "split": _split, "steps": _steps, "loops": _loops,
             "scatter-rows": _scatter_rows, "scatter": _scatter}
 
 
@@ -125,7 +134,7 @@ def test_each_strategy_is_chosen_for_its_program_and_agrees_with_numpy(name):
 
 
 @pytest.mark.parametrize("name", ["rows", "jam", "taps", "blocks", "split", "pieces",
-                                  "gather-rows", "padded-copy"])
+                                  "gather-rows", "padded-copy", "steps"])
 def test_forcing_plain_loops_gives_the_same_values(name):
     outs, ins, arrays = PROGRAMS[name]()
     t = outs[0].name

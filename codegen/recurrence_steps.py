@@ -1,0 +1,164 @@
+"""Recurrences whose step holds sums over the previous step (RNN, GRU, LSTM cells), by steps.
+
+``h[t, b, j] = f(x[t, b, j], sum_k h[t-1, b, k] * W[k, j], ...)`` lowered point by
+point computes every sum as a dot product down a column of ``W`` for each element
+of each step: a strided, scalar loop, ``B*D`` of them per step. By steps instead,
+each step first computes each such sum for all its positions at once, as a tensor
+of its own over the step's other axes (``S[b, j]``, a matrix product the strategy
+table lowers by row tiles), then the rest of the body reads ``S`` elementwise.
+Every element's sum still adds the same terms in the same order as the IR says.
+
+:func:`plan` finds the sums: reductions of the body, outside any other, that read
+the recurrence (so they depend on the step), guarded only by conditions on the
+carried axis (``select(t == 0, 0.0, sum(...))``: the guard becomes part of the
+sum's domain, a condition on the step alone). The step is a size variable of the
+sums (``Plan.step``, the step plus one: isl takes size variables to be positive),
+bound while they are lowered, so isl sees it as a parameter whose range the sums'
+domains state.
+
+>>> import tensorexpr as te
+>>> W = te.placeholder((4, 4), name="W"); x = te.placeholder((5, 2, 4), name="x")
+>>> k = te.reduce_axis(4, name="k")
+>>> h = te.recurrence((5, 2, 4), lambda h, t, b, j: te.tanh(x[t, b, j] + te.select(
+...     t == 0, 0.0, te.sum(h[t - 1, b, k] * W[k, j], axis=k))), name="h")
+>>> p = plan(h)
+>>> [s.name for s in p.sums], p.sums[0].shape
+(['h_step0'], (2, 4))
+>>> print(p.rest.body)
+tanh(x[t, b, j] + select(t == 0, 0.0, h_step0[b, j]))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, Select, SizeVar, Tensor,
+                           Unary, children, fresh_uid, reads, walk)
+from tensorexpr.transform import replace_subexpr, substitute
+
+I64 = "int64"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How :func:`plan` runs the recurrence ``t`` by steps: the step's size variable,
+    the per-step sums (tensors over ``t``'s other axes) and ``rest``, ``t`` reading
+    them (same axes, carry and buffer as ``t``)."""
+    t: Compute
+    step: str  # the size variable the sums read the step from: the step plus one
+    sums: Tuple[Compute, ...]
+    rest: Compute
+
+
+def _on_carry_only(c: Expr, carry: Axis) -> bool:
+    """A condition on the carried axis and constants (sizes) alone."""
+    return all(not isinstance(x, (Axis, Read, Reduce)) or (isinstance(x, Axis) and
+               x.uid == carry.uid) for x in walk(c, unique=True))
+
+
+def _sums(body: Expr, carry: Axis, self_uid: int) -> Optional[List[Tuple[Reduce, List[Expr]]]]:
+    """The reductions of ``body`` that read the recurrence (``self_uid``), outside any other,
+    each with the conditions under which it is evaluated; None when one of them sits
+    under a condition on more than the carried axis, or in the right operand of ``&``/``|``
+    (evaluated under its left operand: kept point by point)."""
+    found: List[Tuple[Reduce, List[Expr]]] = []
+    stack: List[Tuple[Expr, List[Expr]]] = [(body, [])]
+    seen = set()
+    while stack:
+        e, guards = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, Reduce):
+            if any(r.tensor.uid == self_uid for r in reads(e)):
+                if not all(_on_carry_only(g, carry) for g in guards):
+                    return None
+                found.append((e, guards))
+            continue
+        if isinstance(e, Select):
+            stack.append((e.cond, guards))
+            stack.append((e.a, guards + [e.cond]))
+            stack.append((e.b, guards + [Unary("not", e.cond, "bool")]))
+        elif isinstance(e, Binary):
+            if e.op in ("and", "or") and any(isinstance(x, Reduce) for x in walk(e.b)):
+                return None
+            stack.extend([(e.a, guards), (e.b, guards)])
+        elif isinstance(e, Unary):
+            stack.append((e.a, guards))
+        elif isinstance(e, Read):
+            stack.extend((i, guards) for i in e.indices)
+        else:
+            stack.extend((c, guards) for c in children(e))
+    # one tensor per distinct sum (a sum used twice is computed once)
+    unique: List[Tuple[Reduce, List[Expr]]] = []
+    for r, g in found:
+        if not any(r is u for u, _ in unique):
+            unique.append((r, g))
+    return unique
+
+
+def plan(t: Compute) -> Optional[Plan]:
+    """The by-steps form of the recurrence ``t`` (see the module docstring), or None when
+    its body has no sum over earlier steps of its own, or one under a condition on
+    more than the carried axis.
+    """
+    if t.carry is None or t.self_ref is None or t.body is None:
+        return None
+    carry = t.axes[t.carry.axis]
+    found = _sums(t.body, carry, t.self_ref.uid)
+    if not found:
+        return None
+    step = f"{t.name}_step_{t.uid}"
+    # isl takes a size variable to be >= 1: the variable is the step plus one
+    sv = Binary("sub", SizeVar(step, I64), Const(1, I64), I64)
+    others = [a for k, a in enumerate(t.axes) if k != t.carry.axis]
+    sums: List[Compute] = []
+    rest = t.body
+    for n, (r, guards) in enumerate(found):
+        fresh = [Axis(a.name, a.lo, a.hi, fresh_uid()) for a in others]
+        mapping: Dict[Expr, Expr] = {carry: sv}
+        mapping.update({a: f for a, f in zip(others, fresh)})
+        # the step's range and the guards become the sum's domain: conditions on the
+        # step alone, so the sum is the identity (and reads nothing) where the body
+        # would not evaluate it
+        inside = [Binary("ge", sv, carry.lo, "bool"), Binary("lt", sv, carry.hi, "bool")]
+        conds = inside + [substitute(g, {carry: sv}) for g in guards]
+        where = conds[0]
+        for c in conds[1:] + ([substitute(r.where, mapping)] if r.where is not None else []):
+            where = Binary("and", where, c, "bool")
+        moved = substitute(r, mapping)
+        body = Reduce(moved.op, moved.body, moved.axes, where, moved.dtype)
+        s = Compute(f"{t.name}_step{n}", tuple(a.hi for a in others), r.dtype, fresh_uid(),
+                    t.origin, axes=tuple(fresh), body=body)
+        sums.append(s)
+        rest = replace_subexpr(rest, r, Read(s, tuple(others), r.dtype))
+    return Plan(t, step, tuple(sums), replace(t, uid=fresh_uid(), body=rest))
+
+
+def rewrite(computed: Sequence[Tensor], options) -> Tuple[List[Tuple[Tensor, str]],
+                                                          Dict[int, Plan]]:
+    """The program rewrite: ``(scratch, plans)``: the per-step sums of every recurrence
+    :func:`plan` runs by steps (scratch tensors of the program: one step's worth each),
+    and its plan by uid; none for a recurrence ``options`` force to another strategy.
+
+    >>> import tensorexpr as te
+    >>> from codegen.schedule import DEFAULT
+    >>> W = te.placeholder((4, 4), name="W"); x = te.placeholder((5, 2, 4), name="x")
+    >>> k = te.reduce_axis(4, name="k")
+    >>> h = te.recurrence((5, 2, 4), lambda h, t, b, j: x[t, b, j] + te.select(
+    ...     t == 0, 0.0, te.sum(h[t - 1, b, k] * W[k, j], axis=k)), name="h")
+    >>> scratch, plans = rewrite([h], DEFAULT)
+    >>> [note for _, note in scratch]
+    ['h_step0 (scratch: the sum of one step of h)']
+    """
+    scratch: List[Tuple[Tensor, str]] = []
+    plans: Dict[int, Plan] = {}
+    for t in computed:
+        if not isinstance(t, Compute) or options.forced(t.name) not in (None, "steps"):
+            continue
+        p = plan(t)
+        if p is None:
+            continue
+        plans[t.uid] = p
+        scratch += [(s, f"{s.name} (scratch: the sum of one step of {t.name})") for s in p.sums]
+    return scratch, plans

@@ -1,0 +1,113 @@
+"""Recurrences by steps (codegen.recurrence_steps): each step's sums over earlier steps for
+all positions at once. Checked against the numpy backend and against the point-by-point
+loops (the same values), for cells of several shapes, both directions, rings, gradients."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorexpr as te
+from codegen import recurrence_steps
+
+from .util import agree, rand
+
+
+def _rnn(T=7, B=3, D=12, where=None):
+    W = te.placeholder((D, D), name="W")
+    x = te.placeholder((T, B, D), name="x")
+    k = te.reduce_axis(D, name="k")
+
+    def fn(h, t, b, j):
+        s = te.sum(h[t - 1, b, k] * W[k, j], axis=k,
+                   where=None if where is None else where(t, b, k))
+        return te.tanh(x[t, b, j] + te.select(t == 0, 0.0, s))
+    h = te.recurrence((T, B, D), fn, name="h")
+    return h, [x, W], [rand((T, B, D)), rand((D, D), seed=1) * 0.3]
+
+
+def _gru(T=6, B=2, D=10, dtype="float64"):
+    x = [te.placeholder((T, B, D), dtype, n) for n in ("xz", "xr", "xn")]
+    U = [te.placeholder((D, D), dtype, n) for n in ("Uz", "Ur", "Un")]
+
+    def prev(h, t, b, j, W):
+        k = te.reduce_axis(D, "k")
+        return te.select(t == 0, 0.0, te.sum(h[t - 1, b, k] * W[k, j], axis=k))
+
+    def fn(h, t, b, j):
+        z = te.sigmoid(x[0][t, b, j] + prev(h, t, b, j, U[0]))
+        r = te.sigmoid(x[1][t, b, j] + prev(h, t, b, j, U[1]))
+        n = te.tanh(x[2][t, b, j] + r * prev(h, t, b, j, U[2]))
+        return (1.0 - z) * n + z * te.select(t == 0, 0.0, h[t - 1, b, j])
+    h = te.recurrence((T, B, D), fn, name="h", dtype=dtype)
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal((T, B, D)) for _ in x] + \
+        [rng.standard_normal((D, D)) * 0.3 for _ in U]
+    return h, x + U, arrays
+
+
+def test_a_tanh_rnn_runs_by_steps_and_agrees():
+    h, ins, arrays = _rnn()
+    f, (got,) = agree([h], ins, *arrays)
+    assert f.schedule["h"].strategy == "steps"
+    assert f.schedule["h_step0"].strategy == "rows"  # the step's sum: a row-tiled product
+    plain = te.build(h, ins, options=te.ScheduleOptions(force={"h": "loops"}))
+    # (the point-by-point loops sum in vector lanes: another association of each sum)
+    np.testing.assert_allclose(plain(*arrays), got, rtol=1e-5, atol=1e-6)
+
+
+def test_a_descending_recurrence_by_steps():
+    # an adjoint runs its recurrence backwards: dh[t] reads dh[t + 1] in its sums
+    h, ins, arrays = _rnn(T=5, B=2, D=8)
+    H = te.placeholder(h.shape, name="H")
+    grads = te.differentiate(h, ins, head=H)
+    dh = grads.adjoints[h]
+    assert dh.carry.step == -1
+    g, _ = agree(list(grads), ins + [H], *arrays, rand(h.shape, seed=4), rtol=1e-4, atol=1e-5)
+    assert g.schedule[dh.name].strategy == "steps"
+
+
+def test_a_gru_forward_and_gradient_by_steps():
+    h, ins, arrays = _gru()
+    f, _ = agree([h], ins, *arrays)
+    assert f.schedule["h"].param("step sums") == ("h_step0", "h_step1", "h_step2")
+    H = te.placeholder(h.shape, "float64", "H")
+    grads = te.differentiate(h, ins, head=H)
+    g, _ = agree(list(grads), ins + [H], *arrays, rand(h.shape, "float64", seed=9))
+    assert g.schedule[grads.adjoints[h].name].strategy == "steps"
+
+
+def test_a_sum_under_a_condition_on_another_axis_stays_point_by_point():
+    T, B, D = 5, 2, 6
+    W = te.placeholder((D, D), name="W")
+    x = te.placeholder((T, B, D), name="x")
+    k = te.reduce_axis(D, name="k")
+    h = te.recurrence((T, B, D), lambda h, t, b, j: x[t, b, j] + te.select(
+        (t > 0) & (j % 2 == 0), te.sum(h[t - 1, b, k] * W[k, j], axis=k), 0.0), name="h")
+    assert recurrence_steps.plan(h) is None
+    f, _ = agree([h], [x, W], rand((T, B, D)), rand((D, D), seed=1) * 0.3)
+    assert f.schedule["h"].strategy == "loops"
+
+
+def test_a_where_on_the_step_and_the_sum_axis():
+    h, ins, arrays = _rnn(where=lambda t, b, k: (k <= t) & (b + k < 14))
+    f, _ = agree([h], ins, *arrays)
+    assert f.schedule["h"].strategy == "steps"
+
+
+def test_a_checkpointed_recurrence_by_steps_keeps_its_ring():
+    T, B, D = 9, 2, 8
+    W = te.placeholder((D, D), "float64", "W")
+    x = te.placeholder((T, B, D), "float64", "x")
+    k = te.reduce_axis(D, name="k")
+    h = te.recurrence((T, B, D), lambda h, t, b, j: te.tanh(x[t, b, j] + te.select(
+        t == 0, 0.0, te.sum(h[t - 1, b, k] * W[k, j], axis=k))), name="h", dtype="float64")
+    last = te.compute((B, D), lambda b, j: h[T - 1, b, j] * 2.0, name="last")
+    f, _ = agree([last], [x, W], rand((T, B, D), "float64"), rand((D, D), "float64", 1) * 0.3)
+    assert f.schedule["h"].strategy == "steps" and f.schedule.checkpoint
+
+
+def test_forcing_loops_on_a_recurrence_leaves_no_step_buffers():
+    h, ins, arrays = _rnn()
+    f = te.build(h, ins, options=te.ScheduleOptions(force={"h": "loops"}))
+    assert f.schedule.strategies() == {"h": "loops"}
+    assert "h_step0" not in f.source

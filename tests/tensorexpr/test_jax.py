@@ -314,3 +314,31 @@ def test_the_handler_is_keyed_by_the_ffi_headers(tmp_path):
     with open(copy / "xla" / "ffi" / "api" / "ffi.h", "a") as f:
         f.write("// another version\n")
     assert xla_ffi.handler_source(str(copy)) != xla_ffi.handler_source(src)
+
+
+def test_without_a_cxx_compiler_auto_falls_back_and_ffi_says_why():
+    """In a process whose $CXX does not exist: via="auto" runs through pure_callback,
+    via="ffi" is refused with the reason."""
+    import os
+    import subprocess
+    import sys
+    code = ("import jax, jax.numpy as jnp, tensorexpr as te, tensorexpr.jax as tej\n"
+            "X = te.placeholder((3,), name='X')\n"
+            "Y = te.compute((3,), lambda i: X[i] * X[i], name='Y')\n"
+            "print(tej.ffi_available())\n"
+            "f = tej.op(Y)\n"
+            "print(f.uses_ffi(), jax.jit(f)(jnp.arange(3.0, dtype=jnp.float32)).tolist())\n"
+            "try:\n"
+            "    tej.op(Y, via='ffi')(jnp.arange(3.0, dtype=jnp.float32))\n"
+            "except te.TensorExprError as e:\n"
+            "    print(e)\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=root, CXX="/nonexistent/c++"),
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    why, auto, refused = out.stdout.strip().splitlines()
+    assert why.startswith("the XLA FFI handler cannot be built or loaded: $CXX is "
+                          "'/nonexistent/c++'")
+    assert auto == "False [0.0, 1.0, 4.0]"
+    assert refused.startswith("op 'Y': via='ffi' cannot be used: the XLA FFI handler")

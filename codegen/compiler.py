@@ -48,6 +48,9 @@ FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fno-math-er
 GCC_FLAGS = ("-fno-predictive-commoning",)
 OPENMP_FLAG = "-fopenmp"
 LIBS = ("-lm",)
+#: the C++ helper libraries (tensorexpr.jax's XLA FFI handler): ``-x c++`` because the
+#: cache keeps every source as ``.c``; no -march=native, the handler only moves pointers
+CXX_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-x", "c++")
 #: bump when the calling convention or file layout of cached libraries changes
 CACHE_FORMAT = "1"
 
@@ -62,13 +65,17 @@ class CacheDirError(TensorExprError, OSError):
 
 @dataclass(frozen=True)
 class Compiler:
-    """A resolved compiler: command prefix, identity text (path and version), OpenMP support."""
+    """A resolved compiler: command prefix, identity text (path and version), OpenMP
+    support, and the language it compiles (``"c"``, or ``"c++"`` for helper libraries)."""
 
     argv: Tuple[str, ...]
     identity: str
     openmp: bool
+    language: str = "c"
 
     def flags(self) -> Tuple[str, ...]:
+        if self.language == "c++":
+            return CXX_FLAGS
         gcc = "Free Software Foundation" in self.identity and "clang" not in self.identity
         return FLAGS + (GCC_FLAGS if gcc else ()) + ((OPENMP_FLAG,) if self.openmp else ())
 
@@ -124,6 +131,39 @@ def find_compiler() -> Compiler:
     comp = Compiler(tuple(argv), identity, bool(openmp))
     if openmp is not None:  # unknown (the compiler failed this time): ask again next build
         _compilers[key] = comp
+    return comp
+
+
+def find_cxx_compiler() -> Compiler:
+    """The C++ compiler for helper libraries: ``$CXX`` if set, else the first of ``c++``,
+    ``g++``, ``clang++`` on ``PATH`` (resolved once per process for a given ``$CXX``
+    and ``PATH``). Raises :class:`CompilerNotFoundError` if there is none.
+
+    >>> find_cxx_compiler().language  # doctest: +SKIP
+    'c++'
+    """
+    cxx = os.environ.get("CXX", "").strip()
+    key = ("c++", cxx, os.environ.get("PATH", ""))
+    if key in _compilers:
+        return _compilers[key]
+    argv: List[str] = shlex.split(cxx) if cxx else []
+    path = shutil.which(argv[0]) if argv else None
+    if cxx and path is None:
+        raise CompilerNotFoundError(f"$CXX is {cxx!r}, which is not an executable program; "
+                                    f"point it at a C++ compiler (g++ or clang++)")
+    if not cxx:
+        for name in ("c++", "g++", "clang++"):
+            path = shutil.which(name)
+            if path:
+                argv = [name]
+                break
+        if path is None:
+            raise CompilerNotFoundError(
+                "none of c++, g++, clang++ is on PATH and $CXX is not set: install one "
+                "(e.g. g++) or point $CXX at it")
+    argv = [path] + argv[1:]
+    comp = Compiler(tuple(argv), _identity(argv), False, "c++")
+    _compilers[key] = comp
     return comp
 
 

@@ -370,30 +370,111 @@ class KernelFunction:
             self._sites = out
         return self._sites
 
+    def buffer_shapes(self, sizes: Dict[str, int]) -> List[Tuple[Tuple[int, ...], np.dtype]]:
+        """``(shape, dtype)`` of each computed buffer (the layout's ``buffers``) at ``sizes``.
+
+        >>> import tensorexpr as te
+        >>> from codegen.pipeline import build
+        >>> from codegen.signature import Signature
+        >>> n = te.var("n")
+        >>> X = te.placeholder((n,), name="X")
+        >>> impl, _, _ = build(Signature([te.compute((n - 1,), lambda i: X[i] + X[i + 1])], [X]))
+        >>> impl.buffer_shapes({"n": 5})
+        [((4,), dtype('float32'))]
+        """
+        return list(self._for_sizes(tuple(sizes[name] for name in self._size_names)).buffers)
+
+    def entry_address(self) -> int:
+        """The address of the kernel's C entry point ``int te_kernel(void *const *bufs,
+        const int64_t *sizes, int64_t *err)``, for callers that reach it without ctypes
+        (tensorexpr.jax's XLA FFI handler). Valid while this object is alive.
+
+        >>> import tensorexpr as te
+        >>> from codegen.pipeline import build
+        >>> from codegen.signature import Signature
+        >>> X = te.placeholder((2,), name="X")
+        >>> impl, _, _ = build(Signature([te.compute((2,), lambda i: X[i] + X[1 - i])], [X]))
+        >>> impl.entry_address() > 0
+        True
+        """
+        return ctypes.cast(self._fn, ctypes.c_void_p).value
+
+    def error_template(self, code: int, site: int, dim: Optional[int]) -> Optional[str]:
+        """The message of the kernel's error ``code`` at ``site`` in dimension ``dim``,
+        with :data:`INDEX_MARK`, :data:`SIZE_MARK` and :data:`DIM_MARK` standing for the
+        values the kernel reports (:func:`fill` puts them in); ``dim=None``: a read's
+        message for a dimension whose index is not known to come from data. None for a
+        code or site the layout does not know.
+
+        >>> import numpy as np, tensorexpr as te
+        >>> from codegen.pipeline import build
+        >>> from codegen.signature import Signature
+        >>> E = te.placeholder((4,), name="E")
+        >>> I = te.placeholder((2,), dtype="int32", name="I")
+        >>> impl, _, _ = build(Signature([te.compute((2,), lambda i: E[I[i]], name="G")], [E, I]))
+        >>> text = impl.error_template(READ_OUT_OF_RANGE, 0, 0)
+        >>> fill(text, 9, 4, 0).split(") ", 1)[1].split(" (in")[0]
+        "reads 'E' at index 9 in dimension 0, outside its size 4"
+        """
+        if not 0 <= site < len(self.layout.sites) or \
+                code not in (READ_OUT_OF_RANGE, SCATTER_OUT_OF_RANGE):
+            return None
+        info = self.layout.sites[site]
+        owner, read = self._resolved_sites()[site]
+        who = describe(owner) if owner is not None else info.owner_text
+        if code == SCATTER_OUT_OF_RANGE:
+            return (f"{who} scatters to index {INDEX_MARK} in dimension {DIM_MARK}, "
+                    f"outside its size {SIZE_MARK}")
+        if read is not None:
+            from tensorexpr.printer import expr_str
+            name, text = read.tensor.name, expr_str(read)
+            data = dim is not None and dim < len(read.indices) and any(
+                isinstance(x, Read) for x in walk(read.indices[dim], unique=True))
+        else:
+            name, text = info.read_tensor, info.read_text
+            data = dim is not None and dim < len(info.data_dims) and info.data_dims[dim]
+        hint = "; the index comes from data: check the index tensor's values" if data else ""
+        return (f"{who} reads {name!r} at index {INDEX_MARK} in dimension {DIM_MARK}, "
+                f"outside its size {SIZE_MARK} (in {text}){hint}")
+
+    def read_dims(self, site: int) -> int:
+        """How many dimensions the read of error ``site`` indexes (0: no read).
+
+        >>> import tensorexpr as te
+        >>> from codegen.pipeline import build
+        >>> from codegen.signature import Signature
+        >>> E = te.placeholder((4, 3), name="E")
+        >>> I = te.placeholder((2,), dtype="int32", name="I")
+        >>> impl, _, _ = build(Signature([te.compute((2,), lambda i: E[I[i], 1])], [E, I]))
+        >>> impl.read_dims(0)
+        2
+        """
+        read = self._resolved_sites()[site][1]
+        return len(read.indices) if read is not None else len(self.layout.sites[site].data_dims)
+
     def _error(self, err: Sequence[int]) -> Exception:
         code, site, dim, index, size = (int(x) for x in err)
         if not 0 <= site < len(self.layout.sites):
             return RuntimeError(f"the compiled kernel reported error code {code} at an "
                                 f"unknown site {site} (a bug in tensorexpr)")
-        info = self.layout.sites[site]
-        owner, read = self._resolved_sites()[site]
-        who = describe(owner) if owner is not None else info.owner_text
-        if code == READ_OUT_OF_RANGE:
-            if read is not None:
-                from tensorexpr.printer import expr_str
-                name, text = read.tensor.name, expr_str(read)
-                data = any(isinstance(x, Read) for x in walk(read.indices[dim], unique=True))
-            else:
-                name, text = info.read_tensor, info.read_text
-                data = dim < len(info.data_dims) and info.data_dims[dim]
-            hint = "; the index comes from data: check the index tensor's values" if data else ""
-            return IndexError(
-                f"{who} reads {name!r} at index {index} in dimension {dim}, outside its size "
-                f"{size} (in {text}){hint}")
-        if code == SCATTER_OUT_OF_RANGE:
-            return IndexError(f"{who} scatters to index {index} in dimension {dim}, "
-                              f"outside its size {size}")
-        return RuntimeError(f"the compiled kernel reported unknown error code {code}")
+        text = self.error_template(code, site, dim)
+        if text is None:
+            return RuntimeError(f"the compiled kernel reported unknown error code {code}")
+        return IndexError(fill(text, index, size, dim))
+
+
+#: stand-ins for the reported index, size and dimension in :meth:`KernelFunction.error_template`
+INDEX_MARK, SIZE_MARK, DIM_MARK = "\x01", "\x02", "\x03"
+
+
+def fill(template: str, index: int, size: int, dim: int) -> str:
+    """``template`` with the values a kernel reported in place of its marks.
+
+    >>> fill(f"index {INDEX_MARK} of {SIZE_MARK} in dimension {DIM_MARK}", 7, 3, 1)
+    'index 7 of 3 in dimension 1'
+    """
+    return (template.replace(INDEX_MARK, str(index)).replace(SIZE_MARK, str(size))
+            .replace(DIM_MARK, str(dim)))
 
 
 def _after_fork_in_child() -> None:

@@ -47,6 +47,19 @@ class Function:
         self._takes_out = "out" not in signature.input_names
 
     @property
+    def impl(self):
+        """What a call runs, ``impl(arrays, sizes) -> outputs`` on validated arrays: on the
+        C backend a ``codegen.runtime.KernelFunction`` (or a ``codegen.views.WithViews``
+        around one), which tensorexpr.jax's XLA FFI path calls without Python.
+
+        >>> import tensorexpr as te
+        >>> X = te.placeholder((2,), name="X")
+        >>> type(te.build(te.compute((2,), lambda i: X[i] * X[i])).impl).__name__
+        'KernelFunction'
+        """
+        return self._impl
+
+    @property
     def schedule(self):
         """What the C backend chose for each tensor (``codegen.schedule.Schedule``:
         print it, or look a tensor up by name); None for the numpy backend.

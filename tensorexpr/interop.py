@@ -385,7 +385,7 @@ class Program:
 
 class GradOps:
     """The backward operators of an adapter's op, built on first use as ops of the
-    same adapter (``type(self)``): :meth:`grad_op` (inputs, one head per float
+    same adapter (:meth:`derived`): :meth:`grad_op` (inputs, one head per float
     output, the saved values) and :meth:`extras_grad_op` (the gradient through the
     saved values that are not outputs, needed by higher derivatives only). A subclass
     sets ``self.program`` and calls ``GradOps.__init__``.
@@ -405,6 +405,22 @@ class GradOps:
         self._grad_op = None
         self._extras_grad_op = None
 
+    def derived(self, program: "Program"):
+        """An op of ``program`` (a backward) like this one: ``type(self)(program)``; an
+        adapter whose ops carry options overrides it to pass them on.
+
+        >>> class Echo(GradOps):
+        ...     def __init__(self, program):
+        ...         self.program = program
+        ...         GradOps.__init__(self)
+        >>> import tensorexpr as te
+        >>> X = te.placeholder((2,), name="X")
+        >>> op = Echo(Program(te.compute((2,), lambda i: X[i] * X[i], name="Y")))
+        >>> op.grad_op().program.name
+        'Y_grad'
+        """
+        return type(self)(program)
+
     def grad_op(self):
         """The backward as an op of the inputs, one head per float output and the saved
         values (built on first use).
@@ -420,7 +436,7 @@ class GradOps:
         ['X', 'd_Y']
         """
         if self._grad_op is None:
-            self._grad_op = type(self)(self.program.grad())
+            self._grad_op = self.derived(self.program.grad())
         return self._grad_op
 
     def extras_grad_op(self):
@@ -439,5 +455,5 @@ class GradOps:
         'Y_saved_grad'
         """
         if self._extras_grad_op is None:
-            self._extras_grad_op = type(self)(self.program.extras_grad())
+            self._extras_grad_op = self.derived(self.program.extras_grad())
         return self._extras_grad_op

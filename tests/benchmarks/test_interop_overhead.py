@@ -18,9 +18,12 @@ def test_docstring_examples():
 def test_quick_measurement_reports_every_row():
     pytest.importorskip("torch")
     pytest.importorskip("jax")
+    import tensorexpr.jax as tej
     rows = bench.measure(quick=True)
     measured = {k: v for k, v in rows.items() if v is not None}
-    assert len(measured) == 5 and all(v > 0 for v in measured.values())
-    assert rows[bench.FFI] is None
+    ffi = tej.ffi_available() is None
+    assert len(measured) == 5 + ffi and all(v > 0 for v in measured.values())
+    assert (rows[bench.FFI] is not None) == ffi and rows[bench.CALLBACK] is not None
     text = bench.report(rows)
-    assert "tensorexpr.torch / native custom op:" in text and "not implemented" in text
+    assert "tensorexpr.torch / native custom op:" in text
+    assert ("XLA FFI call" in text) == ffi

@@ -11,6 +11,7 @@ from jax.test_util import check_grads  # noqa: E402
 
 import tensorexpr as te  # noqa: E402
 import tensorexpr.jax as tej  # noqa: E402
+from codegen import xla_ffi  # noqa: E402
 from tests.tensorexpr.interop_cases import CASES  # noqa: E402
 
 BY_NAME = {c.name: c for c in CASES}
@@ -27,11 +28,30 @@ def x64():
 _OPS = {}
 
 
-def _op(name):
-    if name not in _OPS:
+def _op(name, via="auto"):
+    if (name, via) not in _OPS:
         outputs, inputs = BY_NAME[name].define()
-        _OPS[name] = (tej.op(outputs, inputs=inputs, name=name), outputs, inputs)
-    return _OPS[name]
+        _OPS[name, via] = (tej.op(outputs, inputs=inputs, name=name, via=via), outputs, inputs)
+    return _OPS[name, via]
+
+
+def _needs_ffi():
+    why = tej.ffi_available()
+    if why is not None:
+        pytest.skip(why)
+
+
+def _primitives(jaxpr) -> list:
+    """The names of the primitives a jaxpr runs, inner jaxprs (jit, custom_vjp) included."""
+    out = []
+    for eqn in jaxpr.eqns:
+        out.append(eqn.primitive.name)
+        for v in eqn.params.values():
+            for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    out += _primitives(inner)
+    return out
 
 
 def _arrays(name, n=3, seed=0):
@@ -51,9 +71,13 @@ def _float_args(name, xs):
     return g, [xs[k] for k in floats]
 
 
+@pytest.mark.parametrize("via", ["ffi", "callback"])
 @pytest.mark.parametrize("name", [c.name for c in CASES])
-def test_forward_matches_the_numpy_backend_under_jit(name):
-    f, outputs, inputs = _op(name)
+def test_forward_matches_the_numpy_backend_under_jit(name, via):
+    if via == "ffi":
+        _needs_ffi()
+    f, outputs, inputs = _op(name, via)
+    assert f.uses_ffi() == (via == "ffi")
     ref = te.build(outputs, inputs=inputs, backend="numpy")
     for n in (2, 5):
         xs = _arrays(name, n, seed=n)
@@ -89,8 +113,60 @@ def test_grad_of_grad_matches_jax_softmax():
     np.testing.assert_allclose(jax.jit(lambda x: hvp(f))(x), hvp(ref), atol=1e-10)
 
 
+@pytest.mark.parametrize("name", [c.name for c in CASES])
+def test_the_ffi_call_and_the_callback_agree_on_values_and_gradients(name):
+    """The same compiled kernels on both paths: equal to the last bit."""
+    _needs_ffi()
+    xs = _arrays(name, 3)
+    results = []
+    for via in ("ffi", "callback"):
+        g, fl = _float_args_via(name, xs, via)
+        out = g(*fl)
+        grads = jax.jit(jax.grad(lambda *a: sum((o ** 2).sum() for o in _tuple(g(*a))),
+                                 argnums=tuple(range(len(fl)))))(*fl)
+        results.append([np.asarray(a) for a in _tuple(out) + tuple(grads)])
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
+def _tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _float_args_via(name, xs, via):
+    f, _, inputs = _op(name, via)
+    floats = [k for k, t in enumerate(inputs) if t.dtype.startswith("float")]
+
+    def g(*fl):
+        args = list(xs)
+        for k, v in zip(floats, fl):
+            args[k] = v
+        return f(*args)
+    return g, [xs[k] for k in floats]
+
+
+def test_ffi_calls_reach_the_kernel_without_python(monkeypatch):
+    """Under jit, forward + backward are two FFI custom calls (the forward runs once,
+    its saved values feed the backward) and no host callback; Python's ``run`` of
+    either program is never called."""
+    _needs_ffi()
+    f, _, _ = _op("softmax", "ffi")
+    g = f.grad_op()
+    for p in (f.program, g.program):
+        monkeypatch.setattr(p, "run", lambda arrays: pytest.fail("Python ran the kernel"))
+    (x,) = _arrays("softmax", 3)
+
+    def step(x, h):
+        (y, s), vjp = jax.vjp(f, x)
+        return vjp((h, jnp.zeros_like(s)))[0]
+    h = jnp.ones((3, 5))
+    names = _primitives(jax.make_jaxpr(step)(x, h).jaxpr)
+    assert names.count("ffi_call") == 2 and "pure_callback" not in names
+    np.testing.assert_allclose(jax.jit(step)(x, h), np.zeros((3, 5)), atol=1e-12)
+
+
 def test_vjp_with_several_outputs_and_the_forward_run_once(monkeypatch):
-    f, _, _ = _op("softmax")
+    f, _, _ = _op("softmax", "callback")
     p = f.program
     calls = []
     monkeypatch.setattr(p, "run", lambda arrays, run=p.run: calls.append("fwd") or run(arrays))
@@ -109,6 +185,9 @@ def test_vmap_sequential_forward_and_gradient(name):
     f, _, _ = _op(name)
     batch = [_arrays(name, 3, seed=s) for s in range(4)]
     stacked = [jnp.stack(xs) for xs in zip(*batch)]
+    if f.uses_ffi():  # a loop inside XLA around the FFI call, no host callback
+        names = _primitives(jax.make_jaxpr(jax.vmap(f))(*stacked).jaxpr)
+        assert "ffi_call" in names and "pure_callback" not in names
     got = jax.vmap(f)(*stacked)
     for k, xs in enumerate(batch):
         np.testing.assert_allclose(got[k], f(*xs), rtol=1e-12)
@@ -161,3 +240,105 @@ def test_float32_program_and_call_by_name():
     x = jnp.array([0.0, 1.0, 2.0], jnp.float32)
     assert f(X=x).dtype == jnp.float32
     np.testing.assert_allclose(jax.grad(lambda x: f(x).sum())(x), np.cos(x), rtol=1e-6)
+
+
+def _gather():
+    E = te.placeholder((4, 2), dtype="float64", name="E")
+    idx = te.placeholder((3,), dtype="int32", name="idx")
+    return te.compute((3, 2), lambda i, j: E[idx[i], j] * E[idx[i], j], name="G"), [E, idx]
+
+
+def test_an_out_of_range_index_is_an_xla_error_with_the_numpy_paths_message():
+    _needs_ffi()
+    G, inputs = _gather()
+    f = tej.op(G, inputs=inputs, via="ffi")
+    E = jnp.asarray(np.random.default_rng(0).standard_normal((4, 2)))
+    good, bad = jnp.array([0, 3, 1], jnp.int32), jnp.array([0, 7, 1], jnp.int32)
+    np.testing.assert_allclose(jax.jit(f)(E, good), np.asarray(E)[[0, 3, 1]] ** 2)
+    with pytest.raises(IndexError) as want:
+        te.build(G, inputs=inputs)(np.asarray(E), np.asarray(bad))
+    assert "reads 'E' at index 7 in dimension 0, outside its size 4" in str(want.value)
+    for fn in (f, jax.jit(f)):
+        with pytest.raises(Exception) as got:
+            jax.block_until_ready(fn(E, bad))
+        assert "OUT_OF_RANGE" in str(got.value) and str(want.value) in str(got.value)
+        assert "test_jax.py" in str(got.value)  # the message names the tensor's line
+    # the backward scatters to E's gradient at the same index: its own message
+    with pytest.raises(Exception, match="scatters to index 7 in dimension 0, outside its "
+                                        "size 4"):
+        jax.block_until_ready(jax.jit(jax.grad(lambda E: f(E, bad).sum()))(E))
+    np.testing.assert_allclose(jax.jit(f)(E, good), np.asarray(E)[[0, 3, 1]] ** 2)
+
+
+def test_via_is_checked_and_passed_to_the_backward():
+    X = te.placeholder((3,), dtype="float64", name="X")
+    Y = te.compute((3,), lambda i: X[i] * X[i], name="Y")
+    with pytest.raises(ValueError, match="via='cuda': choose one of 'auto', 'ffi', 'callback'"):
+        tej.op(Y, via="cuda")
+    f = tej.op(Y, via="callback")
+    assert f.grad_op().via == "callback" and not f.grad_op().uses_ffi()
+    x = jnp.array([1.0, 2.0, 3.0])
+    names = _primitives(jax.make_jaxpr(jax.grad(lambda x: f(x).sum()))(x).jaxpr)
+    assert "pure_callback" in names and "ffi_call" not in names
+
+
+def test_the_handler_library_is_built_once_and_cached_on_disk(tmp_path):
+    """A new process finds the handler in the cache: it starts no compiler (any
+    subprocess fails there) and gets the same verified library."""
+    _needs_ffi()
+    import os
+    import subprocess
+    import sys
+
+    from codegen import compiler
+    path = xla_ffi.handler_library(jax.ffi.include_dir())
+    assert compiler.verify(path)
+    code = ("import subprocess, jax\n"
+            "def refuse(*a, **k): raise AssertionError('started a process: ' + repr(a[:1]))\n"
+            "subprocess.Popen = refuse\n"
+            "from codegen import xla_ffi\n"
+            "print(xla_ffi.handler_library(jax.ffi.include_dir()))\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=root), timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == path
+
+
+def test_the_handler_is_keyed_by_the_ffi_headers(tmp_path):
+    import shutil
+    src = jax.ffi.include_dir()
+    copy = tmp_path / "include"
+    shutil.copytree(src, copy)
+    assert xla_ffi.handler_source(str(copy)) == xla_ffi.handler_source(src)
+    with open(copy / "xla" / "ffi" / "api" / "ffi.h", "a") as f:
+        f.write("// another version\n")
+    assert xla_ffi.handler_source(str(copy)) != xla_ffi.handler_source(src)
+
+
+def test_without_a_cxx_compiler_auto_falls_back_and_ffi_says_why():
+    """In a process whose $CXX does not exist: via="auto" runs through pure_callback,
+    via="ffi" is refused with the reason."""
+    import os
+    import subprocess
+    import sys
+    code = ("import jax, jax.numpy as jnp, tensorexpr as te, tensorexpr.jax as tej\n"
+            "X = te.placeholder((3,), name='X')\n"
+            "Y = te.compute((3,), lambda i: X[i] * X[i], name='Y')\n"
+            "print(tej.ffi_available())\n"
+            "f = tej.op(Y)\n"
+            "print(f.uses_ffi(), jax.jit(f)(jnp.arange(3.0, dtype=jnp.float32)).tolist())\n"
+            "try:\n"
+            "    tej.op(Y, via='ffi')(jnp.arange(3.0, dtype=jnp.float32))\n"
+            "except te.TensorExprError as e:\n"
+            "    print(e)\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=root, CXX="/nonexistent/c++"),
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    why, auto, refused = out.stdout.strip().splitlines()
+    assert why.startswith("the XLA FFI handler cannot be built or loaded: $CXX is "
+                          "'/nonexistent/c++'")
+    assert auto == "False [0.0, 1.0, 4.0]"
+    assert refused.startswith("op 'Y': via='ffi' cannot be used: the XLA FFI handler")

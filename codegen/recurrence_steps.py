@@ -108,7 +108,7 @@ def plan(t: Compute) -> Optional[Plan]:
     found = _sums(t.body, carry, t.self_ref.uid)
     if not found:
         return None
-    step = f"{t.name}_step_{t.uid}"
+    step = f"{t.name}__step"  # deterministic: it is printed in the C comments
     # isl takes a size variable to be >= 1: the variable is the step plus one
     sv = Binary("sub", SizeVar(step, I64), Const(1, I64), I64)
     others = [a for k, a in enumerate(t.axes) if k != t.carry.axis]

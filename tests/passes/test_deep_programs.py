@@ -87,7 +87,7 @@ def test_a_chain_gradient_compiles_as_functions_of_bounded_size():
     # gcc's time grows faster than linearly with one function's size: the gradient
     # of a chain of 1,000 tensors (one function) took it minutes. The longest
     # function must not grow with the chain.
-    from codegen.c_backend import source_text
+    from codegen.pipeline import source_text
     from codegen.signature import Signature
     largest = []
     for n in (150, 600):

@@ -1,4 +1,5 @@
-"""The benchmark suite: the 14 cases of ``shared/benchmark-suite.md``, side by side.
+"""The benchmark suite: the 14 cases of ``shared/benchmark-suite.md`` (tier 1) and the
+19 common kernels of issue 14 (tier 2), side by side.
 
 Run it as ``python -m benchmarks`` (``--help`` lists the options). For every case
 and every installed system (tensorexpr, PyTorch eager autograd, JAX, hand-written
@@ -8,9 +9,9 @@ machine's measured peak FLOP/s or memory bandwidth.
 
 Layout, one concern per module:
 
-- ``cases``: what each case is (sizes, inputs, which inputs are differentiated,
+- ``cases``: what each case is (tier, sizes, inputs, which inputs are differentiated,
   analytic work); data, not code per system.
-- ``systems/``: one module per system defining the 14 forward functions, and the
+- ``systems/``: one module per system defining a forward function per case, and the
   common interface the runner drives (``systems.prepare``).
 - ``reference``: the float64 reference gradient and the error measure.
 - ``timing``: interleaved median timing and the machine's peak figures.
@@ -18,8 +19,8 @@ Layout, one concern per module:
 - ``runner``: the run itself; ``rebuild``: the cached rebuild in a new process.
 
 >>> from benchmarks.cases import CASES
->>> len(CASES), CASES[0].title
-(14, 'matmul')
+>>> len(CASES), CASES[0].title, sum(c.tier == 2 for c in CASES)
+(33, 'matmul', 19)
 """
 
 #: Every system runs with this many threads (torch.set_num_threads, XLA flags,

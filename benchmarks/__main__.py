@@ -1,8 +1,10 @@
 """``python -m benchmarks``: run the suite and print, save and plot the results.
 
-    python -m benchmarks                       # every case, every installed system
-    python -m benchmarks --quick               # reduced sizes, under a minute
+    python -m benchmarks                       # both tiers, every installed system
+    python -m benchmarks --tier 2 --quick      # tier 2 only, reduced sizes
     python -m benchmarks --case 1 --case 8 --systems te,torch
+
+Each tier gets its own table, chart and geometric mean of tensorexpr / fastest peer.
 
 After the main table comes the growth check (``benchmarks.growth``): tensorexpr's
 forward and VJP at each case's size and at a grown size, their growth exponents,
@@ -21,17 +23,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def parse(argv=None) -> argparse.Namespace:
     """The command line: cases and systems validated, in the suite's order."""
-    from benchmarks.cases import CASES
+    from benchmarks.cases import CASES, TIERS
     from benchmarks.systems import ORDER
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="tensorexpr's benchmark suite: forward and VJP of 14 cases, side by side "
-                    "with PyTorch, JAX and hand-written numpy gradients.")
+        description=f"tensorexpr's benchmark suite: forward and VJP of {len(CASES)} cases in "
+                    f"{len(TIERS)} tiers, side by side with PyTorch, JAX and hand-written numpy "
+                    "gradients.")
     parser.add_argument("--quick", action="store_true",
-                        help="reduced sizes and fewer rounds (the whole suite in under a minute)")
+                        help="reduced sizes and fewer rounds (a short run of the whole suite)")
+    parser.add_argument("--tier", type=int, action="append", choices=sorted(TIERS),
+                        help="run the cases of tier N (1: the original 14, 2: the 19 common "
+                             "kernels of issue 14); repeatable; default: every tier")
     parser.add_argument("--case", type=int, action="append", metavar="N",
                         choices=[c.id for c in CASES],
-                        help="run case N (1-14); repeatable; default: all")
+                        help=f"run case N (1-{len(CASES)}); repeatable; overrides --tier")
     parser.add_argument("--systems", default=",".join(ORDER),
                         help=f"comma-separated systems among {','.join(ORDER)} (default: all)")
     parser.add_argument("--json", default=os.path.join(HERE, "results", "latest.json"),
@@ -55,7 +61,9 @@ def parse(argv=None) -> argparse.Namespace:
         parser.error(f"unknown system(s) {', '.join(unknown) or '(none given)'}; "
                      f"choose among {','.join(ORDER)}")
     args.systems = [s for s in ORDER if s in systems]
-    args.case = sorted(set(args.case)) if args.case else [c.id for c in CASES]
+    tiers = set(args.tier or TIERS)
+    args.case = (sorted(set(args.case)) if args.case
+                 else [c.id for c in CASES if c.tier in tiers])
     return args
 
 
@@ -76,8 +84,9 @@ def main(argv=None) -> int:
         print("\n" + grown)
     report.write_json(results, args.json)
     print(f"\nresults: {args.json}")
-    note = report.write_png(results, args.png)
-    print(note or f"chart: {args.png}")
+    for tier, path in report.chart_paths(results, args.png).items():
+        note = report.write_png(results, path, tier=tier)
+        print(note or f"chart (tier {tier}): {path}")
     return 0
 
 

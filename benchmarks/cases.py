@@ -1,9 +1,14 @@
-"""The 14 benchmark cases as data: sizes, inputs, differentiated inputs, analytic work.
+"""The benchmark cases as data: sizes, inputs, differentiated inputs, analytic work.
+
+Tier 1 (``TIER1``, ids 1-14) is the suite's original 14 cases; tier 2 (``TIER2``,
+ids 15-33) the 19 common kernels of issue 14 (batched matmul, attention, more
+convolutions, normalisations, a loss, recurrent cells, scans, resampling, ...).
+``CASES`` is both, in id order.
 
 Each system (``benchmarks/systems/*``) defines the forward of a case from its
 ``key`` and parameters ``p``; everything shared (input generation, the head, the
 work counted for the roofline figures) lives here once. The three convolutions
-are one parametrised definition (``key == "conv2d"``).
+are one parametrised definition (``key == "conv2d"``), as is tier 2's 5x5 one.
 
 >>> case = CASES[0]
 >>> p = case.params(quick=True)
@@ -24,12 +29,17 @@ class Arg:
     """One input of a case: a name, a shape from the parameters, a dtype.
 
     ``high`` makes it an integer index input with values in ``[0, high(p))``.
+    ``scale`` multiplies a float input's standard normal values by ``scale(p)``:
+    recurrent and gate weights scaled by ``1/sqrt(fan_in)`` as a user initialises
+    them, so the sigmoids and tanhs of tier 2 are not saturated (a saturated
+    ``1 - y**2`` in float32 is all rounding, and its error would mean nothing).
     """
 
     name: str
     shape: Callable[[dict], tuple]
     dtype: str = "float32"
     high: Optional[Callable[[dict], int]] = None
+    scale: Optional[Callable[[dict], float]] = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,8 @@ class Case:
     are measured in bytes: every input and output once, the VJP reading only
     ``vjp_reads`` of the forward inputs (plus ``H``) and writing the gradients;
     ``nbytes(p)`` replaces that count where it would overstate the least traffic.
+    ``tier`` is 1 for the suite's first 14 cases, 2 for the common kernels of issue 14
+    (ids 15-33), run with ``--tier 2``.
     """
 
     id: int
@@ -69,6 +81,7 @@ class Case:
     nbytes: Optional[Callable[[dict], Tuple[int, int]]] = None
     extra: Dict[str, object] = field(default_factory=dict)
     grow: Dict[str, int] = field(default_factory=dict)
+    tier: int = 1
 
     def params(self, quick: bool = False, grown: bool = False) -> dict:
         """The sizes and fixed parameters of this case (``extra`` merged in);
@@ -91,7 +104,8 @@ class Case:
             if a.high is not None:
                 out[a.name] = rng.integers(0, a.high(p), size=shape).astype(a.dtype)
             else:
-                out[a.name] = rng.standard_normal(shape).astype(a.dtype)
+                x = rng.standard_normal(shape)
+                out[a.name] = (x * a.scale(p) if a.scale else x).astype(a.dtype)
         return out
 
     def head(self, shape: tuple) -> np.ndarray:
@@ -218,8 +232,151 @@ CASES: Tuple[Case, ...] = (
 )
 
 
+# {{{ tier 2: common kernels outside the first 14 (issue 14), ids 15-33
+
+
+def _fan_in(*dims: str):
+    """``1/sqrt(product of the sizes dims)``: a weight's usual initial scale."""
+    return lambda p: float(np.prod([p[d] for d in dims])) ** -0.5
+
+
+def _mm_flops(fwd):
+    """(forward, VJP) FLOPs of a product-dominated case: each operand's gradient is
+    one more product of the forward's size."""
+    return lambda p: (fwd(p), 2 * fwd(p))
+
+
+def _seq(p):
+    return (p["T"], p["B"], p["I"])
+
+
+TIER2: Tuple[Case, ...] = (
+    Case(15, "bmm", "batched matmul",
+         full=dict(B=16, M=128, K=256, N=128), quick=dict(B=3, M=32, K=24, N=40),
+         args=(Arg("A", lambda p: (p["B"], p["M"], p["K"])),
+               Arg("Bm", lambda p: (p["B"], p["K"], p["N"]))),
+         wrt=("A", "Bm"), flops=_mm_flops(lambda p: 2 * p["B"] * p["M"] * p["N"] * p["K"]),
+         grow={"B": 4}, tier=2),
+    Case(16, "attention", "attention (sdpa)",
+         full=dict(BH=16, L=128, d=64), quick=dict(BH=2, L=24, d=16),
+         args=tuple(Arg(n, lambda p: (p["BH"], p["L"], p["d"])) for n in ("Q", "K", "V")),
+         wrt=("Q", "K", "V"),
+         flops=_mm_flops(lambda p: 4 * p["BH"] * p["L"] * p["L"] * p["d"]),
+         grow={"L": 2}, tier=2),
+    Case(17, "depthwise", "depthwise conv 3x3",
+         full=dict(N=8, C=64, H=32, W=32), quick=dict(N=2, C=4, H=8, W=7),
+         args=(Arg("X", _nchw), Arg("W", lambda p: (p["C"], 1, 3, 3))),
+         wrt=("X", "W"),
+         flops=_mm_flops(lambda p: 2 * 9 * p["N"] * p["C"] * p["H"] * p["W"]),
+         grow=_IMAGE, tier=2),
+    Case(18, "conv1x1", "conv 1x1",
+         full=dict(N=8, C=64, F=64, H=32, W=32), quick=dict(N=2, C=8, F=6, H=6, W=5),
+         args=(Arg("X", _nchw), Arg("W", lambda p: (p["F"], p["C"], 1, 1), scale=_fan_in("C"))),
+         wrt=("X", "W"),
+         flops=_mm_flops(lambda p: 2 * p["N"] * p["F"] * p["C"] * p["H"] * p["W"]),
+         grow=_IMAGE, tier=2),
+    Case(19, "conv2d", "conv 5x5 p2",
+         full=dict(N=8, C=16, F=32, KH=5, KW=5, H=32, W=32),
+         quick=dict(N=2, C=4, F=8, KH=5, KW=5, H=12, W=12),
+         args=(Arg("X", _nchw), Arg("W", lambda p: (p["F"], p["C"], p["KH"], p["KW"]))),
+         wrt=("X", "W"), flops=_conv_flops, extra=dict(stride=1, pad=2, dil=1), grow=_IMAGE,
+         tier=2),
+    Case(20, "conv1d", "conv1d k5 p2 (NCW)",
+         full=dict(N=8, C=64, F=64, L=512, K=5), quick=dict(N=2, C=6, F=8, L=40, K=5),
+         args=(Arg("X", lambda p: (p["N"], p["C"], p["L"])),
+               Arg("W", lambda p: (p["F"], p["C"], p["K"]), scale=_fan_in("C", "K"))),
+         wrt=("X", "W"), extra=dict(pad=2),
+         flops=_mm_flops(lambda p: 2 * p["N"] * p["F"] * p["L"] * p["C"] * p["K"]),
+         grow={"L": 4}, tier=2),
+    Case(21, "conv_transpose", "conv transpose k4 s2 p1",
+         full=dict(N=8, C=32, F=16, H=16, W=16, K=4), quick=dict(N=2, C=4, F=6, H=5, W=4, K=4),
+         args=(Arg("X", _nchw), Arg("W", lambda p: (p["C"], p["F"], p["K"], p["K"]))),
+         wrt=("X", "W"), extra=dict(stride=2, pad=1),
+         flops=_mm_flops(lambda p: 2 * p["N"] * p["C"] * p["F"] * p["H"] * p["W"] * p["K"] ** 2),
+         grow=_IMAGE, tier=2),
+    Case(22, "groupnorm", "group norm",
+         full=dict(N=8, C=64, H=16, W=16, G=8), quick=dict(N=2, C=6, H=4, W=5, G=3),
+         args=(Arg("X", _nchw), Arg("gamma", lambda p: (p["C"],)),
+               Arg("beta", lambda p: (p["C"],))),
+         wrt=("X", "gamma", "beta"), vjp_reads=("X", "gamma"), extra=dict(eps=1e-5),
+         grow=_IMAGE, tier=2),
+    Case(23, "batchnorm", "batch norm (training)",
+         full=dict(N=16, C=64, H=16, W=16), quick=dict(N=3, C=4, H=4, W=5),
+         args=(Arg("X", _nchw), Arg("gamma", lambda p: (p["C"],)),
+               Arg("beta", lambda p: (p["C"],))),
+         wrt=("X", "gamma", "beta"), vjp_reads=("X", "gamma"), extra=dict(eps=1e-5),
+         grow=_IMAGE, tier=2),
+    Case(24, "xent", "log-softmax cross-entropy",
+         full=dict(B=1024, V=1000), quick=dict(B=32, V=50),
+         args=(Arg("logits", lambda p: (p["B"], p["V"])),
+               Arg("labels", lambda p: (p["B"],), dtype="int64", high=lambda p: p["V"])),
+         wrt=("logits",), vjp_reads=("logits", "labels"), grow={"V": 4}, tier=2),
+    Case(25, "lstm", "LSTM cell, fused gates",
+         full=dict(B=64, I=256, Hd=256), quick=dict(B=4, I=12, Hd=8),
+         args=(Arg("x", lambda p: (p["B"], p["I"])), Arg("h", lambda p: (p["B"], p["Hd"])),
+               Arg("c", lambda p: (p["B"], p["Hd"])),
+               Arg("Wx", lambda p: (p["I"], 4 * p["Hd"]), scale=_fan_in("I")),
+               Arg("Wh", lambda p: (p["Hd"], 4 * p["Hd"]), scale=_fan_in("Hd")),
+               Arg("b", lambda p: (4 * p["Hd"],))),
+         wrt=("x", "h", "c", "Wx", "Wh", "b"),
+         flops=_mm_flops(lambda p: 8 * p["B"] * (p["I"] + p["Hd"]) * p["Hd"]),
+         grow={"B": 4}, tier=2),
+    Case(26, "gru", "GRU over T steps",
+         full=dict(T=64, B=16, I=64, Hd=128), quick=dict(T=6, B=2, I=5, Hd=4),
+         args=(Arg("x", _seq), Arg("Wx", lambda p: (p["I"], 3 * p["Hd"]), scale=_fan_in("I")),
+               Arg("Wh", lambda p: (p["Hd"], 3 * p["Hd"]), scale=_fan_in("Hd")),
+               Arg("b", lambda p: (3 * p["Hd"],))),
+         wrt=("x", "Wx", "Wh", "b"),
+         flops=_mm_flops(lambda p: 6 * p["T"] * p["B"] * (p["I"] + p["Hd"]) * p["Hd"]),
+         grow={"T": 4}, tier=2),
+    Case(27, "rnn", "tanh RNN over T steps",
+         full=dict(T=64, B=16, I=64, Hd=128), quick=dict(T=6, B=2, I=5, Hd=4),
+         args=(Arg("x", _seq), Arg("Wx", lambda p: (p["I"], p["Hd"]), scale=_fan_in("I")),
+               Arg("Wh", lambda p: (p["Hd"], p["Hd"]), scale=_fan_in("Hd")),
+               Arg("b", lambda p: (p["Hd"],))),
+         wrt=("x", "Wx", "Wh", "b"),
+         flops=_mm_flops(lambda p: 2 * p["T"] * p["B"] * (p["I"] + p["Hd"]) * p["Hd"]),
+         grow={"T": 4}, tier=2),
+    Case(28, "cumsum", "cumsum, last axis",
+         full=dict(R=512, N=2048), quick=dict(R=16, N=64),
+         args=(Arg("X", lambda p: (p["R"], p["N"])),), wrt=("X",), grow={"N": 4}, tier=2),
+    Case(29, "upsample", "bilinear 2x upsampling",
+         full=dict(N=8, C=32, H=32, W=32), quick=dict(N=2, C=3, H=5, W=6),
+         args=(Arg("X", _nchw),), wrt=("X",), grow=_IMAGE, tier=2),
+    Case(30, "pdist", "pairwise sq. distances",
+         full=dict(N=1024, M=1024, D=64), quick=dict(N=40, M=24, D=16),
+         args=(Arg("A", lambda p: (p["N"], p["D"])), Arg("Bm", lambda p: (p["M"], p["D"]))),
+         wrt=("A", "Bm"), flops=_mm_flops(lambda p: 2 * p["N"] * p["M"] * p["D"]),
+         grow={"N": 2, "M": 2}, tier=2),
+    Case(31, "seqmax", "global max pool (seq)",
+         full=dict(N=32, C=256, L=512), quick=dict(N=2, C=8, L=40),
+         args=(Arg("X", lambda p: (p["N"], p["C"], p["L"])),), wrt=("X",), vjp_reads=("X",),
+         grow={"L": 4}, tier=2),
+    Case(32, "gelu", "GELU (tanh form)",
+         full=dict(B=4096, D=1024), quick=dict(B=64, D=256),
+         args=(Arg("X", lambda p: (p["B"], p["D"])),), wrt=("X",), vjp_reads=("X",),
+         grow={"B": 4}, tier=2),
+    Case(33, "l2norm", "row L2 normalization",
+         full=dict(B=4096, D=512), quick=dict(B=64, D=128),
+         args=(Arg("X", lambda p: (p["B"], p["D"])),), wrt=("X",), vjp_reads=("X",),
+         extra=dict(eps=1e-12), grow={"D": 4}, tier=2),
+)
+
+# }}}
+
+TIER1 = CASES
+#: every case of both tiers, in id order
+CASES = TIER1 + TIER2
+#: the tiers by number (``python -m benchmarks --tier N``)
+TIERS = {1: TIER1, 2: TIER2}
+
+
 def by_id(case_id: int) -> Case:
-    """The case numbered ``case_id`` (1-based, as in the suite's table)."""
+    """The case numbered ``case_id`` (1-based, as in the suite's table).
+
+    >>> by_id(16).title, by_id(16).tier
+    ('attention (sdpa)', 2)
+    """
     for c in CASES:
         if c.id == case_id:
             return c

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from benchmarks import growth
 from benchmarks.systems import ORDER
@@ -47,12 +47,89 @@ def status_text(row: dict) -> str:
     return f"{row['status']}; forward {row['fwd_status']}"
 
 
+def tiers(cases: List[dict]) -> List[int]:
+    """The tiers present among result ``cases``, in order (a case without one is tier 1).
+
+    >>> tiers([{"tier": 2}, {}, {"tier": 2}])
+    [1, 2]
+    """
+    return sorted({c.get("tier", 1) for c in cases})
+
+
+def _fastest_peer_ratio(case: dict, part: str) -> Optional[Tuple[str, float]]:
+    """``(peer, te/peer)`` for the peer with the lowest median on ``part`` among those
+    whose result is ok, when tensorexpr's is ok too; the ratio is the paired one
+    (median of per-round ratios) of the table."""
+    status = "fwd_status" if part == "fwd" else "status"
+    rows = case["systems"]
+    if rows.get("te", {}).get(status) != "ok":
+        return None
+    peers = [(row[f"{part}_ms"], name) for name, row in rows.items()
+             if name != "te" and row.get(status) == "ok" and row.get(f"{part}_ms")]
+    if not peers:
+        return None
+    _, peer = min(peers)
+    ratio = case["ratios"].get(f"te/{peer}", {}).get(part)
+    return None if ratio is None else (peer, ratio)
+
+
+def tier_summary(cases: List[dict]) -> Dict[str, dict]:
+    """Per tier: the geometric mean over its cases of tensorexpr / fastest peer, forward and
+    VJP, and how many cases it covers (a case counts where tensorexpr and a peer are ok).
+
+    >>> row = lambda ms: {"fwd_status": "ok", "status": "ok", "fwd_ms": ms, "vjp_ms": ms}
+    >>> case = lambda r: {"tier": 2, "systems": {"te": row(1.0), "torch": row(2.0),
+    ...                   "jax": row(9.0)}, "ratios": {"te/torch": {"fwd": r, "vjp": r},
+    ...                   "te/jax": {"fwd": 0.1, "vjp": 0.1}}}
+    >>> s = tier_summary([case(0.5), case(2.0)])["2"]
+    >>> s["fwd_geomean"], s["vjp_geomean"], s["fwd_cases"], s["cases"]
+    (1.0, 1.0, 2, 2)
+    """
+    out = {}
+    for tier in tiers(cases):
+        mine = [c for c in cases if c.get("tier", 1) == tier]
+        entry = {"cases": len(mine)}
+        for part in ("fwd", "vjp"):
+            got = [r for r in (_fastest_peer_ratio(c, part) for c in mine) if r]
+            entry[f"{part}_cases"] = len(got)
+            entry[f"{part}_geomean"] = (math.exp(sum(math.log(x) for _, x in got) / len(got))
+                                        if got else None)
+        out[str(tier)] = entry
+    return out
+
+
+def summary_line(tier: str, s: dict) -> str:
+    """One tier's geometric means as a line of the table.
+
+    >>> summary_line("2", {"cases": 19, "fwd_geomean": 1.234, "fwd_cases": 18,
+    ...                    "vjp_geomean": None, "vjp_cases": 0})
+    'tier 2: geometric mean of tensorexpr / fastest peer: forward 1.23 (18 of 19 cases), VJP - (0 of 19 cases)'
+    """
+    parts = [f"{label} {_num(s[f'{part}_geomean'])} ({s[f'{part}_cases']} of {s['cases']} cases)"
+             for part, label in (("fwd", "forward"), ("vjp", "VJP"))]
+    return f"tier {tier}: geometric mean of tensorexpr / fastest peer: {', '.join(parts)}"
+
+
 def table(results: dict) -> str:
-    """The results as a fixed-width text table, followed by the notes that define it."""
+    """The results as a fixed-width text table per tier, each followed by its geometric
+    means of tensorexpr / fastest peer, then the notes that define the figures."""
     meta = results["meta"]
     head = "".join(f"{name:<{w}} " if w else name for name, w in COLUMNS)
-    lines = [head, "-" * len(head)]
-    for case in results["cases"]:
+    summary = results.get("tiers") or tier_summary(results["cases"])
+    lines = []
+    for tier in tiers(results["cases"]):
+        lines += [f"tier {tier}", head, "-" * len(head)]
+        lines += _case_lines([c for c in results["cases"] if c.get("tier", 1) == tier])
+        lines += [summary_line(str(tier), summary[str(tier)]), ""]
+    lines += codegen_summary(results) + notes(meta)
+    lines.append("geometric mean: over a tier's cases where tensorexpr and some peer are ok, "
+                 "of te/x for the peer x with the lowest median (per part); ratios as te/x")
+    return "\n".join(lines)
+
+
+def _case_lines(cases: List[dict]) -> List[str]:
+    lines = []
+    for case in cases:
         unit = "GFLOP/s" if case["work"]["unit"] == "flop" else "GB/s"
         sizes = " ".join(f"{k}={v}" for k, v in case["params"].items())
         lines.append(f"{case['id']}. {case['title']}  ({sizes}; G/s = {unit})")
@@ -66,8 +143,7 @@ def table(results: dict) -> str:
                      _num(ratio.get("fwd")),
                      _num(ratio.get("vjp")), status_text(row)]
             lines.append("".join(f"{c:<{w}} " if w else c for c, (_, w) in zip(cells, COLUMNS)))
-    lines += [""] + codegen_summary(results) + notes(meta)
-    return "\n".join(lines)
+    return lines
 
 
 #: the aim for tensorexpr's build without the C compiler (differentiate + lowering)
@@ -204,15 +280,30 @@ def write_json(results: dict, path: str) -> None:
         fh.write("\n")
 
 
-def write_png(results: dict, path: str) -> Optional[str]:
-    """Grouped bars of forward and VJP medians (log scale); returns a note if skipped."""
+def chart_paths(results: dict, path: str) -> Dict[int, str]:
+    """Where each tier's chart goes: ``path`` for a run of one tier; with several, the
+    first tier at ``path`` and tier N at ``<stem>-tierN<ext>`` beside it.
+
+    >>> chart_paths({"cases": [{"tier": 2}]}, "r/latest.png")
+    {2: 'r/latest.png'}
+    >>> chart_paths({"cases": [{"tier": 1}, {"tier": 2}]}, "r/latest.png")
+    {1: 'r/latest.png', 2: 'r/latest-tier2.png'}
+    """
+    found = tiers(results["cases"])
+    stem, ext = os.path.splitext(path)
+    return {t: path if k == 0 else f"{stem}-tier{t}{ext}" for k, t in enumerate(found)}
+
+
+def write_png(results: dict, path: str, tier: Optional[int] = None) -> Optional[str]:
+    """Grouped bars of forward and VJP medians (log scale) of the cases of ``tier``
+    (default: all); returns a note if skipped."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib not installed: no chart (pip install -e '.[bench]')"
-    cases = results["cases"]
+    cases = [c for c in results["cases"] if tier is None or c.get("tier", 1) == tier]
     systems = [n for n in ORDER if any(n in c["systems"] for c in cases)]
     fig, axes = plt.subplots(2, 1, figsize=(max(8, 1.1 * len(cases) + 3), 8), sharex=True)
     width = 0.8 / max(len(systems), 1)
@@ -232,7 +323,8 @@ def write_png(results: dict, path: str) -> Optional[str]:
     axes[1].set_xticks(range(len(cases)))
     axes[1].set_xticklabels([f"{c['id']}. {c['title']}" for c in cases], rotation=30, ha="right")
     meta = results["meta"]
-    fig.suptitle(f"tensorexpr benchmark suite ({'quick' if meta['quick'] else 'full'} sizes, "
+    which = "" if tier is None else f" tier {tier}"
+    fig.suptitle(f"tensorexpr benchmark suite{which} ({'quick' if meta['quick'] else 'full'} sizes, "
                  f"{meta['threads']} threads, {meta['date']})")
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

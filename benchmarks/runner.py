@@ -25,7 +25,7 @@ import numpy as np
 
 from benchmarks import IDLE_THREADS, THREADS, growth
 from benchmarks.cases import CASES, Case, by_id
-from benchmarks.report import NOISY, status_text
+from benchmarks.report import NOISY, status_text, tier_summary
 from benchmarks.reference import DEFINITION, TOLERANCE, reference, rel_err
 from benchmarks.systems import ORDER, Prepared, first_line, module
 from benchmarks.timing import (FULL, GROWTH, QUICK, copy_gbps, interleaved, machine_peak,
@@ -86,7 +86,7 @@ def run(opts: Options, log: Callable[[str], None] = lambda s: None) -> dict:
     # A burst of load elsewhere can spoil one measurement of the peak: take the better.
     peak["gflops"] = max(peak["gflops"], peak_gflops(opts.quick))
     _add_peak_fractions(results, peak)
-    return {"meta": meta, "cases": results}
+    return {"meta": meta, "cases": results, "tiers": tier_summary(results)}
 
 
 def run_case(case: Case, systems: Sequence[str], opts: Options,
@@ -123,7 +123,8 @@ def run_case(case: Case, systems: Sequence[str], opts: Options,
     work = vars(case.work(p, inputs, Y.size * np.dtype(np.float32).itemsize))
     if work["unit"] == "byte":
         work["roof_gbps"] = {part: copy_gbps(work[part], opts.quick) for part in ("fwd", "vjp")}
-    out = {"id": case.id, "key": case.key, "title": case.title, "params": p, "work": work,
+    out = {"id": case.id, "tier": case.tier, "key": case.key, "title": case.title, "params": p,
+           "work": work,
            "systems": rows, "ratios": ratios}
     if opts.growth and "te" in preps:
         log(f"case {case.id}: growth check at "
@@ -284,7 +285,8 @@ def _meta(opts, systems, skipped, peak, cache, own_cache) -> dict:
         "timing": ("medians of every call, timed one by one over interleaved rounds after a "
                    "warm-up call (the fastest call is kept as *_min_ms); te/peer ratios are "
                    "medians of per-round ratios"),
-        "work": ("matmul, conv and MLP: analytic FLOPs, as a % of the peak GFLOP/s; the "
+        "work": ("matmuls, convolutions, MLP, attention, distances and recurrent cells: "
+                 "analytic FLOPs, as a % of the peak GFLOP/s; the "
                  "others: bytes of the arrays that must be read and written once, as a % of "
                  "a numpy copy moving as many bytes (the bandwidth of the cache level or DRAM "
                  "that this much data lives in)"),

@@ -1,11 +1,11 @@
-"""The 14 cases in JAX on the CPU: ``jax.jit`` of the forward and of ``jax.vjp``.
+"""The benchmark cases in JAX on the CPU: ``jax.jit`` of the forward and of ``jax.vjp``.
 
 The VJP program is ``jax.jit(lambda inputs, H: jax.vjp(f, *inputs)[1](H))``: like
 tensorexpr's, it receives the inputs and the head, and XLA keeps only the
 forward work the gradient needs.
 
 >>> len(FORWARD), FORWARD["conv2d"].__name__  # one function per case key
-(12, '_conv2d')
+(30, '_conv2d')
 """
 from __future__ import annotations
 
@@ -96,6 +96,141 @@ def _blur(p, X):
     import jax.numpy as jnp
     Xp = jnp.concatenate([X[:1], X, X[-1:]])  # clamped boundary
     return (Xp[:-2] + Xp[1:-1] + Xp[2:]) / 3
+
+
+# {{{ tier 2
+
+
+def _bmm(p, A, Bm):
+    return A @ Bm
+
+
+def _attention(p, Q, K, V):
+    import jax
+    S = Q @ K.transpose(0, 2, 1) / p["d"] ** 0.5
+    return jax.nn.softmax(S, axis=-1) @ V
+
+
+def _conv_nchw(X, W, pad, groups=1):
+    from jax import lax
+    return lax.conv_general_dilated(X, W, (1, 1), [(pad, pad), (pad, pad)],
+                                    dimension_numbers=("NCHW", "OIHW", "NCHW"),
+                                    feature_group_count=groups)
+
+
+def _depthwise(p, X, W):
+    return _conv_nchw(X, W, 1, groups=X.shape[1])
+
+
+def _conv1x1(p, X, W):
+    return _conv_nchw(X, W, 0)
+
+
+def _conv1d(p, X, W):
+    from jax import lax
+    return lax.conv_general_dilated(X, W, (1,), [(p["pad"], p["pad"])],
+                                    dimension_numbers=("NCH", "OIH", "NCH"))
+
+
+def _conv_transpose(p, X, W):
+    from jax import lax
+    # torch's conv_transpose2d: the input dilated by the stride, padded by k - 1 - pad,
+    # convolved with the flipped kernel whose in/out channels are swapped (IOHW)
+    k, pad = p["K"], p["pad"]
+    edge = (k - 1 - pad, k - 1 - pad)
+    return lax.conv_general_dilated(X, W[:, :, ::-1, ::-1], (1, 1), [edge, edge],
+                                    lhs_dilation=(p["stride"],) * 2,
+                                    dimension_numbers=("NCHW", "IOHW", "NCHW"))
+
+
+def _groupnorm(p, X, gamma, beta):
+    import jax.numpy as jnp
+    n, c, h, w = X.shape
+    g = X.reshape(n, p["G"], -1)
+    mu = g.mean(axis=-1, keepdims=True)
+    var = ((g - mu) ** 2).mean(axis=-1, keepdims=True)
+    xhat = ((g - mu) / jnp.sqrt(var + p["eps"])).reshape(X.shape)
+    return xhat * gamma[:, None, None] + beta[:, None, None]
+
+
+def _batchnorm(p, X, gamma, beta):
+    import jax.numpy as jnp
+    mu = X.mean(axis=(0, 2, 3), keepdims=True)
+    var = ((X - mu) ** 2).mean(axis=(0, 2, 3), keepdims=True)
+    return (X - mu) / jnp.sqrt(var + p["eps"]) * gamma[:, None, None] + beta[:, None, None]
+
+
+def _xent(p, logits, labels):
+    import jax
+    import jax.numpy as jnp
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.take_along_axis(logp, labels[:, None], axis=1).mean()
+
+
+def _lstm(p, x, h, c, Wx, Wh, b):
+    import jax
+    import jax.numpy as jnp
+    i, f, g, o = jnp.split(x @ Wx + h @ Wh + b, 4, axis=1)
+    c2 = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+    return jax.nn.sigmoid(o) * jnp.tanh(c2)
+
+
+def _gru(p, x, Wx, Wh, b):
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    hd = p["Hd"]
+
+    def step(h, xp_t):
+        hr, hz, hn = jnp.split(h @ Wh, 3, axis=1)
+        xr, xz, xn = jnp.split(xp_t, 3, axis=1)
+        r, z = jax.nn.sigmoid(xr + hr), jax.nn.sigmoid(xz + hz)
+        h = (1 - z) * jnp.tanh(xn + r * hn) + z * h
+        return h, h
+    _, hs = lax.scan(step, jnp.zeros((x.shape[1], hd), x.dtype), x @ Wx + b)
+    return hs
+
+
+def _rnn(p, x, Wx, Wh, b):
+    import jax.numpy as jnp
+    from jax import lax
+
+    def step(h, xp_t):
+        h = jnp.tanh(xp_t + h @ Wh)
+        return h, h
+    _, hs = lax.scan(step, jnp.zeros((x.shape[1], Wh.shape[0]), x.dtype), x @ Wx + b)
+    return hs
+
+
+def _cumsum(p, X):
+    import jax.numpy as jnp
+    return jnp.cumsum(X, axis=-1)
+
+
+def _upsample(p, X):
+    import jax
+    n, c, h, w = X.shape
+    return jax.image.resize(X, (n, c, 2 * h, 2 * w), method="bilinear")
+
+
+def _pdist(p, A, Bm):
+    return ((A[:, None, :] - Bm[None, :, :]) ** 2).sum(-1)
+
+
+def _seqmax(p, X):
+    return X.max(axis=-1)
+
+
+def _gelu(p, X):
+    import jax
+    return jax.nn.gelu(X, approximate=True)
+
+
+def _l2norm(p, X):
+    import jax.numpy as jnp
+    return X / jnp.maximum(jnp.linalg.norm(X, axis=1, keepdims=True), p["eps"])
+
+# }}}
 
 
 FORWARD = forward_table(globals())

@@ -1,4 +1,4 @@
-"""The 14 cases in tensorexpr, written as a user would write them.
+"""The benchmark cases in tensorexpr, written as a user would write them.
 
 ``define(case, p)`` gives the input placeholders (in the case's order) and the
 output tensor; ``build_forward`` and ``build_vjp`` compile them (the runner and
@@ -141,6 +141,207 @@ def _blur(p, X):
     n = p["n"]
     return te.compute((n,), lambda i: (X[te.maximum(i - 1, 0)] + X[i]
                                        + X[te.minimum(i + 1, n - 1)]) / 3.0, name="Y")
+
+
+# {{{ tier 2
+
+
+def _bmm(p, A, Bm):
+    k = te.reduce_axis((0, p["K"]), name="k")
+    return te.compute((p["B"], p["M"], p["N"]),
+                      lambda b, i, j: te.sum(A[b, i, k] * Bm[b, k, j], axis=k), name="Y")
+
+
+def _attention(p, Q, K, V):
+    BH, L, d = p["BH"], p["L"], p["d"]
+    kd = te.reduce_axis((0, d), name="kd")
+    k1, k2, k3 = (te.reduce_axis((0, L), name=n) for n in ("k1", "k2", "k3"))
+    scale = 1.0 / d ** 0.5
+    S = te.compute((BH, L, L), lambda b, i, j: te.sum(Q[b, i, kd] * K[b, j, kd], axis=kd)
+                   * scale, name="S")
+    m = te.compute((BH, L), lambda b, i: te.max(S[b, i, k1], axis=k1), name="rowmax")
+    # the shift by the row maximum is for range only: no gradient through it (README)
+    e = te.compute((BH, L, L), lambda b, i, j: te.exp(S[b, i, j] - te.stop_gradient(m[b, i])),
+                   name="e")
+    s = te.compute((BH, L), lambda b, i: te.sum(e[b, i, k2], axis=k2), name="rowsum")
+    P = te.compute((BH, L, L), lambda b, i, j: e[b, i, j] / s[b, i], name="P")
+    return te.compute((BH, L, d), lambda b, i, c: te.sum(P[b, i, k3] * V[b, k3, c], axis=k3),
+                      name="Y")
+
+
+def _depthwise(p, X, W):
+    H, Wd = p["H"], p["W"]
+    ky, kx = te.reduce_axis((0, 3), name="ky"), te.reduce_axis((0, 3), name="kx")
+
+    def body(n, c, y, x):
+        iy, ix = y + ky - 1, x + kx - 1
+        inside = (iy >= 0) & (iy < H) & (ix >= 0) & (ix < Wd)
+        return te.sum(te.select(inside, X[n, c, iy, ix] * W[c, 0, ky, kx], 0.0), axis=[ky, kx])
+    return te.compute((p["N"], p["C"], H, Wd), body, name="Y")
+
+
+def _conv1x1(p, X, W):
+    c = te.reduce_axis((0, p["C"]), name="c")
+    return te.compute((p["N"], p["F"], p["H"], p["W"]),
+                      lambda n, f, y, x: te.sum(X[n, c, y, x] * W[f, c, 0, 0], axis=c), name="Y")
+
+
+def _conv1d(p, X, W):
+    L, pad = p["L"], p["pad"]
+    c, k = te.reduce_axis((0, p["C"]), name="c"), te.reduce_axis((0, p["K"]), name="k")
+
+    def body(n, f, t):
+        i = t + k - pad
+        return te.sum(te.select((i >= 0) & (i < L), X[n, c, i] * W[f, c, k], 0.0), axis=[c, k])
+    return te.compute((p["N"], p["F"], L), body, name="Y")
+
+
+def _conv_transpose(p, X, W):
+    # the gather form: output pixel (oy, ox) takes input pixel ((oy + pad - ky) / s, ...)
+    # for every tap whose offset divides by the stride and lands inside the input
+    s, pad, K, H, Wd = p["stride"], p["pad"], p["K"], p["H"], p["W"]
+    oh, ow = (H - 1) * s - 2 * pad + K, (Wd - 1) * s - 2 * pad + K
+    c = te.reduce_axis((0, p["C"]), name="c")
+    ky, kx = te.reduce_axis((0, K), name="ky"), te.reduce_axis((0, K), name="kx")
+
+    def body(n, f, y, x):
+        ty, tx = y + pad - ky, x + pad - kx
+        hit = ((ty % s == 0) & (tx % s == 0) & (ty >= 0) & (ty < H * s)
+               & (tx >= 0) & (tx < Wd * s))
+        return te.sum(X[n, c, ty // s, tx // s] * W[c, f, ky, kx], axis=[c, ky, kx], where=hit)
+    return te.compute((p["N"], p["F"], oh, ow), body, name="Y")
+
+
+def _groupnorm(p, X, gamma, beta):
+    N, C, H, W, G, eps = p["N"], p["C"], p["H"], p["W"], p["G"], p["eps"]
+    cg, count = C // G, C // G * H * W
+    axes = [[te.reduce_axis((0, n), name=f"{a}{i}") for a, n in (("c", cg), ("y", H), ("x", W))]
+            for i in (1, 2)]
+    (c1, y1, x1), (c2, y2, x2) = axes
+    mean = te.compute((N, G), lambda n, g: te.sum(X[n, g * cg + c1, y1, x1], axis=[c1, y1, x1])
+                      / count, name="mean")
+    var = te.compute((N, G), lambda n, g: te.sum(
+        (X[n, g * cg + c2, y2, x2] - mean[n, g]) * (X[n, g * cg + c2, y2, x2] - mean[n, g]),
+        axis=[c2, y2, x2]) / count, name="var")
+    return te.compute((N, C, H, W), lambda n, c, y, x: (X[n, c, y, x] - mean[n, c // cg])
+                      / te.sqrt(var[n, c // cg] + eps) * gamma[c] + beta[c], name="Y")
+
+
+def _batchnorm(p, X, gamma, beta):
+    N, C, H, W, eps = p["N"], p["C"], p["H"], p["W"], p["eps"]
+    count = N * H * W
+    (n1, y1, x1), (n2, y2, x2) = [[te.reduce_axis((0, size), name=f"{a}{i}")
+                                   for a, size in (("n", N), ("y", H), ("x", W))] for i in (1, 2)]
+    mean = te.compute((C,), lambda c: te.sum(X[n1, c, y1, x1], axis=[n1, y1, x1]) / count,
+                      name="mean")
+    var = te.compute((C,), lambda c: te.sum((X[n2, c, y2, x2] - mean[c])
+                                            * (X[n2, c, y2, x2] - mean[c]),
+                                            axis=[n2, y2, x2]) / count, name="var")
+    return te.compute((N, C, H, W), lambda n, c, y, x: (X[n, c, y, x] - mean[c])
+                      / te.sqrt(var[c] + eps) * gamma[c] + beta[c], name="Y")
+
+
+def _xent(p, logits, labels):
+    B, V = p["B"], p["V"]
+    k1, k2, b = te.reduce_axis((0, V), name="k1"), te.reduce_axis((0, V), name="k2"), \
+        te.reduce_axis((0, B), name="b")
+    m = te.compute((B,), lambda i: te.max(logits[i, k1], axis=k1), name="rowmax")
+    lse = te.compute((B,), lambda i: te.log(te.sum(te.exp(
+        logits[i, k2] - te.stop_gradient(m[i])), axis=k2)) + te.stop_gradient(m[i]), name="lse")
+    return te.compute((), lambda: te.sum(lse[b] - logits[b, labels[b]], axis=b) / B,
+                      name="Y")
+
+
+def _lstm(p, x, h, c, Wx, Wh, b):
+    Hd = p["Hd"]
+    kx, kh = te.reduce_axis((0, p["I"]), name="kx"), te.reduce_axis((0, Hd), name="kh")
+    gates = te.compute((p["B"], 4 * Hd), lambda i, j: te.sum(x[i, kx] * Wx[kx, j], axis=kx)
+                       + te.sum(h[i, kh] * Wh[kh, j], axis=kh) + b[j], name="gates")
+
+    def cell(i, j):  # gates in torch's order: input, forget, cell, output
+        c2 = (te.sigmoid(gates[i, Hd + j]) * c[i, j]
+              + te.sigmoid(gates[i, j]) * te.tanh(gates[i, 2 * Hd + j]))
+        return te.sigmoid(gates[i, 3 * Hd + j]) * te.tanh(c2)
+    return te.compute((p["B"], Hd), cell, name="Y")
+
+
+def _gru(p, x, Wx, Wh, b):
+    T, B, Hd = p["T"], p["B"], p["Hd"]
+    ki = te.reduce_axis((0, p["I"]), name="ki")
+    xp = te.compute((T, B, 3 * Hd), lambda t, i, j: te.sum(x[t, i, ki] * Wx[ki, j], axis=ki)
+                    + b[j], name="xp")
+    kr, kz, kn = (te.reduce_axis((0, Hd), name=n) for n in ("kr", "kz", "kn"))
+
+    def step(h, t, i, j):
+        def hw(k, gate):  # (h[t-1] @ Wh)[i, gate * Hd + j]; h[-1] = 0
+            return te.select(t == 0, 0.0, te.sum(h[t - 1, i, k] * Wh[k, gate * Hd + j], axis=k))
+        r = te.sigmoid(xp[t, i, j] + hw(kr, 0))
+        z = te.sigmoid(xp[t, i, Hd + j] + hw(kz, 1))
+        n = te.tanh(xp[t, i, 2 * Hd + j] + r * hw(kn, 2))
+        return (1.0 - z) * n + z * te.select(t == 0, 0.0, h[t - 1, i, j])
+    return te.recurrence((T, B, Hd), step, name="Y")
+
+
+def _rnn(p, x, Wx, Wh, b):
+    T, B, Hd = p["T"], p["B"], p["Hd"]
+    ki, kh = te.reduce_axis((0, p["I"]), name="ki"), te.reduce_axis((0, Hd), name="kh")
+    xp = te.compute((T, B, Hd), lambda t, i, j: te.sum(x[t, i, ki] * Wx[ki, j], axis=ki)
+                    + b[j], name="xp")
+    return te.recurrence((T, B, Hd), lambda h, t, i, j: te.tanh(xp[t, i, j] + te.select(
+        t == 0, 0.0, te.sum(h[t - 1, i, kh] * Wh[kh, j], axis=kh))), name="Y")
+
+
+def _cumsum(p, X):
+    return te.recurrence((p["R"], p["N"]), lambda c, r, t: te.select(
+        t == 0, X[r, 0], c[r, t - 1] + X[r, t]), name="Y")
+
+
+def _upsample(p, X):
+    # half-pixel centres (align_corners=False): output row o lies between input rows
+    # (o - 1) // 2 and (o + 1) // 2 (clamped), 3/4 of the way to the nearer one
+    H, W = p["H"], p["W"]
+
+    def lerp(o, size):
+        lo, hi = te.maximum((o - 1) // 2, 0), te.minimum((o + 1) // 2, size - 1)
+        return lo, hi, te.select(o % 2 == 0, 0.75, 0.25)
+
+    def body(n, c, y, x):
+        y0, y1, wy = lerp(y, H)
+        x0, x1, wx = lerp(x, W)
+        top = (1.0 - wx) * X[n, c, y0, x0] + wx * X[n, c, y0, x1]
+        bottom = (1.0 - wx) * X[n, c, y1, x0] + wx * X[n, c, y1, x1]
+        return (1.0 - wy) * top + wy * bottom
+    return te.compute((p["N"], p["C"], 2 * H, 2 * W), body, name="Y")
+
+
+def _pdist(p, A, Bm):
+    k = te.reduce_axis((0, p["D"]), name="k")
+    return te.compute((p["N"], p["M"]), lambda i, j: te.sum(
+        (A[i, k] - Bm[j, k]) * (A[i, k] - Bm[j, k]), axis=k), name="Y")
+
+
+def _seqmax(p, X):
+    t = te.reduce_axis((0, p["L"]), name="t")
+    return te.compute((p["N"], p["C"]), lambda n, c: te.max(X[n, c, t], axis=t), name="Y")
+
+
+def _gelu(p, X):
+    c = (2.0 / 3.141592653589793) ** 0.5
+
+    def body(i, j):
+        v = X[i, j]
+        return 0.5 * v * (1.0 + te.tanh(c * (v + 0.044715 * v * v * v)))
+    return te.compute((p["B"], p["D"]), body, name="Y")
+
+
+def _l2norm(p, X):
+    k = te.reduce_axis((0, p["D"]), name="k")
+    norm = te.compute((p["B"],), lambda i: te.sqrt(te.sum(X[i, k] * X[i, k], axis=k)),
+                      name="norm")
+    return te.compute((p["B"], p["D"]), lambda i, j: X[i, j] / te.maximum(norm[i], p["eps"]),
+                      name="Y")
+
+# }}}
 
 
 FORWARD = forward_table(globals())

@@ -1,11 +1,11 @@
-"""The 14 cases in PyTorch eager mode; gradients by autograd.
+"""The benchmark cases in PyTorch eager mode; gradients by autograd.
 
 The forward is timed under ``torch.no_grad()``; the VJP is
 ``torch.autograd.grad(Y, wrt, H, retain_graph=True)`` on a graph recorded once,
 i.e. the backward pass alone with the forward's saved tensors given.
 
 >>> len(FORWARD), FORWARD["conv2d"].__name__  # one function per case key
-(12, '_conv2d')
+(30, '_conv2d')
 """
 from __future__ import annotations
 
@@ -84,6 +84,116 @@ def _blur(p, X):
     import torch
     Xp = torch.cat([X[:1], X, X[-1:]])  # clamped boundary
     return (Xp[:-2] + Xp[1:-1] + Xp[2:]) / 3
+
+
+# {{{ tier 2
+
+
+def _bmm(p, A, Bm):
+    import torch
+    return torch.bmm(A, Bm)
+
+
+def _attention(p, Q, K, V):
+    import torch.nn.functional as F
+    return F.scaled_dot_product_attention(Q, K, V)
+
+
+def _depthwise(p, X, W):
+    import torch.nn.functional as F
+    return F.conv2d(X, W, padding=1, groups=X.shape[1])
+
+
+def _conv1x1(p, X, W):
+    import torch.nn.functional as F
+    return F.conv2d(X, W)
+
+
+def _conv1d(p, X, W):
+    import torch.nn.functional as F
+    return F.conv1d(X, W, padding=p["pad"])
+
+
+def _conv_transpose(p, X, W):
+    import torch.nn.functional as F
+    return F.conv_transpose2d(X, W, stride=p["stride"], padding=p["pad"])
+
+
+def _groupnorm(p, X, gamma, beta):
+    import torch.nn.functional as F
+    return F.group_norm(X, p["G"], gamma, beta, eps=p["eps"])
+
+
+def _batchnorm(p, X, gamma, beta):
+    import torch.nn.functional as F
+    return F.batch_norm(X, None, None, gamma, beta, training=True, eps=p["eps"])
+
+
+def _xent(p, logits, labels):
+    import torch.nn.functional as F
+    return F.cross_entropy(logits, labels)
+
+
+def _lstm(p, x, h, c, Wx, Wh, b):
+    import torch
+    i, f, g, o = (x @ Wx + h @ Wh + b).chunk(4, dim=1)
+    c2 = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c2)
+
+
+def _gru(p, x, Wx, Wh, b):
+    import torch
+    hd = p["Hd"]
+    xp = x @ Wx + b  # every step's input projections at once
+    h = x.new_zeros(x.shape[1], hd)
+    out = []
+    for t in range(x.shape[0]):
+        hr, hz, hn = (h @ Wh).split(hd, dim=1)
+        xr, xz, xn = xp[t].split(hd, dim=1)
+        r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+        h = (1 - z) * torch.tanh(xn + r * hn) + z * h
+        out.append(h)
+    return torch.stack(out)
+
+
+def _rnn(p, x, Wx, Wh, b):
+    import torch
+    xp = x @ Wx + b
+    h = x.new_zeros(x.shape[1], Wh.shape[0])
+    out = []
+    for t in range(x.shape[0]):
+        h = torch.tanh(xp[t] + h @ Wh)
+        out.append(h)
+    return torch.stack(out)
+
+
+def _cumsum(p, X):
+    return X.cumsum(dim=-1)
+
+
+def _upsample(p, X):
+    import torch.nn.functional as F
+    return F.interpolate(X, scale_factor=2, mode="bilinear", align_corners=False)
+
+
+def _pdist(p, A, Bm):
+    return ((A[:, None, :] - Bm[None, :, :]) ** 2).sum(-1)
+
+
+def _seqmax(p, X):
+    return X.amax(dim=-1)
+
+
+def _gelu(p, X):
+    import torch.nn.functional as F
+    return F.gelu(X, approximate="tanh")
+
+
+def _l2norm(p, X):
+    import torch.nn.functional as F
+    return F.normalize(X, dim=1, eps=p["eps"])
+
+# }}}
 
 
 FORWARD = forward_table(globals())

@@ -1,14 +1,17 @@
 """Every system's definition of every case computes the same function as the reference.
 
-tensorexpr's forwards run on the numpy reference backend here (fast to build);
-PyTorch and JAX are checked only where installed (they are the ``bench`` extra).
+tensorexpr's forwards and VJPs run on the numpy reference backend here (fast to
+build); tier 2's also on the C backend, against that backend's results. PyTorch
+and JAX are checked only where installed (they are the ``bench`` extra).
 """
 from __future__ import annotations
 
 import pytest
 
 import tensorexpr as te
-from benchmarks.cases import CASES, by_id
+import numpy as np
+
+from benchmarks.cases import CASES, TIER2, by_id
 from benchmarks.reference import TOLERANCE, reference, rel_err
 from benchmarks.systems import module, te_sys
 
@@ -28,6 +31,29 @@ def test_tensorexpr_forward_matches_reference(case):
     prep = te_sys.prepare(case, p, inputs, H, backend="numpy")
     assert prep.fwd_status == "ok"
     assert rel_err([prep.forward_output()], [Y]) < 1e-5
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_tensorexpr_gradient_matches_reference(case):
+    p, inputs, Y, H, grads = _setup(case)
+    prep = te_sys.prepare(case, p, inputs, H, backend="numpy")
+    assert prep.vjp_status == "ok"
+    assert rel_err(prep.gradients(), grads) < TOLERANCE
+
+
+@pytest.mark.parametrize("case", TIER2, ids=IDS)
+def test_tier2_c_backend_matches_the_numpy_backend(case, tmp_path, monkeypatch):
+    """The compiled forward and VJP (given the saved values) agree with the reference
+    interpreter to float32 rounding, and with the float64 reference."""
+    monkeypatch.setenv("TENSOREXPR_CACHE_DIR", str(tmp_path))
+    p, inputs, Y, H, grads = _setup(case)
+    c = te_sys.prepare(case, p, inputs, H, backend="c")
+    ref = te_sys.prepare(case, p, inputs, H, backend="numpy")
+    assert (c.fwd_status, c.vjp_status) == ("ok", "ok")
+    scale = max(float(np.max(np.abs(Y))), 1e-30)
+    assert np.max(np.abs(c.forward_output() - ref.forward_output())) / scale < 1e-5
+    assert rel_err(c.gradients(), [g.astype(np.float64) for g in ref.gradients()]) < 1e-5
+    assert rel_err(c.gradients(), grads) < TOLERANCE
 
 
 @pytest.mark.parametrize("name", ["torch", "jax"])

@@ -73,7 +73,28 @@ def test_a_gru_forward_and_gradient_by_steps():
     H = te.placeholder(h.shape, "float64", "H")
     grads = te.differentiate(h, ins, head=H)
     g, _ = agree(list(grads), ins + [H], *arrays, rand(h.shape, "float64", seed=9))
-    assert g.schedule[grads.adjoints[h].name].strategy == "steps"
+    adjoint = g.schedule[grads.adjoints[h].name]
+    assert adjoint.strategy == "steps"
+    # each term's partials (sigmoids of the forward sums), which do not use the output
+    # column, are computed once per step and position, not once per column
+    assert [n for n in adjoint.param("step sums") if "_f" in n]
+
+
+def test_a_factor_that_needs_a_column_stays_and_a_select_moves_whole():
+    T, B, D = 5, 2, 6
+    W = te.placeholder((D, D), name="W")
+    x = te.placeholder((T, B, D), name="x")
+    k = te.reduce_axis(D, name="k")
+    h = te.recurrence((T, B, D), lambda h, t, b, j: x[t, b, j] + te.select(
+        t == 0, 0.0, te.sum(te.exp(h[t - 1, b, k] + W[k, j]) * te.select(
+            x[t, b, k] > 0, te.tanh(h[t - 1, b, k]), 1.0), axis=k)), name="h")
+    p = recurrence_steps.plan(h)
+    # exp uses the column j: it stays; the select (with its tanh) does not: it moves whole,
+    # its condition with it (never its taken branch alone)
+    assert [s.name for s in p.sums] == ["h_step0_f0", "h_step0"]
+    moved = p.sums[0].body.a
+    assert isinstance(moved, te.ir.Select) and moved.cond.a.tensor.name == "x"
+    agree([h], [x, W], rand((T, B, D)), rand((D, D), seed=1) * 0.3)
 
 
 def test_a_sum_under_a_condition_on_another_axis_stays_point_by_point():

@@ -59,26 +59,22 @@ typedef int (*Entry)(void *const *bufs, const int64_t *sizes, int64_t *err);
 
 enum { READ_OUT_OF_RANGE = 1, SCATTER_OUT_OF_RANGE = 2 };
 
-// The field-th template of site `site` in the messages blob (sites separated by \x1e,
-// fields by \x1f), or an empty view.
-static std::string_view Field(std::string_view blob, int64_t site, int64_t field) {
+// The k-th part of `text` between separators `sep`, or an empty view.
+static std::string_view Part(std::string_view text, char sep, int64_t k) {
   size_t start = 0;
-  for (int64_t s = 0; s < site; s++) {
-    size_t next = blob.find('\x1e', start);
+  for (int64_t i = 0; i < k; i++) {
+    size_t next = text.find(sep, start);
     if (next == std::string_view::npos) return {};
     start = next + 1;
   }
-  size_t end = blob.find('\x1e', start);
-  std::string_view rec = blob.substr(start, end == std::string_view::npos ? blob.size() - start
-                                                                        : end - start);
-  size_t f0 = 0;
-  for (int64_t f = 0; f < field; f++) {
-    size_t next = rec.find('\x1f', f0);
-    if (next == std::string_view::npos) return {};
-    f0 = next + 1;
-  }
-  size_t f1 = rec.find('\x1f', f0);
-  return rec.substr(f0, f1 == std::string_view::npos ? rec.size() - f0 : f1 - f0);
+  size_t end = text.find(sep, start);
+  return text.substr(start, end == std::string_view::npos ? text.size() - start : end - start);
+}
+
+// The field-th template of site `site` in the messages blob (sites separated by \x1e,
+// fields by \x1f), or an empty view.
+static std::string_view Field(std::string_view blob, int64_t site, int64_t field) {
+  return Part(Part(blob, '\x1e', site), '\x1f', field);
 }
 
 // codegen.runtime's message for the error record `err` (the same text as its IndexError).

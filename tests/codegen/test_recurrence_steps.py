@@ -80,32 +80,33 @@ def test_a_gru_forward_and_gradient_by_steps():
     assert [n for n in adjoint.param("step sums") if "_f" in n]
 
 
-def test_a_factor_that_needs_a_column_stays_and_a_select_moves_whole():
-    T, B, D = 5, 2, 6
+def _cell(step, T=5, B=2, D=6):
+    """``h = te.recurrence(step(h, t, b, j, x, W, k))`` with its inputs and random arrays."""
     W = te.placeholder((D, D), name="W")
     x = te.placeholder((T, B, D), name="x")
     k = te.reduce_axis(D, name="k")
-    h = te.recurrence((T, B, D), lambda h, t, b, j: x[t, b, j] + te.select(
+    h = te.recurrence((T, B, D), lambda h, t, b, j: step(h, t, b, j, x, W, k), name="h")
+    return h, [x, W], [rand((T, B, D)), rand((D, D), seed=1) * 0.3]
+
+
+def test_a_factor_that_needs_a_column_stays_and_a_select_moves_whole():
+    h, ins, arrays = _cell(lambda h, t, b, j, x, W, k: x[t, b, j] + te.select(
         t == 0, 0.0, te.sum(te.exp(h[t - 1, b, k] + W[k, j]) * te.select(
-            x[t, b, k] > 0, te.tanh(h[t - 1, b, k]), 1.0), axis=k)), name="h")
+            x[t, b, k] > 0, te.tanh(h[t - 1, b, k]), 1.0), axis=k)))
     p = recurrence_steps.plan(h)
     # exp uses the column j: it stays; the select (with its tanh) does not: it moves whole,
     # its condition with it (never its taken branch alone)
     assert [s.name for s in p.sums] == ["h_step0_f0", "h_step0"]
     moved = p.sums[0].body.a
     assert isinstance(moved, te.ir.Select) and moved.cond.a.tensor.name == "x"
-    agree([h], [x, W], rand((T, B, D)), rand((D, D), seed=1) * 0.3)
+    agree([h], ins, *arrays)
 
 
 def test_a_sum_under_a_condition_on_another_axis_stays_point_by_point():
-    T, B, D = 5, 2, 6
-    W = te.placeholder((D, D), name="W")
-    x = te.placeholder((T, B, D), name="x")
-    k = te.reduce_axis(D, name="k")
-    h = te.recurrence((T, B, D), lambda h, t, b, j: x[t, b, j] + te.select(
-        (t > 0) & (j % 2 == 0), te.sum(h[t - 1, b, k] * W[k, j], axis=k), 0.0), name="h")
+    h, ins, arrays = _cell(lambda h, t, b, j, x, W, k: x[t, b, j] + te.select(
+        (t > 0) & (j % 2 == 0), te.sum(h[t - 1, b, k] * W[k, j], axis=k), 0.0))
     assert recurrence_steps.plan(h) is None
-    f, _ = agree([h], [x, W], rand((T, B, D)), rand((D, D), seed=1) * 0.3)
+    f, _ = agree([h], ins, *arrays)
     assert f.schedule["h"].strategy == "loops"
 
 

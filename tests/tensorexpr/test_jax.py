@@ -58,9 +58,9 @@ def _arrays(name, n=3, seed=0):
     return [jnp.asarray(a) for a in BY_NAME[name].args(np.random.default_rng(seed), n)]
 
 
-def _float_args(name, xs):
+def _float_args(name, xs, via="auto"):
     """The op as a function of its float inputs (the others fixed), for check_grads."""
-    f, _, inputs = _op(name)
+    f, _, inputs = _op(name, via)
     floats = [k for k, t in enumerate(inputs) if t.dtype.startswith("float")]
 
     def g(*fl):
@@ -120,7 +120,7 @@ def test_the_ffi_call_and_the_callback_agree_on_values_and_gradients(name):
     xs = _arrays(name, 3)
     results = []
     for via in ("ffi", "callback"):
-        g, fl = _float_args_via(name, xs, via)
+        g, fl = _float_args(name, xs, via)
         out = g(*fl)
         grads = jax.jit(jax.grad(lambda *a: sum((o ** 2).sum() for o in _tuple(g(*a))),
                                  argnums=tuple(range(len(fl)))))(*fl)
@@ -131,18 +131,6 @@ def test_the_ffi_call_and_the_callback_agree_on_values_and_gradients(name):
 
 def _tuple(x):
     return x if isinstance(x, tuple) else (x,)
-
-
-def _float_args_via(name, xs, via):
-    f, _, inputs = _op(name, via)
-    floats = [k for k, t in enumerate(inputs) if t.dtype.startswith("float")]
-
-    def g(*fl):
-        args = list(xs)
-        for k, v in zip(floats, fl):
-            args[k] = v
-        return f(*args)
-    return g, [xs[k] for k in floats]
 
 
 def test_ffi_calls_reach_the_kernel_without_python(monkeypatch):

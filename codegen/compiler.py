@@ -46,6 +46,12 @@ FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fno-math-er
 #: the taps through registers and spilled the tile's accumulators: conv dilation-2
 #: dX ran at 1.43 ms with it, 0.82 ms without; no other benchmark case changed.
 GCC_FLAGS = ("-fno-predictive-commoning",)
+#: GCC's points-to analysis takes time quadratic in a function's statements. The
+#: gradient of an expression 10,000 operations deep is one loop body of 60,000
+#: statements (``cemit`` cannot split a single statement): 134 s to compile with it,
+#: 37 s without. Only functions that large lose it; their loops keep ``omp simd``.
+LARGE_FUNCTION_FLAGS = ("-fno-tree-pta",)
+LARGE_FUNCTION_LINES = 10_000
 OPENMP_FLAG = "-fopenmp"
 LIBS = ("-lm",)
 #: the C++ helper libraries (tensorexpr.jax's XLA FFI handler): ``-x c++`` because the
@@ -73,11 +79,30 @@ class Compiler:
     openmp: bool
     language: str = "c"
 
-    def flags(self) -> Tuple[str, ...]:
+    def flags(self, source: str = "") -> Tuple[str, ...]:
+        """The command-line flags for ``source`` (those for any source if omitted)."""
         if self.language == "c++":
             return CXX_FLAGS
         gcc = "Free Software Foundation" in self.identity and "clang" not in self.identity
-        return FLAGS + (GCC_FLAGS if gcc else ()) + ((OPENMP_FLAG,) if self.openmp else ())
+        large = gcc and largest_function(source) > LARGE_FUNCTION_LINES
+        return (FLAGS + (GCC_FLAGS if gcc else ()) + ((OPENMP_FLAG,) if self.openmp else ())
+                + (LARGE_FUNCTION_FLAGS if large else ()))
+
+
+def largest_function(source: str) -> int:
+    """Lines of the longest function in C ``source`` (the emitter opens and closes
+    each function body with a ``{`` and ``}`` alone on a line).
+
+    >>> largest_function("int f(void)\\n{\\n  int a = 1;\\n  return a;\\n}\\n")
+    2
+    """
+    best, start = 0, None
+    for n, line in enumerate(source.splitlines()):
+        if line == "{":
+            start = n
+        elif line == "}" and start is not None:
+            best, start = max(best, n - start - 1), None
+    return best
 
 
 _compilers: Dict[tuple, Compiler] = {}
@@ -363,7 +388,7 @@ def compile_shared(source: str, compiler: Optional[Compiler] = None, count: bool
     >>> path = compile_shared("int te_kernel(void) { return 0; }")  # doctest: +SKIP
     """
     compiler = compiler or find_compiler()
-    flags = compiler.flags()
+    flags = compiler.flags(source)
     key = digest(CACHE_FORMAT, source, compiler.identity, shlex.join(flags + LIBS), machine())
     d = cache_dir()
     so = os.path.join(d, f"te_{key[:40]}.so")

@@ -244,9 +244,9 @@ def plan(computed: Sequence[Tensor], inline: set) -> List[Tensor]:
     placed before it.
 
     >>> import tensorexpr as te
-    >>> H = te.placeholder((16, 32), name="H"); B = te.placeholder((24, 32), name="B")
+    >>> H = te.placeholder((16, 32), name="H"); B = te.placeholder((32, 32), name="B")
     >>> j = te.reduce_axis((0, 32), name="j")
-    >>> dA = te.compute((16, 24), lambda i, k: te.sum(H[i, j] * B[k, j], axis=j), name="dA")
+    >>> dA = te.compute((16, 32), lambda i, k: te.sum(H[i, j] * B[k, j], axis=j), name="dA")
     >>> [str(t).split(" for ")[0].strip() for t in plan([dA], set())]
     ['B_T[a0, a1] = B[a1, a0]', 'dA[i, k] = sum_{j in [0, 32)} (H[i, j] * B_T[j, k])']
     """

@@ -92,6 +92,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from dataclasses import dataclass, fields
 from typing import Any, Optional, Tuple, Union
 
@@ -863,6 +864,29 @@ def evaluated_with(e: Expr) -> Tuple[Expr, ...]:
     return ()
 
 
+class _LastResults:
+    """The results of ``fn`` for its last few arguments, kept by identity.
+
+    Lowering asks for the post-order and occurrence counts of the same bodies many
+    times; on a 10,000-deep gradient each walk is 60,000 nodes. Nodes are immutable,
+    and the argument is held with its result, so its ``id`` cannot be reused.
+    """
+
+    def __init__(self, fn, size: int = 8):
+        self.fn, self.size, self.kept = fn, size, {}
+        self.lock = threading.Lock()  # programs may be built from several threads
+
+    def __call__(self, e):
+        hit = self.kept.get(id(e))
+        if hit is None or hit[0] is not e:
+            hit = (e, tuple(self.fn(e)))
+            with self.lock:
+                self.kept[id(e)] = hit
+                while len(self.kept) > self.size:
+                    del self.kept[next(iter(self.kept))]
+        return list(hit[1])
+
+
 def postorder(e: Expr, kids=None) -> list:
     """The distinct node objects of ``e``, children before parents (left to right);
     ``kids(x)`` gives the children to follow (default :func:`children`).
@@ -872,6 +896,12 @@ def postorder(e: Expr, kids=None) -> list:
     >>> [str(n) for n in postorder(Binary("mul", x, x, "int64"))]
     ['1', '2', '(1 + 2)', '((1 + 2) * (1 + 2))']
     """
+    if kids is None:
+        return _postorder_children(e)
+    return _postorder(e, kids)
+
+
+def _postorder(e: Expr, kids) -> list:
     out, seen, stack = [], set(), [(e, False)]
     while stack:
         x, expanded = stack.pop()
@@ -882,8 +912,11 @@ def postorder(e: Expr, kids=None) -> list:
             continue
         seen.add(id(x))
         stack.append((x, True))
-        stack.extend((c, False) for c in reversed((kids or children)(x)))
+        stack.extend((c, False) for c in reversed(kids(x)))
     return out
+
+
+_postorder_children = _LastResults(lambda e: _postorder(e, children))
 
 
 def occurrences(e: Expr) -> list:
@@ -896,12 +929,19 @@ def occurrences(e: Expr) -> list:
     >>> [(str(n), k) for n, k in occurrences(Binary("mul", x, x, "int64"))]
     [('((1 + 2) * (1 + 2))', 1), ('(1 + 2)', 2), ('1', 2), ('2', 2)]
     """
+    return _occurrences(e)
+
+
+def _count_occurrences(e: Expr) -> list:
     order = postorder(e)[::-1]  # parents before children
     count = {id(e): 1}
     for x in order:
         for c in children(x):
             count[id(c)] = count.get(id(c), 0) + count[id(x)]
     return [(x, count[id(x)]) for x in walk(e, unique=True)]
+
+
+_occurrences = _LastResults(_count_occurrences)
 
 
 def reads(e: Expr):

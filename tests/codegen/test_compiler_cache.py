@@ -159,6 +159,20 @@ def test_gcc_only_flags_go_to_gcc_alone():
     assert compiler.OPENMP_FLAG not in gcc.flags()
 
 
+def test_only_a_function_past_the_limit_loses_points_to_analysis():
+    # GCC's points-to analysis is quadratic in a function's statements (a deep
+    # expression's gradient is one loop body); smaller functions keep it
+    gcc = compiler.Compiler(("cc",), "cc (Debian 12.2.0) 12.2.0\nFree Software Foundation", False)
+    clang = compiler.Compiler(("cc",), "Debian clang version 16.0.6", False)
+
+    def source(lines):
+        return "int f(void)\n{\n" + "  x();\n" * lines + "}\n"
+    small, large = source(compiler.LARGE_FUNCTION_LINES), source(compiler.LARGE_FUNCTION_LINES + 1)
+    assert compiler.largest_function(large) == compiler.LARGE_FUNCTION_LINES + 1
+    assert set(compiler.LARGE_FUNCTION_FLAGS) <= set(gcc.flags(large))
+    assert not set(compiler.LARGE_FUNCTION_FLAGS) & set(gcc.flags(small) + clang.flags(large))
+
+
 # {{{ damaged libraries, transient compiler failures, interrupted compiles
 
 

@@ -7,8 +7,10 @@ part that decides and lowers (steps 3-7), :func:`generate` adds the C text.
    views of the caller's arrays, never computed (``codegen.views``);
 2. **cache**: a program built before, by this code generator with the same
    options, compiler and target, is loaded from disk (``codegen.c_backend``);
-3. **analysis**: the cheap elementwise intermediates computed where they are
-   read instead of stored (``codegen.lower.inlinable``);
+3. **analysis**: costly sub-expressions evaluated under axes they do not use
+   become tensors of their own (``passes.hoist``; ``Options.hoist``); the cheap
+   elementwise intermediates are computed where they are read instead of stored
+   (``codegen.lower.inlinable``);
 4. **recurrences**: by steps where a step holds sums over earlier steps
    (``codegen.recurrence_steps``); rings of rows and checkpointed segments, with
    buffers of their own (``codegen.checkpoint``; ``Options.checkpoint``);
@@ -119,7 +121,10 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     from .lower import Lowerer
     from .patterns import inlinable
 
-    inline = inlinable(sig)                                          # 3. analysis
+    hoisted = []
+    if options.hoist:                                                # 3. analysis
+        sig, hoisted = hoist(sig)
+    inline = inlinable(sig)
     computed = [t for t in sig.order if not isinstance(t, Placeholder)]
     # 4. recurrences: by steps where a step holds sums over earlier ones; rings of rows
     # and checkpointed segments where they need not all be kept
@@ -137,8 +142,28 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
         lw.record.copies.extend([t.name for t in computed if copies.is_copy(t)] +
                                 [t.name for t, _ in scratch])
         program = lw.program()                                       # 6. schedule, lowering
+    lw.record.hoisted.extend(hoisted)
     kernel = replace(program.kernel, body=tuple(regions.merge(list(program.kernel.body))))
     return replace(program, kernel=kernel), lw.record.freeze()       # 7. loop-AST passes
+
+
+def hoist(sig) -> Tuple[Signature, List[str]]:
+    """``sig`` with the invariant parts of its tensors hoisted (``passes.hoist``), and a
+    line per tensor made; ``sig`` itself if there is none.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((16, 8), name="X"); W = te.placeholder((8, 8), name="W")
+    >>> k = te.reduce_axis(8, name="k")
+    >>> Y = te.compute((16, 8), lambda i, j: te.sum(te.exp(X[i, k]) * W[k, j], axis=k), name="Y")
+    >>> hoist(Signature([Y], [X, W]))[1]
+    ['Y_h0[i, k] from Y']
+    """
+    from passes.hoist import hoist_invariants
+    done, made = hoist_invariants(sig.outputs)
+    if not made:
+        return sig, []
+    lines = [f"{g.name}[{', '.join(a.name for a in g.axes)}] from {t.name}" for g, t in made]
+    return Signature([done[t.uid] for t in sig.outputs], sig.inputs, sig.inferred), lines
 
 
 def generate(sig, options: Options = DEFAULT, name: Optional[str] = None):

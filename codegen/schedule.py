@@ -32,19 +32,22 @@ class Options:
     ``register_tiles``: row accumulators live in vector registers where they fit
     (``codegen.rowsum_registers``); ``fuse``: consecutive row-local tensors share one loop
     (``codegen.fuse``); ``copies``: dot-product sums may read transposed or
-    zero-padded copies (``codegen.layout``); ``force``: tensor name -> strategy
+    zero-padded copies (``codegen.layout``); ``hoist``: costly sub-expressions
+    evaluated under axes they do not use become tensors of their own
+    (``passes.hoist``); ``force``: tensor name -> strategy
     name, used for that tensor when the strategy applies (an error names the
     strategies that do otherwise).
 
     >>> Options(force={"Y": "loops"}).force
     (('Y', 'loops'),)
     >>> Options().key()
-    'checkpoint=1 register_tiles=1 fuse=1 copies=1 force='
+    'checkpoint=1 register_tiles=1 fuse=1 copies=1 hoist=1 force='
     """
     checkpoint: bool = True
     register_tiles: bool = True
     fuse: bool = True
     copies: bool = True
+    hoist: bool = True
     force: Tuple[Tuple[str, str], ...] = ()
 
     def __post_init__(self):
@@ -64,7 +67,7 @@ class Options:
     def key(self) -> str:
         """A stable text of the options: part of the build-cache key."""
         flags = " ".join(f"{k}={int(getattr(self, k))}"
-                         for k in ("checkpoint", "register_tiles", "fuse", "copies"))
+                         for k in ("checkpoint", "register_tiles", "fuse", "copies", "hoist"))
         return f"{flags} force=" + ",".join(f"{k}:{v}" for k, v in self.force)
 
 
@@ -102,11 +105,13 @@ class Schedule:
     """What a build chose: one :class:`Choice` per lowered tensor (in lowering order; a
     tensor lowered twice, as in a fast and a fallback version, appears twice), the
     row-fusion groups, the copies the program reads instead of some operands, and the
-    checkpointed recurrences. ``schedule["name"]`` is the first choice for a tensor."""
+    checkpointed recurrences, and the tensors hoisted out of others (``passes.hoist``).
+    ``schedule["name"]`` is the first choice for a tensor."""
     choices: Tuple[Choice, ...] = ()
     groups: Tuple[Tuple[str, ...], ...] = ()
     copies: Tuple[str, ...] = ()
     checkpoint: Tuple[str, ...] = ()
+    hoisted: Tuple[str, ...] = ()
     options: Options = field(default=DEFAULT)
 
     def __getitem__(self, name: str) -> Choice:
@@ -135,6 +140,7 @@ class Schedule:
         lines += [f"fused: {' + '.join(g)}" for g in self.groups]
         lines += [f"copy: {c}" for c in self.copies]
         lines += [f"checkpointed: {c}" for c in self.checkpoint]
+        lines += [f"hoisted: {c}" for c in self.hoisted]
         return "\n".join(lines) or "(nothing lowered: every output is a view of an input)"
 
 
@@ -155,6 +161,7 @@ class Recorder:
         self.groups: list = []
         self.copies: list = []
         self.checkpoint: list = []
+        self.hoisted: list = []
         self._open: list = []  # the choices in progress (a strategy lowers other tensors)
 
     def choose(self, tensor: str, strategy: str, params: Tuple[Tuple[str, Any], ...] = ()):
@@ -178,4 +185,4 @@ class Recorder:
 
     def freeze(self) -> Schedule:
         return Schedule(tuple(self.choices), tuple(self.groups), tuple(self.copies),
-                        tuple(self.checkpoint), self.options)
+                        tuple(self.checkpoint), tuple(self.hoisted), self.options)

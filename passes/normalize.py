@@ -11,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Tuple
 
-from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, ScatterAdd, Select,
-                           Tensor, Unary, fresh_uid, INDEX_DTYPE, topo_order, walk)
+from tensorexpr.ir import (Axis, Binary, Compute, Expr, Read, Reduce, Select,
+                           Tensor, Unary, topo_order, walk)
 from tensorexpr.polyhedral import project
-from tensorexpr.transform import free_axes, map_reads, rebuild, substitute
+from tensorexpr.transform import free_axes, rebuild, substitute
+
+from .extract import extract, is_box, redirect
 
 
 def _has_reduce(e: Expr) -> bool:
@@ -88,7 +90,7 @@ def _extract(t: Compute, new: List[Tensor], found=None) -> Expr:
                 inner_g = guards if where2 is None else guards + (where2,)
                 body2 = go(body, inner_g, False)
                 r = e if (body2 is body and where2 is where) else Reduce(op, body2, axes, where2, dt)
-                if top or _reads_self(r, t) or not _hoistable(r):
+                if top or _reads_self(r, t) or not is_box(r):
                     return r  # a recurrence's own values cannot leave its body
                 read = _hoist(t, r, guards, new)
                 if found is not None:
@@ -106,18 +108,8 @@ def _reads_self(e: Expr, t: Compute) -> bool:
                                    for x in walk(e, unique=True))
 
 
-def _hoistable(r: Reduce) -> bool:
-    """Does ``r`` range over a box of its free axes (their bounds hold no other axis)?"""
-    return all(not free_axes(a.lo) and not free_axes(a.hi) for a in free_axes(r))
-
-
 def _hoist(t: Compute, r: Reduce, guards, new: List[Tensor]) -> Read:
     free = free_axes(r)
-    axes = [Axis(a.name, Const(0, INDEX_DTYPE), a.hi - a.lo if not _zero(a.lo) else a.hi,
-                 fresh_uid()) for a in free]
-    shift = {a: (n if _zero(a.lo) else n + a.lo) for a, n in zip(free, axes)}
-    # The new tensor's axes start at 0: it is read at each free axis minus its start.
-    at = tuple(a if _zero(a.lo) else a - a.lo for a in free)
     own = {a.uid for a in free}
     # The reduction must not be evaluated where the original program never evaluated
     # it (its reads may be in range only there): guards that depend only on the
@@ -134,16 +126,13 @@ def _hoist(t: Compute, r: Reduce, guards, new: List[Tensor]) -> Read:
     for g in ([implied] if implied is not None else []) + usable + (
             [r.where] if r.where is not None else []):
         where = g if where is None else (where & g)
-    body = Reduce(r.op, r.body, r.axes, where, r.dtype)
-    body = substitute(body, shift)
-    s = Compute(f"{t.name}_{r.op}", tuple(a.hi for a in axes), r.dtype, fresh_uid(), t.origin,
-                axes=tuple(axes), body=body)
+    s, read = extract(Reduce(r.op, r.body, r.axes, where, r.dtype), f"{t.name}_{r.op}", t.origin)
     key = reduction_key(s)
     for old in new:  # the same reduction written twice in one body is computed once
         if reduction_key(old) == key:
-            return Read(old, at, r.dtype)
+            return Read(old, read.indices, r.dtype)
     new.append(s)
-    return Read(s, at, r.dtype)
+    return read
 
 
 def reduction_key(t: Compute) -> tuple:
@@ -172,10 +161,6 @@ def reduction_key(t: Compute) -> tuple:
     return (tuple(t.dims), Reduce(r.op, body, canon_red, where, r.dtype))
 
 
-def _zero(e: Expr) -> bool:
-    return isinstance(e, Const) and e.value == 0
-
-
 def normalize(outputs, owners: Dict[int, int] = None) -> Dict[int, Tensor]:
     """Canonical forms of every tensor reachable from ``outputs``, keyed by ``uid``.
 
@@ -193,27 +178,11 @@ def normalize(outputs, owners: Dict[int, int] = None) -> Dict[int, Tensor]:
     out: Dict[int, Tensor] = {}
     for t in topo_order(outputs):
         before = set(out)
-        out[t.uid] = _canonical(_redirect(t, out), out)
+        out[t.uid] = _canonical(redirect(t, out), out)
         if owners is not None:
             for uid in set(out) - before - {t.uid}:
                 owners[uid] = t.uid
     return out
-
-
-def _redirect(t: Tensor, done: Dict[int, Tensor]) -> Tensor:
-    def fix(e: Expr) -> Expr:
-        return map_reads(e, lambda r: Read(done[r.tensor.uid], r.indices, r.dtype)
-                         if r.tensor.uid in done and done[r.tensor.uid] is not r.tensor else r)
-
-    match t:
-        case Compute():
-            body = fix(t.body)
-            return t if body is t.body else dataclasses.replace(t, body=body)
-        case ScatterAdd():
-            return dataclasses.replace(
-                t, indices=tuple(fix(i) for i in t.indices), value=fix(t.value),
-                where=None if t.where is None else fix(t.where))
-    return t
 
 
 def _canonical(t: Tensor, out: Dict[int, Tensor]) -> Tensor:

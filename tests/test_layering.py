@@ -3,7 +3,7 @@
 Function-level imports count: importing inside a function to dodge a circle is
 still a circle. The layers (a module imports only modules of lower layers):
 errors <- ir <- transform, printer <- polyhedral <- bounds <- recurrence <- api
-<- simplify, normalize <- partials <- differentiate, nn <- build <- interop <- adapters.
+<- extract <- simplify, normalize, hoist <- partials <- differentiate, nn <- build <- interop <- adapters.
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LAYERS = [["tensorexpr.errors"], ["tensorexpr.ir"], ["tensorexpr.transform", "tensorexpr.printer"],
           ["tensorexpr.polyhedral"], ["tensorexpr.bounds"], ["tensorexpr.recurrence"],
-          ["tensorexpr.api"], ["passes.simplify", "passes.normalize"], ["passes.partials"],
+          ["tensorexpr.api"], ["passes.extract"],
+          ["passes.simplify", "passes.normalize", "passes.hoist"], ["passes.partials"],
           ["passes.differentiate", "tensorexpr.nn"], ["tensorexpr.build"],
           ["tensorexpr.interop"], ["tensorexpr.torch", "tensorexpr.jax"]]
 RANK = {m: k for k, layer in enumerate(LAYERS) for m in layer}

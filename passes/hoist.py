@@ -1,0 +1,189 @@
+"""Invariant hoisting between tensors: a costly sub-expression evaluated under axes it
+does not use becomes a tensor of its own, computed once per point of the axes it uses.
+
+The gradient of a weight read inside a recurrence cell is
+
+    dU[k, j] = sum_{t, b} (dh[t, b, j] * P[t, b, j]) * h[t - 1, b, k]
+
+where ``P`` holds the sigmoids and tanhs of the forward's sums: evaluated inline,
+``P`` is computed once for every ``k``, ``D`` times its own points. With
+``G[t, b, j] = dh[t, b, j] * P[t, b, j]`` stored, ``dU`` is a contraction of two
+stored tensors. A sub-expression is hoisted where
+
+- it is costly: a floating-point transcendental (``COSTLY_OPS``) or a reduction;
+- it does not use every axis around it (the tensor's axes and the axes of the
+  reductions it is inside), and the axes it misses have at least
+  ``MIN_REDUNDANCY`` points together (symbolic extents count as many);
+- it is evaluated unconditionally there: reached from the body through arithmetic
+  and reductions without ``where`` (not through a select's branches or the right
+  operand of ``&``/``|``), so the new tensor evaluates it at exactly the points the
+  original did, and its reads stay in range;
+- the axes it uses range over a box (their bounds hold no other axis), and the
+  new tensor has at most ``MAX_ELEMENTS`` elements when its shape is known.
+
+The largest such sub-expression is taken (top down), so the new tensor holds as
+much of the invariant work as possible. Recurrences are left alone (their steps
+are scheduled by ``codegen.recurrence_steps``). Values are unchanged: the hoisted
+expression is the same expression, stored in its own type.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Tuple
+
+from tensorexpr.ir import (Axis, Binary, COSTLY_OPS, Cast, Compute, Const, Expr, Read, Reduce,
+                           Select, Tensor, Unary, is_float, postorder, topo_order)
+from tensorexpr.transform import bottom_up, free_axes
+
+from .extract import extract, is_box, redirect
+
+#: the points the axes a sub-expression misses must have together for it to be hoisted
+MIN_REDUNDANCY = 4
+#: the largest hoisted tensor (elements), when its shape is known
+MAX_ELEMENTS = 1 << 26
+
+
+def _uses(e: Expr) -> Tuple[Dict[int, frozenset], Dict[int, bool]]:
+    """Per node of ``e`` (by id): the uids of the axes it uses freely, and whether it
+    holds costly work (a float transcendental or a reduction)."""
+    used: Dict[int, frozenset] = {}
+    costly: Dict[int, bool] = {}
+    for x in postorder(e, _children):
+        kids = _children(x)
+        u = frozenset().union(*(used[id(c)] for c in kids)) if kids else frozenset()
+        c = any(costly[id(k)] for k in kids)
+        match x:
+            case Axis(uid=uid):
+                u = frozenset({uid})
+            case Reduce(axes=axes):
+                u = u - {a.uid for a in axes}
+                c = True
+            case Unary(op, _, dt) | Binary(op, _, _, dt) if op in COSTLY_OPS and is_float(dt):
+                c = True
+        used[id(x)], costly[id(x)] = u, c
+    return used, costly
+
+
+def _children(x: Expr):
+    match x:
+        case Reduce(_, body, axes, where, _):
+            # the bounds of a reduction's axes are evaluated with it
+            bounds = tuple(b for a in axes for b in (a.lo, a.hi))
+            return bounds + ((body,) if where is None else (body, where))
+        case Binary(_, a, b, _):
+            return (a, b)
+        case Unary(_, a, _) | Cast(a, _):
+            return (a,)
+        case Select(c, a, b, _):
+            return (c, a, b)
+        case Read(_, idx, _):
+            return tuple(idx)
+    return ()
+
+
+def _points(axes: List[Axis]) -> float:
+    n = 1.0
+    for a in axes:
+        if isinstance(a.lo, Const) and isinstance(a.hi, Const):
+            n *= max(a.hi.value - a.lo.value, 0)
+        else:
+            n = math.inf
+    return n
+
+
+def invariant_parts(t: Compute) -> List[Expr]:
+    """The sub-expressions of ``t``'s body to hoist (see the module docstring), outermost
+    first.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((16, 8), name="X"); W = te.placeholder((8, 8), name="W")
+    >>> k = te.reduce_axis(8, name="k")
+    >>> Y = te.compute((16, 8), lambda i, j: te.sum(te.exp(X[i, k]) * W[k, j], axis=k), name="Y")
+    >>> [str(e) for e in invariant_parts(Y)]
+    ['exp(X[i, k])']
+    """
+    if not isinstance(t, Compute) or t.self_ref is not None or t.carry is not None:
+        return []
+    used, costly = _uses(t.body)
+    found: List[Expr] = []
+    seen = set()
+    stack = [(t.body, {a.uid: a for a in t.axes}, True)]
+    while stack:
+        x, bound, top = stack.pop()
+        key = (id(x), frozenset(bound))
+        if key in seen:
+            continue
+        seen.add(key)
+        missing = [a for uid, a in bound.items() if uid not in used[id(x)]]
+        if (not top and costly[id(x)] and is_float(x.dtype) and missing
+                and _points(missing) >= MIN_REDUNDANCY and is_box(x)
+                and not MAX_ELEMENTS < _points(free_axes(x)) < math.inf):
+            if all(f is not x for f in found):
+                found.append(x)
+            continue
+        match x:
+            case Reduce(_, body, axes, None, _) if all(
+                    not free_axes(a.lo) and not free_axes(a.hi) for a in axes):
+                stack.append((body, {**bound, **{a.uid: a for a in axes}}, False))
+            case Binary("and" | "or", a, _, _):
+                stack.append((a, bound, False))
+            case Select(c, _, _, _):
+                stack.append((c, bound, False))
+            case Binary(_, a, b, _):
+                stack += [(b, bound, False), (a, bound, False)]
+            case Unary(_, a, _) | Cast(a, _):
+                stack.append((a, bound, False))
+    return found
+
+
+def hoist(t: Compute) -> Tuple[Compute, List[Compute]]:
+    """``t`` reading the tensors its :func:`invariant_parts` became, and those tensors
+    (named ``t.name + "_h" + n``); ``t`` itself and ``[]`` if there is none.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((16, 8), name="X"); W = te.placeholder((8, 8), name="W")
+    >>> k = te.reduce_axis(8, name="k")
+    >>> Y = te.compute((16, 8), lambda i, j: te.sum(te.exp(X[i, k]) * W[k, j], axis=k), name="Y")
+    >>> Y2, new = hoist(Y)
+    >>> print(new[0]); print(Y2)
+    Y_h0[i, k] = exp(X[i, k])    for i in [0, 16), k in [0, 8)    float32
+    Y[i, j] = sum_{k in [0, 8)} (Y_h0[i, k] * W[k, j])    for i in [0, 16), j in [0, 8)    float32
+    """
+    parts = invariant_parts(t)
+    if not parts:
+        return t, []
+    new: List[Compute] = []
+    reads: Dict[int, Read] = {}
+    for e in parts:
+        g, read = extract(e, f"{t.name}_h{len(new)}", t.origin)
+        new.append(g)
+        reads[id(e)] = read
+    body = bottom_up(t.body, lambda x: x, stop=lambda x: reads.get(id(x)))
+    return Compute(t.name, t.dims, t.dtype, t.uid, t.origin, axes=t.axes, body=body), new
+
+
+def hoist_invariants(outputs) -> Tuple[Dict[int, Tensor], List[Tuple[Compute, Tensor]]]:
+    """Every tensor reachable from ``outputs`` with its invariant parts hoisted, keyed by
+    uid (a rewritten tensor keeps its uid: it holds the same values), and ``(new
+    tensor, the tensor it was hoisted from)`` for each tensor made, in order.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((16, 8), name="X"); W = te.placeholder((8, 8), name="W")
+    >>> k = te.reduce_axis(8, name="k")
+    >>> Y = te.compute((16, 8), lambda i, j: te.sum(te.exp(X[i, k]) * W[k, j], axis=k), name="Y")
+    >>> done, made = hoist_invariants([Y])
+    >>> [(g.name, t.name) for g, t in made], sorted(t.name for t in done.values())
+    ([('Y_h0', 'Y')], ['W', 'X', 'Y', 'Y_h0'])
+    """
+    done: Dict[int, Tensor] = {}
+    made: List[Tuple[Compute, Tensor]] = []
+    for t in topo_order(list(outputs)):
+        t = redirect(t, done)
+        todo = [t]
+        while todo:  # a hoisted tensor may hold invariant parts of its own reductions
+            x = todo.pop()
+            y, new = hoist(x) if isinstance(x, Compute) else (x, [])
+            done[y.uid] = y
+            made += [(g, t) for g in new]
+            todo += new
+    return done, made

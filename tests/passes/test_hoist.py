@@ -1,0 +1,138 @@
+"""Invariant hoisting (passes.hoist): what moves, what must stay, and that values do not change."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorexpr as te
+from passes.hoist import MIN_REDUNDANCY, hoist, invariant_parts
+
+from .gradcheck import check_grads
+
+
+def _both(outs, ins, arrays):
+    """The C build with hoisting and without, and the numpy backend: all agree."""
+    f = te.build(outs, ins)
+    plain = te.build(outs, ins, options=te.ScheduleOptions(hoist=False))
+    ref = te.build(outs, ins, backend="numpy")
+    got, want, base = (np.asarray(g(*arrays)) for g in (f, ref, plain))
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got, base, rtol=1e-12, atol=1e-14)
+    return f
+
+
+def test_a_weight_gradient_of_a_recurrent_cell_reads_its_partials_stored():
+    # dU[k, j] = sum_{t, b} dh[t, b, j] * sigmoid'(...)[t, b, j] * h[t - 1, b, k]: the
+    # sigmoid does not use k, so it is stored once per (t, b, j), not once per k
+    T, B, D = 5, 3, 6
+    x = te.placeholder((T, B, D), "float64", "x")
+    U = te.placeholder((D, D), "float64", "U")
+
+    def cell(h, t, b, j):  # a gate: the sigmoid is not the cell's value
+        k = te.reduce_axis(D, "k")
+        return x[t, b, j] * te.sigmoid(te.select(t == 0, 0.0, te.sum(h[t - 1, b, k] * U[k, j],
+                                                                     axis=k)))
+    h = te.recurrence((T, B, D), cell, name="h", dtype="float64")
+    Hd = te.placeholder((T, B, D), "float64", "Hd")
+    grads = te.differentiate(h, [x, U], head=Hd)
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((T, B, D)), rng.standard_normal((D, D)) * 0.4,
+              rng.standard_normal((T, B, D))]
+    f = _both([grads[1]], [x, U, Hd], arrays)
+    assert [line.split("[")[0] for line in f.schedule.hoisted] == ["dU_h0"]
+    r = [te.reduce_axis(n) for n in (T, B, D)]
+    L = te.compute((), lambda: te.sum(h[r[0], r[1], r[2]] ** 2, axis=r), name="L",
+                   dtype="float64")
+    check_grads(L, [x, U], arrays[:2], backend="c", tol=1e-6)
+
+
+def test_the_largest_invariant_part_moves_with_its_reduction_offset():
+    X = te.placeholder((9, 4), "float64", "X")
+    W = te.placeholder((9, 8), "float64", "W")
+    t = te.reduce_axis((2, 9), "t")
+    Y = te.compute((4, 8), lambda i, j: te.sum(te.exp(X[t, i]) * 0.5 * W[t, j], axis=t),
+                   name="Y", dtype="float64")
+    Y2, (G,) = hoist(Y)
+    assert G.shape == (7, 4) and str(G.body) == "(exp(X[t + 2, i]) * 0.5d)"
+    rng = np.random.default_rng(1)
+    _both([Y], [X, W], [rng.standard_normal((9, 4)), rng.standard_normal((9, 8))])
+
+
+def test_a_guarded_part_stays_where_its_guard_is():
+    # exp(X[k - 1]) is only in range where k > 0: stored over every k it would read X[-1]
+    X = te.placeholder((8,), "float64", "X")
+    W = te.placeholder((8, 8), "float64", "W")
+    k = te.reduce_axis(8, "k")
+    Y = te.compute((8,), lambda j: te.sum(te.select(k > 0, te.exp(X[k - 1]), 0.0) * W[k, j],
+                                          axis=k), name="Y", dtype="float64")
+    assert [str(e) for e in invariant_parts(Y)] == ["select(k > 0, exp(X[k - 1]), 0.0d)"]
+    k2 = te.reduce_axis(8, "k")
+    Z = te.compute((8,), lambda j: te.sum(te.exp(X[k2 - 1]) * W[k2, j], axis=k2, where=k2 > 0),
+                   name="Z", dtype="float64")
+    assert invariant_parts(Z) == []  # a reduction with a where is left alone
+    rng = np.random.default_rng(2)
+    _both([Y, Z], [X, W], [rng.standard_normal(8), rng.standard_normal((8, 8))])
+
+
+def test_cheap_or_barely_repeated_parts_stay():
+    X = te.placeholder((8, 8), "float64", "X")
+    k = te.reduce_axis(8, "k")
+    cheap = te.compute((8, 8), lambda i, j: te.sum(X[i, k] * 2.0 * X[k, j], axis=k))
+    assert invariant_parts(cheap) == []
+    n = MIN_REDUNDANCY - 1
+    k2 = te.reduce_axis(8, "k")
+    few = te.compute((8, n), lambda i, j: te.sum(te.exp(X[i, k2]) * X[k2, j], axis=k2))
+    assert invariant_parts(few) == []
+    recur = te.recurrence((8, 8), lambda r, t, j: te.exp(X[t, 0]) + te.select(
+        t == 0, 0.0, r[t - 1, j]), name="r", dtype="float64")
+    assert invariant_parts(recur) == []  # recurrences are scheduled by steps instead
+
+
+def test_a_hoisted_tensor_has_its_own_parts_hoisted():
+    # the invariant part holds a reduction whose body has an invariant part of its own
+    X = te.placeholder((6, 5), "float64", "X")
+    V = te.placeholder((5, 7), "float64", "V")
+    k = te.reduce_axis(5, "k")
+    m = te.reduce_axis(6, "m")
+    Y = te.compute((6, 7), lambda i, j: te.sum(
+        te.tanh(te.sum(te.exp(X[m, k]) * X[i, k], axis=k)) * V[(i + m) % 5, j], axis=m),
+        name="Y", dtype="float64")
+    rng = np.random.default_rng(3)
+    f = _both([Y], [X, V], [rng.standard_normal((6, 5)), rng.standard_normal((5, 7))])
+    assert len(f.schedule.hoisted) == 2, f.schedule.hoisted
+
+
+def test_symbolic_sizes_hoist_and_agree_at_several_sizes():
+    n = te.var("n")
+    X = te.placeholder((n, 4), "float64", "X")
+    W = te.placeholder((n, 16), "float64", "W")
+    t = te.reduce_axis(n, "t")
+    Y = te.compute((4, 16), lambda i, j: te.sum(te.tanh(X[t, i]) * W[t, j], axis=t),
+                   name="Y", dtype="float64")
+    f = te.build(Y, [X, W])
+    assert f.schedule.hoisted
+    ref = te.build(Y, [X, W], backend="numpy")
+    rng = np.random.default_rng(4)
+    for size in (1, 3, 17):
+        a = [rng.standard_normal((size, 4)), rng.standard_normal((size, 16))]
+        np.testing.assert_allclose(f(*a), ref(*a), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_hoisted_value_is_the_one_computed_inline(dtype):
+    # the stored part is the same expression in the same type: bit for bit
+    X = te.placeholder((33, 20), dtype, "X")
+    W = te.placeholder((33, 12), dtype, "W")
+    t = te.reduce_axis(33, "t")
+    Y = te.compute((20, 12), lambda i, j: te.sum(te.sigmoid(X[t, i]) * W[t, j], axis=t),
+                   name="Y", dtype=dtype)
+    Z = te.compute((20, 12), lambda i, j: te.sigmoid(X[3, i]) * W[5, j], name="Z", dtype=dtype)
+    rng = np.random.default_rng(5)
+    a = [rng.standard_normal((33, 20)).astype(dtype), rng.standard_normal((33, 12)).astype(dtype)]
+    f = te.build([Z], [X, W])
+    plain = te.build([Z], [X, W], options=te.ScheduleOptions(hoist=False))
+    assert f.schedule.hoisted and not plain.schedule.hoisted
+    np.testing.assert_array_equal(f(*a), plain(*a))
+    ref = te.build(Y, [X, W], backend="numpy")
+    np.testing.assert_allclose(te.build(Y, [X, W])(*a), ref(*a), rtol=1e-5 if dtype == "float32"
+                               else 1e-12)

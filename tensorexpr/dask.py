@@ -233,18 +233,21 @@ class _OutputPlan:
         return bp.windows(box, sbox)
 
     def _check_whole(self) -> None:
+        """Refuse a read that needs a whole chunked dimension even for a one-element
+        block (a data-dependent index, a sum over a chunked axis inside an expression):
+        every task would gather all of it."""
         if self.fn.rechunk or len(self.blocks) <= 1:
             return
-        for t, a in zip(self.bp.inputs, self.arrays):
+        bp = self.bp
+        point = [(n // 2, n // 2 + 1) for n in (int(d.value) for d in bp.output.dims)]
+        spoint = [((int(a.lo.value) + int(a.hi.value)) // 2,) * 2 for a in bp.split]
+        win = bp.windows(point, [(lo, lo + 1) for lo, _ in spoint])
+        for t, a in zip(bp.inputs, self.arrays):
             for d, c in enumerate(a.chunks):
-                if len(c) <= 1:
-                    continue
-                if all(b[4].boxes[t.uid][d] == (0, a.shape[d]) for b in self.blocks):
-                    why = next((b[4].whole[(u, k)] for b in self.blocks
-                                for (u, k) in b[4].whole if k == d and u == t.uid), None)
-                    why = why or next(iter(self.blocks[0][4].whole.values()), "a read")
+                why = win.whole.get((t.uid, d))
+                if len(c) > 1 and why is not None and win.boxes[t.uid][d] == (0, a.shape[d]):
                     raise WholeRead(
-                        f"every block of output {self.bp.output.name!r} reads all of input "
+                        f"every block of output {bp.output.name!r} reads all of input "
                         f"{t.name!r} along its dimension {d} (in {len(c)} chunks), through "
                         f"{why}. Rechunk it to one chunk there ({t.name}.rechunk({{{d}: -1}})) "
                         f"or pass ted.op(..., rechunk=True) to let each block gather it")
@@ -252,12 +255,15 @@ class _OutputPlan:
     # {{{ halos
 
     def _main_chunk(self, uid: int, box: Box) -> Tuple[int, ...]:
-        """Per dimension, the chunk holding most of ``box`` (where the task would run)."""
+        """Per dimension, the chunk holding most of ``box`` (where the task would run; of
+        equal ones, the nearest to the box's centre)."""
         out = []
         for (lo, hi), c in zip(box, self.in_chunks[uid]):
             starts = [0, *itertools.accumulate(c)]
-            overlap = [min(hi, b) - max(lo, a) for a, b in zip(starts, starts[1:])]
-            out.append(int(np.argmax(overlap)))
+            centre = (lo + hi) / 2
+            out.append(max(range(len(c)), key=lambda k: (
+                min(hi, starts[k + 1]) - max(lo, starts[k]),
+                -abs((starts[k] + starts[k + 1]) / 2 - centre))))
         return tuple(out)
 
     def moved(self, t: Tensor) -> int:

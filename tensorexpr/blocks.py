@@ -14,8 +14,8 @@ The block program computes each tensor over its window only, in global coordinat
 (``T'[i] = T[start + i]``, each read shifted by the start of the window it reads).
 Starts and extents are size variables, so one build serves every block, the uneven
 edge blocks included. The sizes that no window array carries (starts, the extents of
-intermediate tensors) are the dimensions of an empty *carrier* array, the one way a
-built function takes sizes.
+intermediate tensors) are the first dimensions of empty *carrier* arrays (``(v, 0)``),
+the one way a built function takes sizes.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import copyreg
 import dataclasses
 import io
 import pickle
+import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -216,6 +217,7 @@ class BlockProgram:
         self.split: List[Axis] = list(body.axes) if self.op else []
         self.sites = {t.uid: list(_sites(t)) for t in self.order if not isinstance(t, Placeholder)}
         self._function = None
+        self._lock = threading.Lock()  # tasks in threads build it once
 
     # {{{ pickling: the IR, without cached hashes (str hashes differ between processes)
 
@@ -296,22 +298,27 @@ class BlockProgram:
 
     @property
     def function(self):
-        """The built block program: window arrays of the inputs, then the carrier."""
-        if self._function is None:
-            from .build import build
-            ext, start, split = self._names()
-            new = relocate(self.order, ext, start, reduce_ranges=split)
-            carried = [v for t in self.order if not isinstance(t, Placeholder)
-                       for v in ext[t.uid]]
-            carried += [SizeVar(f"s{k}_{d}") for k, t in enumerate(self.order)
-                        for d in range(t.ndim)]
-            carried += [SizeVar(f"{c}{k}") for k in range(len(self.split)) for c in "rq"]
-            self._carried = [v.name for v in carried]
-            carrier = Placeholder("block", tuple(carried) + (_c(0),), "bool", fresh_uid(),
-                                  self.output.origin)
-            self._function = build(new[self.output.uid],
-                                   inputs=[new[t.uid] for t in self.inputs] + [carrier],
-                                   backend=self.backend, options=self.options)
+        """The built block program: window arrays of the inputs, then the carriers."""
+        with self._lock:
+            return self._function or self._build()
+
+    def _build(self):
+        """Build the block program: every tensor relocated to its window."""
+        from .build import build
+        ext, start, split = self._names()
+        new = relocate(self.order, ext, start, reduce_ranges=split)
+        carried = [v for t in self.order if not isinstance(t, Placeholder)
+                   for v in ext[t.uid]]
+        carried += [SizeVar(f"s{k}_{d}") for k, t in enumerate(self.order)
+                    for d in range(t.ndim)]
+        carried += [SizeVar(f"{c}{k}") for k in range(len(self.split)) for c in "rq"]
+        self._carried = [v.name for v in carried]
+        # one empty array per size: numpy refuses a shape whose non-zero dims overflow
+        carriers = [Placeholder(f"block_{v.name}", (v, _c(0)), "bool", fresh_uid(),
+                                self.output.origin) for v in carried]
+        self._function = build(new[self.output.uid],
+                               inputs=[new[t.uid] for t in self.inputs] + carriers,
+                               backend=self.backend, options=self.options)
         return self._function
 
     def run(self, windows: Windows, arrays: Sequence[np.ndarray],
@@ -324,8 +331,7 @@ class BlockProgram:
                 values[f"w{k}_{d}"], values[f"s{k}_{d}"] = hi - lo, lo + 1
         for k, (lo, hi) in enumerate(split_box):
             values[f"r{k}"], values[f"q{k}"] = lo + 1, hi - lo
-        carrier = np.empty(tuple(values[n] for n in self._carried) + (0,), np.bool_)
-        return f(*arrays, carrier)
+        return f(*arrays, *[np.empty((values[n], 0), np.bool_) for n in self._carried])
 
     # }}}
 

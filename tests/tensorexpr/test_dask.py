@@ -202,3 +202,15 @@ def test_distributed_processes_build_the_program_in_the_workers():
             distributed.Client(cluster):
         y = ted.op(B)(da.from_array(x, chunks=(10, 12))).compute()
     assert np.array_equal(y, te.build(B)(x))
+
+
+def test_the_scale_out_note_runs_and_prints_what_it_says(capsys):
+    import os
+
+    from tests.test_docs import DOCS, expected_output
+    from tests.test_readme import python_blocks
+    path = os.path.join(DOCS, "scale_out.md")
+    namespace = {"__name__": "scale_out"}
+    for line, code in python_blocks(path):
+        exec(compile("\n" * (line - 1) + code, path, "exec"), namespace)
+        assert capsys.readouterr().out.splitlines() == expected_output(code)

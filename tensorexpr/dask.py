@@ -39,9 +39,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .blocks import Box, BlockProgram, WholeRead, bind_sizes
-from .build import cut
-from .errors import TensorExprError, describe
-from .ir import Placeholder, Tensor, topo_order
+from .interop import Program
+from .ir import Tensor
 
 #: how many partial results one task of a tree reduction combines
 SPLIT_EVERY = 8
@@ -77,18 +76,9 @@ class Op:
 
     def __init__(self, outputs, inputs=None, *, chunks=None, rechunk=False, threads=None,
                  backend="c", options=None):
-        self.single = isinstance(outputs, Tensor)
-        outs = [outputs] if self.single else list(outputs)
-        if not outs or not all(isinstance(t, Tensor) for t in outs):
-            raise TypeError("ted.op takes a tensor or a list of tensors")
-        if inputs is None:
-            inputs = sorted((t for t in topo_order(outs) if isinstance(t, Placeholder)),
-                            key=lambda t: t.uid)
-        elif isinstance(inputs, Tensor):
-            inputs = [inputs]
-        self.outputs, self.inputs = cut(outs, list(inputs))
-        from codegen.signature import Signature
-        self.signature = Signature(self.outputs, self.inputs)
+        self.program = Program(outputs, inputs, save=False)
+        self.single, self.outputs, self.inputs = (self.program.single, self.program.outputs,
+                                                  self.program.inputs)
         self.chunks = chunks
         self.rechunk, self.threads = rechunk, threads
         self.backend, self.options = backend, options
@@ -122,13 +112,7 @@ class Op:
             if any(math.isnan(c) for c in itertools.chain.from_iterable(a.chunks)):
                 raise ValueError(f"input {t.name!r} has unknown chunk sizes; call "
                                  f"compute_chunk_sizes() on it first")
-        sizes = {}
-        for name, (k, d) in self.signature.size_source.items():
-            sizes[name] = int(arrays[k].shape[d])
-        for t, a in zip(self.inputs, arrays):
-            want = self.signature.shape(t, sizes)
-            if tuple(a.shape) != want:
-                raise ValueError(f"input {t.name!r} has shape {tuple(a.shape)}, expected {want}")
+        sizes = self.program.check_shapes([a.shape for a in arrays])
         key = tuple(sorted(sizes.items()))
         programs = self._programs.get(key)
         if programs is None:

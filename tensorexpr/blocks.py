@@ -227,9 +227,15 @@ class BlockProgram:
         return {"ir": buf.getvalue()}
 
     def __setstate__(self, state):
+        # every task carries its own pickled copy: one program (and build) per process
+        seen = _UNPICKLED.get(state["ir"])
+        if seen is not None:
+            self.__dict__ = seen.__dict__
+            return
         self.output, self.inputs, self.backend, self.options = pickle.loads(state["ir"])
         _reserve_uids(max(_all_uids(self.output, self.inputs)))
         self._setup()
+        _UNPICKLED[state["ir"]] = self
 
     # }}}
 
@@ -346,6 +352,10 @@ def _sites(t: Tensor):
             yield from read_sites(e, g)
         if t.where is not None:
             yield from read_sites(t.where)
+
+
+#: the block programs this process unpickled, by their pickled IR
+_UNPICKLED: Dict[bytes, "BlockProgram"] = {}
 
 
 class _IRPickler(pickle.Pickler):

@@ -182,6 +182,7 @@ def test_block_programs_pickle_as_their_ir():
     assert (lo, hi) == (3, 9)
     assert np.array_equal(again.run(win, [x[lo:hi]]), te.build(B)(x)[4:8])
     assert te.ir.fresh_uid() > max(B.uid, X.uid)
+    assert pickle.loads(pickle.dumps(bp)).__dict__ is again.__dict__  # one per process
 
 
 def test_tasks_times_threads_fit_the_cores():

@@ -882,6 +882,43 @@ def offset_range(axes: Sequence[Axis], guards: Sequence[Expr], index: Expr, base
 
     return end(vals.lexmin()), end(vals.lexmax())
 
+
+def index_box(axes: Sequence[Axis], guards: Sequence[Expr], indices: Sequence[Expr]
+              ) -> Optional[List[Optional[Tuple[int, int]]]]:
+    """The bounding box of the image of a read: for each index of ``indices``, its
+    least and greatest value over the points of ``axes``' (constant) boxes where the
+    affine conjuncts of ``guards`` hold; None for an index that is not affine (a
+    data-dependent one) or unbounded. None instead of the list when there is no
+    such point (the read never runs). Dropping non-affine guards only enlarges the
+    set, so the box holds every element the read can touch.
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(4, "int64"), Const(8, "int64"), 5)
+    >>> index_box([i], [i >= 5], [binary("max", i - 1, 0), i * i])
+    [(4, 6), None]
+    >>> index_box([i], [i >= 9], [i]) is None
+    True
+    """
+    ps = PointSet(axes, guards, params_of(list(indices)))
+    if ps.set.is_empty():
+        return None
+    out: List[Optional[Tuple[int, int]]] = []
+    for ix in indices:
+        try:
+            pa = ps.space.aff(ix)
+        except NotAffine:
+            out.append(None)
+            continue
+        vals = isl.Map.from_pw_aff(pa.intersect_domain(ps.set)).range()
+        vals = vals.project_out(isl.dim_type.param, 0, vals.dim(isl.dim_type.param))
+        if not vals.is_bounded():
+            out.append(None)
+            continue
+        lo, hi = (v.sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
+                  for v in (vals.lexmin(), vals.lexmax()))
+        out.append((lo, hi))
+    return out
+
 # }}}
 
 

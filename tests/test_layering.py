@@ -3,7 +3,8 @@
 Function-level imports count: importing inside a function to dodge a circle is
 still a circle. The layers (a module imports only modules of lower layers):
 errors <- ir <- transform, printer <- polyhedral <- bounds <- recurrence <- api
-<- extract <- simplify, normalize, hoist <- partials <- differentiate, nn <- build <- interop <- adapters.
+<- extract <- simplify, normalize, hoist <- partials <- differentiate, nn <- build
+<- interop, blocks <- adapters.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ LAYERS = [["tensorexpr.errors"], ["tensorexpr.ir"], ["tensorexpr.transform", "te
           ["tensorexpr.api"], ["passes.extract"],
           ["passes.simplify", "passes.normalize", "passes.hoist"], ["passes.partials"],
           ["passes.differentiate", "tensorexpr.nn"], ["tensorexpr.build"],
-          ["tensorexpr.interop"], ["tensorexpr.torch", "tensorexpr.jax"]]
+          ["tensorexpr.interop", "tensorexpr.blocks"],
+          ["tensorexpr.torch", "tensorexpr.jax", "tensorexpr.dask"]]
 RANK = {m: k for k, layer in enumerate(LAYERS) for m in layer}
 
 

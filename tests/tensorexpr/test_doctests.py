@@ -13,7 +13,7 @@ LANGUAGE = [name for package in ("tensorexpr", "passes")
             for name in [package] + [f"{package}.{m.name}" for m in
                                      pkgutil.iter_modules(importlib.import_module(package).__path__)]]
 # The adapters need their framework; without it their examples are skipped, not failed.
-FRAMEWORK = {"tensorexpr.torch": "torch", "tensorexpr.jax": "jax"}
+FRAMEWORK = {"tensorexpr.torch": "torch", "tensorexpr.jax": "jax", "tensorexpr.dask": "dask"}
 #: every module of codegen/ (found on disk: a new module's examples run too)
 MODULES = LANGUAGE + sorted(f"codegen.{name[:-3]}" for name in os.listdir(
     os.path.join(os.path.dirname(__file__), "..", "..", "codegen"))

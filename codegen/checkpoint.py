@@ -72,7 +72,8 @@ from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, Read, Redu
                            fresh_uid, same, size_vars, tensor_inputs, walk, INDEX_DTYPE)
 from tensorexpr.transform import eval_int
 
-from .loopast import Block, Comment, Decl, For, If, Kernel, Lit, Load, Op, Stmt, Store, Var
+from .loopast import (Assign, Block, Comment, Decl, For, If, Kernel, Lit, Load, Local, Op, Stmt,
+                      Store, Var)
 from .cexpr import add, cast, mul
 from .program import Program
 from .scope import Scope
@@ -175,6 +176,8 @@ class Segments:
     window: int = 1  # w: how far back e reads itself
     recompute: bool = True  # False: only e's last steps are read, its ring keeps them
     store: Optional[Tensor] = None  # the checkpoint buffer (when recomputing)
+    mode: str = "segments"  # or "revolve": one step at a time, by codegen.revolve's schedule
+    width: int = 1  # revolve: rows of e a checkpoint holds (max(w, back + ahead))
 
 
 @dataclass
@@ -191,7 +194,7 @@ def _ceil_div(a: Expr, k: int) -> Expr:
     return _bin("floordiv", _bin("add", a, _c(k - 1)), _c(k))
 
 
-def plan(sig) -> Plan:
+def plan(sig, mode: str = "revolve") -> Plan:
     """Which recurrences of ``sig``'s program are kept in rings, and the
     checkpointed segments if the program has the supported shape.
 
@@ -221,7 +224,7 @@ def plan(sig) -> Plan:
             continue
         seg = None
         if e.checkpoints and out.segments is None and e.carry.step > 0:
-            seg = _segments(e, w, order, readers, outputs, params)
+            seg = _segments(e, w, order, readers, outputs, params, mode)
         if seg is not None:
             out.segments = seg
             continue
@@ -244,7 +247,8 @@ def plan(sig) -> Plan:
     return out
 
 
-def _segments(e: Compute, w: int, order, readers, outputs, params) -> Optional[Segments]:
+def _segments(e: Compute, w: int, order, readers, outputs, params,
+              mode: str = "revolve") -> Optional[Segments]:
     """The checkpointed plan for ``e`` and its adjoint, or None (full tape)."""
     if e.carry.axis != 0:
         return None
@@ -303,8 +307,10 @@ def _segments(e: Compute, w: int, order, readers, outputs, params) -> Optional[S
     k = int(e.checkpoints)
     if isinstance(T, Const):
         k = min(k, T.value)  # more checkpoints than steps would only cost memory
-    seg = _bin("max", _ceil_div(T, k), _c(back))
-    if isinstance(seg, Const) and seg.value >= T.value:
+    # revolve needs its schedule as data, made for a known T: a symbolic T runs segments
+    revolve = mode == "revolve" and isinstance(T, Const)
+    seg = _c(1) if revolve else _bin("max", _ceil_div(T, k), _c(back))
+    if not revolve and isinstance(seg, Const) and seg.value >= T.value:
         return None  # one segment (k = 1): the rings would be the whole tape
     last = max([1] + [(_last_rows(x, e, params) or 0) for x in readers.get(e.uid, [])
                       if x.uid != de.uid and x.uid not in taken])
@@ -315,13 +321,17 @@ def _segments(e: Compute, w: int, order, readers, outputs, params) -> Optional[S
     tail = [_last_rows(x, e, params) for x in [de] + [c for c, _ in consumers]]
     # (with a constant T every read is "in the last T steps": demand a ring smaller
     # than the one recomputation needs)
-    ring = _bin("add", seg, _c(back + ahead))
+    width = max(w, back + ahead)
+    # (revolve: its ring and checkpoints)
+    ring = _c((k + 1) * width + 1) if revolve else _bin("add", seg, _c(back + ahead))
     if all(m is not None for m in tail) and (
             not isinstance(ring, Const) or max([w + 1, last] + tail) <= ring.value):
         s.recompute = False
         s.last = max([last] + tail)
         s.back, s.ahead = 0, 0
-        s.seg = _ceil_div(T, k)
+        s.seg = _c(1) if revolve else _ceil_div(T, k)  # revolve: de one step at a time
+    elif revolve:
+        s.mode, s.width = "revolve", width
     return s
 
 
@@ -350,7 +360,11 @@ def _step_axis(x: Tensor, e: Compute, de: Compute, T: Expr, params):
 def _segment_buffers(p: Plan) -> None:
     s = p.segments
     e, de = s.e, s.de
-    if s.recompute:
+    if s.mode == "revolve":
+        # a checkpoint's rows, and the step computed from them
+        rows_e = _c(max(s.width + 1, s.last))
+        s.store = _scratch(e, (_c(s.k * s.width),) + tuple(e.dims[1:]), "checkpoints")
+    elif s.recompute:
         rows_e = _bin("max", _bin("add", s.seg, _c(s.back + s.ahead)), _c(s.last))
         s.store = _scratch(e, (_c(s.k * s.back),) + tuple(e.dims[1:]), "checkpoints")
     else:
@@ -365,7 +379,7 @@ def _segment_buffers(p: Plan) -> None:
 # {{{ lowering
 
 
-def rings(sig) -> Optional[Plan]:
+def rings(sig, mode: str = "revolve") -> Optional[Plan]:
     """The rings and checkpointed segments of ``sig``'s program (a :class:`Plan`), or
     None when no recurrence qualifies (the program then keeps the full tape).
 
@@ -378,7 +392,7 @@ def rings(sig) -> Optional[Plan]:
     """
     if not any(isinstance(t, Compute) and t.carry is not None for t in sig.order):
         return None
-    p = plan(sig)
+    p = plan(sig, mode)
     return p if p.rings else None
 
 
@@ -391,9 +405,13 @@ class RingProgram:
         self.plan = p
         lw.record.checkpoint.extend(
             f"{r.tensor.name} (ring of {r.rows} rows)" for r in p.rings.values())
-        if p.segments is not None:
-            lw.record.checkpoint.append(f"{p.segments.e.name} (segments: {p.segments.k} "
-                                        f"checkpoints x {p.segments.back} rows)")
+        s = p.segments
+        if s is not None and s.mode == "revolve":
+            lw.record.checkpoint.append(f"{s.e.name} (revolve: {s.k} checkpoints x "
+                                        f"{s.width} rows)")
+        elif s is not None:
+            lw.record.checkpoint.append(f"{s.e.name} (segments: {s.k} "
+                                        f"checkpoints x {s.back} rows)")
         self.ring_of: Dict[int, Ring] = {}
         self.logical: Dict[int, Tensor] = {}  # scratch buffer uid -> the tensor it holds
         for k, t in enumerate(lw.tensors):
@@ -415,7 +433,8 @@ class RingProgram:
             st = s.store
             lw.buf[st.uid] = type(lw.buf[s.e.uid])(
                 f"b{len(lw.tensors)}", st.dtype, False,
-                f"{s.e.name} checkpoints ({s.k} x {s.back} rows)")
+                f"{s.e.name} checkpoints ({s.k} x {s.width if s.mode == 'revolve' else s.back}"
+                f" rows)")
             lw.dims[st.uid] = st.dims
             lw.tensors.append(st)
 
@@ -428,12 +447,18 @@ class RingProgram:
         for t in self.lw.lowered:  # (scratch tensors are lowered inside their users)
             t = self.logical.get(t.uid, t)
             if s is not None and t.uid == s.de.uid:
+                if s.mode == "revolve":
+                    body.append(self._reverse(s))
+                    continue
                 for x in s.early:
                     body.append(self._tensor(x))
                 body.append(self._segments(s))
                 continue
             if t.uid in skip or (s is not None and s.store is not None
                                  and t.uid == s.store.uid):
+                continue
+            if s is not None and s.mode == "revolve" and t.uid == s.e.uid:
+                body.append(self._forward(s))
                 continue
             if s is not None and s.recompute and t.uid == s.e.uid:
                 self.lw.owner = t
@@ -570,6 +595,124 @@ class RingProgram:
             For(j, Lit(0, I64), nseg, 1, Block(tuple(inner)), descending=True,
                 note="segments, last first (sequential)"),
         ))
+
+    # }}}
+
+    # {{{ revolve: one step at a time, by a schedule of codegen.revolve
+
+    def _table(self, s: Segments):
+        """``(table var name, actions, index of the firsturn)``: the schedule as C data."""
+        from . import revolve
+        if not hasattr(self, "_sched"):
+            sched = revolve.schedule(int(s.e.dims[0].value), s.k)
+            codes = revolve.encode(sched)
+            self._sched = (f"revolve_{self.lw.buf[s.e.uid].name}", codes,
+                           [a.kind for a in sched.actions].index("firsturn"))
+            self.lw.record.checkpoint.append(
+                f"{s.e.name} schedule: {len(sched.actions)} actions, "
+                f"{revolve.least_forward_steps(sched.steps, sched.slots)} steps recomputed")
+        return self._sched
+
+    def _state_rows(self, s: Segments, cur, slot, restore: bool) -> Stmt:
+        """Copy the state at position ``cur`` (e's rows ``[cur + H - width, cur + H)`` that
+        exist) between the ring and checkpoint ``slot``."""
+        e = s.e
+        T = int(e.dims[0].value)
+        rows = self.lw.size_expr(self.ring_of[e.uid].rows)
+        w, row = self.lw.fresh("k", I64), self.lw.fresh("k", I64)
+        ring, store = self.lw.buf[e.uid].name, self.lw.buf[s.store.uid].name
+        at_ring = Op("mod", (row, rows), I64)
+        at_store = Op("add", (Op("mul", (slot, Lit(s.width, I64)), I64), w), I64)
+        copy = (self._copy_row(ring, at_ring, store, at_store, self._row_size(e)) if restore
+                else self._copy_row(store, at_store, ring, at_ring, self._row_size(e)))
+        first = Op("sub", (cur, Lit(s.width - s.ahead, I64)), I64)
+        return For(w, Lit(0, I64), Lit(s.width, I64), 1, Block((
+            Decl(row, Op("add", (first, w), I64)),
+            If(Op("and", (Op("ge", (row, Lit(0, I64)), "bool"),
+                          Op("lt", (row, Lit(T, I64)), "bool")), "bool"),
+               Block((copy,))),)),
+            note="restore a checkpoint" if restore else "take a checkpoint")
+
+    def _advance(self, s: Segments, lo, hi) -> List[Stmt]:
+        """Forward steps from position ``lo`` to ``hi``: e's rows ``[lo + H, hi + H)`` < T."""
+        T = Lit(int(s.e.dims[0].value), I64)
+        self.lw.owner = s.e
+        return self.rows(s.e, 0, Op("add", (lo, Lit(s.ahead, I64)), I64),
+                         Op("min", (T, Op("add", (hi, Lit(s.ahead, I64)), I64)), I64))
+
+    def _interpret(self, s: Segments, start: int, stop: int, cur: Var, kinds) -> Stmt:
+        """A loop over actions ``[start, stop)`` of the table, running ``kinds`` of them."""
+        name, codes, _ = self._table(s)
+        q, kind, arg = (self.lw.fresh("k", I64) for _ in range(3))
+        from .revolve import KINDS
+
+        def is_(k: str):
+            return Op("eq", (kind, Lit(KINDS.index(k), I64)), "bool")
+
+        branches: List[Stmt] = []
+        if "advance" in kinds:
+            branches.append(If(is_("advance"), Block(
+                tuple(self._advance(s, cur, arg)) + (Assign(cur, arg),))))
+        if "takeshot" in kinds:
+            branches.append(If(is_("takeshot"), Block((self._state_rows(s, cur, arg, False),))))
+        if "restore" in kinds:
+            pos = Load(name, Op("add", (Op("mul", (q, Lit(3, I64)), I64), Lit(2, I64)), I64), I64)
+            branches.append(If(is_("restore"), Block(
+                (Assign(cur, pos), self._state_rows(s, cur, arg, True)))))
+        if "youturn" in kinds:
+            branches.append(If(is_("youturn"), Block(tuple(self._turn(s, arg)))))
+        return For(q, Lit(start, I64), Lit(stop, I64), 1, Block((
+            Decl(kind, Load(name, Op("mul", (q, Lit(3, I64)), I64), I64)),
+            Decl(arg, Load(name, Op("add", (Op("mul", (q, Lit(3, I64)), I64), Lit(1, I64)), I64),
+                           I64)),
+            *branches)), note="the revolve schedule's actions (sequential)")
+
+    def _turn(self, s: Segments, t) -> List[Stmt]:
+        """Forward step ``t`` (e's row ``t + H``), then reverse it: ``de[t]``, and every
+        consumer's row ``t``."""
+        out = self._advance(s, t, Op("add", (t, Lit(1, I64)), I64))
+        one = Op("add", (t, Lit(1, I64)), I64)
+        self.lw.owner = s.de
+        out += self.rows(s.de, 0, t, one)
+        for x, a in s.consumers:
+            self.lw.owner = x
+            out += self.rows(x, a, t, one)
+        return out
+
+    def _forward(self, s: Segments) -> Stmt:
+        """The forward sweep: the schedule up to its first turn (snapshots on the way),
+        then e's last rows, which the tensors before its adjoint read."""
+        name, codes, first = self._table(s)
+        self.cur = self.lw.fresh("k", I64)
+        T = int(s.e.dims[0].value)
+        body: List[Stmt] = [
+            Comment(f"{s.e} [forward sweep, revolve: {s.k} checkpoints x {s.width} rows]"),
+            Local(name, I64, len(codes), tuple(codes)),
+            Decl(self.cur, Lit(0, I64))]
+        self.lw.owner = s.e
+        body += self.rows(s.e, 0, Lit(0, I64), Lit(min(s.ahead, T), I64))
+        body.append(self._interpret(s, 0, first, self.cur, ("advance", "takeshot")))
+        body += self._advance(s, Lit(T - 1, I64), Lit(T, I64))
+        return Block(tuple(body))
+
+    def _reverse(self, s: Segments) -> Stmt:
+        """The reversal: the tensors the adjoint reads that read e's last rows, the first
+        turn's reverse step, then the rest of the schedule."""
+        name, codes, first = self._table(s)
+        T = int(s.e.dims[0].value)
+        body: List[Stmt] = [Comment(f"checkpointed gradient of {s.e.name}: reversed by the "
+                                    f"revolve schedule ({s.k} checkpoints)")]
+        for x in s.early:
+            body.append(self._tensor(x))
+        last, end = Lit(T - 1, I64), Lit(T, I64)
+        self.lw.owner = s.de
+        body += self.rows(s.de, 0, last, end)
+        for x, a in s.consumers:
+            self.lw.owner = x
+            body += self.rows(x, a, last, end)
+        body.append(self._interpret(s, first + 1, len(codes) // 3, self.cur,
+                                    ("advance", "takeshot", "restore", "youturn")))
+        return Block(tuple(body))
 
     # }}}
 

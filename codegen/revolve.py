@@ -222,9 +222,22 @@ def simulate(s: Schedule, steps: int, slots: int) -> Run:
 
 
 def encode(s: Schedule) -> List[int]:
-    """The actions as C data: ``kind code, argument`` pairs (codes: index in :data:`KINDS`).
+    """The actions as C data: ``kind code, argument, position after it`` triples (codes:
+    index in :data:`KINDS`; the position, so a ``restore`` need not look up its slot's).
 
     >>> encode(schedule(2, 1))
-    [1, 0, 0, 1, 3, 1, 2, 0, 4, 0]
+    [1, 0, 0, 0, 1, 1, 3, 1, 2, 2, 0, 0, 4, 0, 1]
     """
-    return [x for a in s.actions for x in (KINDS.index(a.kind), a.arg)]
+    out: List[int] = []
+    cur, held = 0, {}
+    for a in s.actions:
+        if a.kind == "advance":
+            cur = a.arg
+        elif a.kind == "takeshot":
+            held[a.arg] = cur
+        elif a.kind == "restore":
+            cur = held[a.arg]
+        else:
+            cur = a.arg + 1
+        out += [KINDS.index(a.kind), a.arg, cur]
+    return out

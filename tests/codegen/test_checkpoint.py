@@ -54,16 +54,18 @@ def data(R, T, dtype="float32", seed=0):
 
 
 @pytest.mark.parametrize("make", [ewma, alpha, window2, product2, squashed])
-@pytest.mark.parametrize("T,k", [(37, 4), (64, 8), (10, 1), (5, 20), (33, 33)])
-def test_checkpointed_gradient_is_bit_identical_to_the_full_tape(make, T, k):
+@pytest.mark.parametrize("T,k", [(37, 4), (64, 8), (10, 1), (5, 20), (33, 33), (1, 1), (1, 3)])
+@pytest.mark.parametrize("mode", [True, "segments"])
+def test_checkpointed_gradient_is_bit_identical_to_the_full_tape(make, T, k, mode):
     R = 3
     x = data(R, T)
     d0, g0 = gradient(make, T, R, None)
     full = te.build(g0, inputs=[d0])
     d1, g1 = gradient(make, T, R, k)
-    ck = te.build(g1, inputs=[d1])
+    ck = te.build(g1, inputs=[d1], options=te.ScheduleOptions(checkpoint=mode))
     assert "checkpointed gradient" not in full.source
-    assert ("checkpointed gradient" in ck.source) == (k > 1)  # k = 1: nothing to save
+    if T > 1:  # revolve: k = 1 too (recomputed from the start); segments: not k = 1
+        assert ("checkpointed gradient" in ck.source) == (mode is True or k > 1)
     got = ck(x)
     assert np.array_equal(got, full(x))
     assert_same(got, te.build(g1, inputs=[d1], backend="numpy")(x))
@@ -73,7 +75,14 @@ def test_only_small_buffers_are_allocated():
     T, R, k = 4096, 16, 64
     d, dd = gradient(alpha, T, R, k)
     sig = Signature([dd], [d])
+    # revolve: k checkpoints of one row, and one step of acc and of its adjoint
     prog, src, _ = generate(sig)
+    shapes = {t.name: sig.shape(t, {}) for t in prog.tensors[1:]}
+    assert shapes == {"dL": (), "acc_ring": (2, R), "dacc_ring": (2, R),
+                      "dd": (R, T), "acc_checkpoints": (k, R)}
+    assert "acc (ring of 2 rows)" in src
+    # segments: the checkpoints, and a segment's rows of each
+    prog, src, _ = generate(sig, te.ScheduleOptions(checkpoint="segments"))
     shapes = {t.name: sig.shape(t, {}) for t in prog.tensors[1:]}
     seg = T // k
     assert shapes == {"dL": (), "acc_ring": (seg + 1, R), "dacc_ring": (seg + 1, R),
@@ -253,8 +262,11 @@ def test_consumers_reading_farther_back_and_ahead(T, k):
         return d, [res[0], X]
 
     d, outs = outputs(k)
-    s = plan(Signature(outs, [d])).segments
+    s = plan(Signature(outs, [d]), "segments").segments
     assert (s.back, s.ahead, s.look_d, s.recompute) == (3, 1, 2, True)
+    s = plan(Signature(outs, [d])).segments
+    if k < T:  # (k >= T: e is cheaper kept whole than in k checkpoints of 4 rows)
+        assert (s.mode, s.width, s.back, s.ahead, s.look_d) == ("revolve", 4, 3, 1, 2)
     assert sorted(c.name for c, _ in s.consumers) == ["X", "dd"]
     x = np.random.default_rng(T).standard_normal((R, T)).astype(np.float32)
     got = te.build(outs, inputs=[d])(x)

@@ -67,5 +67,5 @@ def test_bad_sizes_and_encoding():
         schedule(5, 0)
     s = schedule(7, 3)
     codes = encode(s)
-    assert [Action(KINDS[c], a) for c, a in zip(codes[::2], codes[1::2])] == list(s.actions)
+    assert [Action(KINDS[c], a) for c, a in zip(codes[::3], codes[1::3])] == list(s.actions)
     assert "firsturn 6" in str(s)

@@ -12,7 +12,19 @@ Rolling state (any recurrence, forward or adjoint)
     row ``t mod rows``. The carried loop is sequential, so when step ``t`` is
     computed the rows it overwrites are no longer needed.
 
-Checkpointed gradient (``te.recurrence(..., checkpoints=k)``)
+Checkpointed gradient by revolve (``te.recurrence(..., checkpoints=k)``, a constant ``T``)
+    The pattern is the one below; execution is one step at a time, by the binomial
+    schedule of :mod:`codegen.revolve` (emitted as a table of actions the C loops
+    over): a checkpoint holds ``max(w, W + H)`` rows of ``e`` (its state before a
+    step, and what the adjoint at that step reads: ``W`` back, ``H`` ahead), ``e``
+    lives in a ring of one more row, ``de`` in a ring of its window plus one; the
+    forward sweep runs the schedule up to its first turn, the reversal the rest (each
+    turn: ``e``'s next row, ``de``'s row, the consumers' rows). Memory is ``k``
+    checkpoints and a few rows at any ``T``; ``k = 1`` recomputes from the start for
+    every step (``T (T - 1) / 2`` steps). A symbolic ``T``, or
+    ``Options.checkpoint == "segments"``, runs the segments below instead.
+
+Checkpointed gradient by segments
     The supported pattern is the one ``te.differentiate`` produces for a loss of
     the last steps: a forward recurrence ``e`` (ascending, carried axis first,
     ``e.checkpoints = k``), a descending recurrence ``de`` reading ``e`` (its
@@ -44,12 +56,13 @@ Checkpointed gradient (``te.recurrence(..., checkpoints=k)``)
     state and only ``de`` and the consumers run segment by segment
     (``O((S + windows) * R)``). ``k`` is capped at ``T`` when ``T`` is constant.
 
-    Not supported (full tape instead, still exact): consumers that reduce over
-    the steps (an RNN's weight gradient ``dW = sum_t ...``: accumulating it per
-    segment would change the order of the sum), any reduction in the bodies of
-    ``e``, ``de`` or the consumers (the C backend vectorizes sums, and the order
+    Not supported, in either mode (full tape instead, still exact): consumers that
+    reduce over the steps (an RNN's weight gradient ``dW = sum_t ...``: accumulating
+    it per step would change the order of the sum), any reduction in the bodies of
+    ``e``, ``de`` or the consumers (the C backend vectorizes some sums, and the order
     of a vectorized sum may depend on the alignment of the rows it reads, which
-    a ring changes: bit-identity could not be promised), consumers reading ``de``
+    a ring changes: bit-identity could not be promised; a step-at-a-time lowering of
+    RNN bodies measured 1-2 ulp away from the full tape), consumers reading ``de``
     at earlier steps, tensors before ``de`` reading ``e`` at other than its last
     steps, a consumer reading another consumer, ``e`` or ``de`` being outputs, scatter-adds reading them,
     carried axes other than the first, and more than one checkpointed
@@ -77,6 +90,8 @@ from .loopast import (Assign, Block, Comment, Decl, For, If, Kernel, Lit, Load, 
 from .cexpr import add, cast, mul
 from .program import Program
 from .scope import Scope
+from . import revolve as revolve_schedule
+from .revolve_lowering import RevolveSteps
 
 I64 = INDEX_DTYPE
 
@@ -304,7 +319,10 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
         return None
     back = max([w] + [-lo for lo, _ in need])
     ahead = max([0] + [hi for _, hi in need])
-    k = int(e.checkpoints)
+    k = e.checkpoints
+    if k == "auto":  # see te.recurrence; a symbolic T runs segments, 64 of them
+        k = revolve_schedule.auto_slots(T.value) if isinstance(T, Const) else 64
+    k = int(k)
     if isinstance(T, Const):
         k = min(k, T.value)  # more checkpoints than steps would only cost memory
     # revolve needs its schedule as data, made for a known T: a symbolic T runs segments
@@ -396,7 +414,7 @@ def rings(sig, mode: str = "revolve") -> Optional[Plan]:
     return p if p.rings else None
 
 
-class RingProgram:
+class RingProgram(RevolveSteps):
     """The program of a lowerer whose ring tensors are addressed modulo their row count
     (``Lowerer.rings``), with the checkpointed segments of ``p`` (if any)."""
 
@@ -598,123 +616,6 @@ class RingProgram:
 
     # }}}
 
-    # {{{ revolve: one step at a time, by a schedule of codegen.revolve
-
-    def _table(self, s: Segments):
-        """``(table var name, actions, index of the firsturn)``: the schedule as C data."""
-        from . import revolve
-        if not hasattr(self, "_sched"):
-            sched = revolve.schedule(int(s.e.dims[0].value), s.k)
-            codes = revolve.encode(sched)
-            self._sched = (f"revolve_{self.lw.buf[s.e.uid].name}", codes,
-                           [a.kind for a in sched.actions].index("firsturn"))
-            self.lw.record.checkpoint.append(
-                f"{s.e.name} schedule: {len(sched.actions)} actions, "
-                f"{revolve.least_forward_steps(sched.steps, sched.slots)} steps recomputed")
-        return self._sched
-
-    def _state_rows(self, s: Segments, cur, slot, restore: bool) -> Stmt:
-        """Copy the state at position ``cur`` (e's rows ``[cur + H - width, cur + H)`` that
-        exist) between the ring and checkpoint ``slot``."""
-        e = s.e
-        T = int(e.dims[0].value)
-        rows = self.lw.size_expr(self.ring_of[e.uid].rows)
-        w, row = self.lw.fresh("k", I64), self.lw.fresh("k", I64)
-        ring, store = self.lw.buf[e.uid].name, self.lw.buf[s.store.uid].name
-        at_ring = Op("mod", (row, rows), I64)
-        at_store = Op("add", (Op("mul", (slot, Lit(s.width, I64)), I64), w), I64)
-        copy = (self._copy_row(ring, at_ring, store, at_store, self._row_size(e)) if restore
-                else self._copy_row(store, at_store, ring, at_ring, self._row_size(e)))
-        first = Op("sub", (cur, Lit(s.width - s.ahead, I64)), I64)
-        return For(w, Lit(0, I64), Lit(s.width, I64), 1, Block((
-            Decl(row, Op("add", (first, w), I64)),
-            If(Op("and", (Op("ge", (row, Lit(0, I64)), "bool"),
-                          Op("lt", (row, Lit(T, I64)), "bool")), "bool"),
-               Block((copy,))),)),
-            note="restore a checkpoint" if restore else "take a checkpoint")
-
-    def _advance(self, s: Segments, lo, hi) -> List[Stmt]:
-        """Forward steps from position ``lo`` to ``hi``: e's rows ``[lo + H, hi + H)`` < T."""
-        T = Lit(int(s.e.dims[0].value), I64)
-        self.lw.owner = s.e
-        return self.rows(s.e, 0, Op("add", (lo, Lit(s.ahead, I64)), I64),
-                         Op("min", (T, Op("add", (hi, Lit(s.ahead, I64)), I64)), I64))
-
-    def _interpret(self, s: Segments, start: int, stop: int, cur: Var, kinds) -> Stmt:
-        """A loop over actions ``[start, stop)`` of the table, running ``kinds`` of them."""
-        name, codes, _ = self._table(s)
-        q, kind, arg = (self.lw.fresh("k", I64) for _ in range(3))
-        from .revolve import KINDS
-
-        def is_(k: str):
-            return Op("eq", (kind, Lit(KINDS.index(k), I64)), "bool")
-
-        branches: List[Stmt] = []
-        if "advance" in kinds:
-            branches.append(If(is_("advance"), Block(
-                tuple(self._advance(s, cur, arg)) + (Assign(cur, arg),))))
-        if "takeshot" in kinds:
-            branches.append(If(is_("takeshot"), Block((self._state_rows(s, cur, arg, False),))))
-        if "restore" in kinds:
-            pos = Load(name, Op("add", (Op("mul", (q, Lit(3, I64)), I64), Lit(2, I64)), I64), I64)
-            branches.append(If(is_("restore"), Block(
-                (Assign(cur, pos), self._state_rows(s, cur, arg, True)))))
-        if "youturn" in kinds:
-            branches.append(If(is_("youturn"), Block(tuple(self._turn(s, arg)))))
-        return For(q, Lit(start, I64), Lit(stop, I64), 1, Block((
-            Decl(kind, Load(name, Op("mul", (q, Lit(3, I64)), I64), I64)),
-            Decl(arg, Load(name, Op("add", (Op("mul", (q, Lit(3, I64)), I64), Lit(1, I64)), I64),
-                           I64)),
-            *branches)), note="the revolve schedule's actions (sequential)")
-
-    def _turn(self, s: Segments, t) -> List[Stmt]:
-        """Forward step ``t`` (e's row ``t + H``), then reverse it: ``de[t]``, and every
-        consumer's row ``t``."""
-        out = self._advance(s, t, Op("add", (t, Lit(1, I64)), I64))
-        one = Op("add", (t, Lit(1, I64)), I64)
-        self.lw.owner = s.de
-        out += self.rows(s.de, 0, t, one)
-        for x, a in s.consumers:
-            self.lw.owner = x
-            out += self.rows(x, a, t, one)
-        return out
-
-    def _forward(self, s: Segments) -> Stmt:
-        """The forward sweep: the schedule up to its first turn (snapshots on the way),
-        then e's last rows, which the tensors before its adjoint read."""
-        name, codes, first = self._table(s)
-        self.cur = self.lw.fresh("k", I64)
-        T = int(s.e.dims[0].value)
-        body: List[Stmt] = [
-            Comment(f"{s.e} [forward sweep, revolve: {s.k} checkpoints x {s.width} rows]"),
-            Local(name, I64, len(codes), tuple(codes)),
-            Decl(self.cur, Lit(0, I64))]
-        self.lw.owner = s.e
-        body += self.rows(s.e, 0, Lit(0, I64), Lit(min(s.ahead, T), I64))
-        body.append(self._interpret(s, 0, first, self.cur, ("advance", "takeshot")))
-        body += self._advance(s, Lit(T - 1, I64), Lit(T, I64))
-        return Block(tuple(body))
-
-    def _reverse(self, s: Segments) -> Stmt:
-        """The reversal: the tensors the adjoint reads that read e's last rows, the first
-        turn's reverse step, then the rest of the schedule."""
-        name, codes, first = self._table(s)
-        T = int(s.e.dims[0].value)
-        body: List[Stmt] = [Comment(f"checkpointed gradient of {s.e.name}: reversed by the "
-                                    f"revolve schedule ({s.k} checkpoints)")]
-        for x in s.early:
-            body.append(self._tensor(x))
-        last, end = Lit(T - 1, I64), Lit(T, I64)
-        self.lw.owner = s.de
-        body += self.rows(s.de, 0, last, end)
-        for x, a in s.consumers:
-            self.lw.owner = x
-            body += self.rows(x, a, last, end)
-        body.append(self._interpret(s, first + 1, len(codes) // 3, self.cur,
-                                    ("advance", "takeshot", "restore", "youturn")))
-        return Block(tuple(body))
-
-    # }}}
 
 
 # }}}

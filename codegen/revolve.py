@@ -113,6 +113,19 @@ def least_forward_steps(steps: int, slots: int) -> int:
     return r * steps - max_steps(slots + 1, r - 1)
 
 
+def auto_slots(steps: int) -> int:
+    """The slots ``checkpoints="auto"`` takes: the fewest with which no step is advanced
+    more than twice (the forward pass run about once more in all), ``~sqrt(2 T)``.
+
+    >>> auto_slots(1), auto_slots(10), auto_slots(4096)
+    (1, 3, 90)
+    """
+    k = 1
+    while repetitions(steps, k) > 2:
+        k += 1
+    return k
+
+
 def split(steps: int, free: int) -> int:
     """How many steps to advance before the next snapshot, reversing ``steps`` steps whose
     first state is kept, with ``free`` more slots (``steps >= 2``, ``free >= 1``): the

@@ -333,3 +333,47 @@ def test_ring_read_through_div_mod(T, name):
     # every affine reader reads rows >= T - 3 only: Y is kept in a ring; a row
     # chosen by data could be any, so Y is kept whole
     assert bool(f.schedule.checkpoint) == ring
+
+
+@pytest.mark.parametrize("make", [alpha, squashed])
+def test_auto_checkpoints(make):
+    # "auto": the fewest slots with which no step is advanced more than twice
+    from codegen.revolve import auto_slots, repetitions
+    T, R = 200, 3
+    d, dd = gradient(make, T, R, "auto")
+    s = plan(Signature([dd], [d])).segments
+    assert s.k == auto_slots(T) == 19 and repetitions(T, s.k) == 2
+    x = data(R, T)
+    d0, g0 = gradient(make, T, R, None)
+    assert np.array_equal(te.build(dd, inputs=[d])(x), te.build(g0, inputs=[d0])(x))
+    n = te.var("n")  # a symbolic T: 64 segments
+    d, dd = gradient(make, n, R, "auto")
+    assert plan(Signature([dd], [d])).segments.k == 64
+
+
+@pytest.mark.parametrize("T,k", [(40, 3), (7, 1)])
+def test_second_order_through_a_checkpointed_recurrence(T, k):
+    # the gradient's own gradient: d/dd of sum(dd * v), through the revolve lowering
+    R = 2
+
+    def second(k):
+        d = te.placeholder((R, T), "float64", "d")
+        e = squashed(d, T, R, k)
+        r = te.reduce_axis(R)
+        L = te.compute((), lambda: te.sum(e[T - 1, r] * e[T - 1, r], axis=r), name="L")
+        (dd,) = te.differentiate(L, [d])
+        v = te.placeholder((R, T), "float64", "v")
+        a, b = te.reduce_axis(R), te.reduce_axis(T)
+        M = te.compute((), lambda: te.sum(dd[a, b] * v[a, b], axis=[a, b]), name="M")
+        (ddd,) = te.differentiate(M, [d])
+        return d, v, [dd, ddd]
+
+    rng = np.random.default_rng(T)
+    x, v = rng.uniform(0, 0.5, (R, T)), rng.standard_normal((R, T))
+    d, vv, outs = second(k)
+    f = te.build(outs, inputs=[d, vv])
+    d0, v0, outs0 = second(None)
+    for got, want, ref in zip(f(x, v), te.build(outs0, inputs=[d0, v0])(x, v),
+                              te.build(outs, inputs=[d, vv], backend="numpy")(x, v)):
+        assert np.array_equal(got, want)
+        assert_same(got, ref)

@@ -399,6 +399,11 @@ class _Emitter:
                 self.line(ind, "}")
             case If():
                 self.if_(s, ind)
+            case Local(name, dtype, size, init) if init:
+                self.line(ind, f"static const {CTYPE[dtype]} {name}[{size}] = {{")
+                for k in range(0, len(init), 24):
+                    self.line(ind + 1, ", ".join(str(v) for v in init[k:k + 24]) + ",")
+                self.line(ind, "};")
             case Local(name, dtype, size):
                 self.locals.add(name)
                 self.line(ind, f"{CTYPE[dtype]} {name}[{size}] __attribute__((aligned(64)));")

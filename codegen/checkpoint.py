@@ -12,7 +12,19 @@ Rolling state (any recurrence, forward or adjoint)
     row ``t mod rows``. The carried loop is sequential, so when step ``t`` is
     computed the rows it overwrites are no longer needed.
 
-Checkpointed gradient (``te.recurrence(..., checkpoints=k)``)
+Checkpointed gradient by revolve (``te.recurrence(..., checkpoints=k)``, a constant ``T``)
+    The pattern is the one below; execution is one step at a time, by the binomial
+    schedule of :mod:`codegen.revolve` (emitted as a table of actions the C loops
+    over): a checkpoint holds ``max(w, W + H)`` rows of ``e`` (its state before a
+    step, and what the adjoint at that step reads: ``W`` back, ``H`` ahead), ``e``
+    lives in a ring of one more row, ``de`` in a ring of its window plus one; the
+    forward sweep runs the schedule up to its first turn, the reversal the rest (each
+    turn: ``e``'s next row, ``de``'s row, the consumers' rows). Memory is ``k``
+    checkpoints and a few rows at any ``T``; ``k = 1`` recomputes from the start for
+    every step (``T (T - 1) / 2`` steps). A symbolic ``T``, or
+    ``Options.checkpoint == "segments"``, runs the segments below instead.
+
+Checkpointed gradient by segments
     The supported pattern is the one ``te.differentiate`` produces for a loss of
     the last steps: a forward recurrence ``e`` (ascending, carried axis first,
     ``e.checkpoints = k``), a descending recurrence ``de`` reading ``e`` (its
@@ -44,12 +56,13 @@ Checkpointed gradient (``te.recurrence(..., checkpoints=k)``)
     state and only ``de`` and the consumers run segment by segment
     (``O((S + windows) * R)``). ``k`` is capped at ``T`` when ``T`` is constant.
 
-    Not supported (full tape instead, still exact): consumers that reduce over
-    the steps (an RNN's weight gradient ``dW = sum_t ...``: accumulating it per
-    segment would change the order of the sum), any reduction in the bodies of
-    ``e``, ``de`` or the consumers (the C backend vectorizes sums, and the order
+    Not supported, in either mode (full tape instead, still exact): consumers that
+    reduce over the steps (an RNN's weight gradient ``dW = sum_t ...``: accumulating
+    it per step would change the order of the sum), any reduction in the bodies of
+    ``e``, ``de`` or the consumers (the C backend vectorizes some sums, and the order
     of a vectorized sum may depend on the alignment of the rows it reads, which
-    a ring changes: bit-identity could not be promised), consumers reading ``de``
+    a ring changes: bit-identity could not be promised; a step-at-a-time lowering of
+    RNN bodies measured 1-2 ulp away from the full tape), consumers reading ``de``
     at earlier steps, tensors before ``de`` reading ``e`` at other than its last
     steps, a consumer reading another consumer, ``e`` or ``de`` being outputs, scatter-adds reading them,
     carried axes other than the first, and more than one checkpointed
@@ -72,10 +85,13 @@ from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, Read, Redu
                            fresh_uid, same, size_vars, tensor_inputs, walk, INDEX_DTYPE)
 from tensorexpr.transform import eval_int
 
-from .loopast import Block, Comment, Decl, For, If, Kernel, Lit, Load, Op, Stmt, Store, Var
+from .loopast import (Assign, Block, Comment, Decl, For, If, Kernel, Lit, Load, Local, Op, Stmt,
+                      Store, Var)
 from .cexpr import add, cast, mul
 from .program import Program
 from .scope import Scope
+from . import revolve as revolve_schedule
+from .revolve_lowering import RevolveSteps
 
 I64 = INDEX_DTYPE
 
@@ -175,6 +191,8 @@ class Segments:
     window: int = 1  # w: how far back e reads itself
     recompute: bool = True  # False: only e's last steps are read, its ring keeps them
     store: Optional[Tensor] = None  # the checkpoint buffer (when recomputing)
+    mode: str = "segments"  # or "revolve": one step at a time, by codegen.revolve's schedule
+    width: int = 1  # revolve: rows of e a checkpoint holds (max(w, back + ahead))
 
 
 @dataclass
@@ -191,7 +209,7 @@ def _ceil_div(a: Expr, k: int) -> Expr:
     return _bin("floordiv", _bin("add", a, _c(k - 1)), _c(k))
 
 
-def plan(sig) -> Plan:
+def plan(sig, mode: str = "revolve") -> Plan:
     """Which recurrences of ``sig``'s program are kept in rings, and the
     checkpointed segments if the program has the supported shape.
 
@@ -221,7 +239,7 @@ def plan(sig) -> Plan:
             continue
         seg = None
         if e.checkpoints and out.segments is None and e.carry.step > 0:
-            seg = _segments(e, w, order, readers, outputs, params)
+            seg = _segments(e, w, order, readers, outputs, params, mode)
         if seg is not None:
             out.segments = seg
             continue
@@ -244,7 +262,8 @@ def plan(sig) -> Plan:
     return out
 
 
-def _segments(e: Compute, w: int, order, readers, outputs, params) -> Optional[Segments]:
+def _segments(e: Compute, w: int, order, readers, outputs, params,
+              mode: str = "revolve") -> Optional[Segments]:
     """The checkpointed plan for ``e`` and its adjoint, or None (full tape)."""
     if e.carry.axis != 0:
         return None
@@ -300,11 +319,16 @@ def _segments(e: Compute, w: int, order, readers, outputs, params) -> Optional[S
         return None
     back = max([w] + [-lo for lo, _ in need])
     ahead = max([0] + [hi for _, hi in need])
-    k = int(e.checkpoints)
+    k = e.checkpoints
+    if k == "auto":  # see te.recurrence; a symbolic T runs segments, 64 of them
+        k = revolve_schedule.auto_slots(T.value) if isinstance(T, Const) else 64
+    k = int(k)
     if isinstance(T, Const):
         k = min(k, T.value)  # more checkpoints than steps would only cost memory
-    seg = _bin("max", _ceil_div(T, k), _c(back))
-    if isinstance(seg, Const) and seg.value >= T.value:
+    # revolve needs its schedule as data, made for a known T: a symbolic T runs segments
+    revolve = mode == "revolve" and isinstance(T, Const)
+    seg = _c(1) if revolve else _bin("max", _ceil_div(T, k), _c(back))
+    if not revolve and isinstance(seg, Const) and seg.value >= T.value:
         return None  # one segment (k = 1): the rings would be the whole tape
     last = max([1] + [(_last_rows(x, e, params) or 0) for x in readers.get(e.uid, [])
                       if x.uid != de.uid and x.uid not in taken])
@@ -315,13 +339,17 @@ def _segments(e: Compute, w: int, order, readers, outputs, params) -> Optional[S
     tail = [_last_rows(x, e, params) for x in [de] + [c for c, _ in consumers]]
     # (with a constant T every read is "in the last T steps": demand a ring smaller
     # than the one recomputation needs)
-    ring = _bin("add", seg, _c(back + ahead))
+    width = max(w, back + ahead)
+    # (revolve: its ring and checkpoints)
+    ring = _c((k + 1) * width + 1) if revolve else _bin("add", seg, _c(back + ahead))
     if all(m is not None for m in tail) and (
             not isinstance(ring, Const) or max([w + 1, last] + tail) <= ring.value):
         s.recompute = False
         s.last = max([last] + tail)
         s.back, s.ahead = 0, 0
-        s.seg = _ceil_div(T, k)
+        s.seg = _c(1) if revolve else _ceil_div(T, k)  # revolve: de one step at a time
+    elif revolve:
+        s.mode, s.width = "revolve", width
     return s
 
 
@@ -350,7 +378,11 @@ def _step_axis(x: Tensor, e: Compute, de: Compute, T: Expr, params):
 def _segment_buffers(p: Plan) -> None:
     s = p.segments
     e, de = s.e, s.de
-    if s.recompute:
+    if s.mode == "revolve":
+        # a checkpoint's rows, and the step computed from them
+        rows_e = _c(max(s.width + 1, s.last))
+        s.store = _scratch(e, (_c(s.k * s.width),) + tuple(e.dims[1:]), "checkpoints")
+    elif s.recompute:
         rows_e = _bin("max", _bin("add", s.seg, _c(s.back + s.ahead)), _c(s.last))
         s.store = _scratch(e, (_c(s.k * s.back),) + tuple(e.dims[1:]), "checkpoints")
     else:
@@ -365,7 +397,7 @@ def _segment_buffers(p: Plan) -> None:
 # {{{ lowering
 
 
-def rings(sig) -> Optional[Plan]:
+def rings(sig, mode: str = "revolve") -> Optional[Plan]:
     """The rings and checkpointed segments of ``sig``'s program (a :class:`Plan`), or
     None when no recurrence qualifies (the program then keeps the full tape).
 
@@ -378,11 +410,11 @@ def rings(sig) -> Optional[Plan]:
     """
     if not any(isinstance(t, Compute) and t.carry is not None for t in sig.order):
         return None
-    p = plan(sig)
+    p = plan(sig, mode)
     return p if p.rings else None
 
 
-class RingProgram:
+class RingProgram(RevolveSteps):
     """The program of a lowerer whose ring tensors are addressed modulo their row count
     (``Lowerer.rings``), with the checkpointed segments of ``p`` (if any)."""
 
@@ -391,9 +423,13 @@ class RingProgram:
         self.plan = p
         lw.record.checkpoint.extend(
             f"{r.tensor.name} (ring of {r.rows} rows)" for r in p.rings.values())
-        if p.segments is not None:
-            lw.record.checkpoint.append(f"{p.segments.e.name} (segments: {p.segments.k} "
-                                        f"checkpoints x {p.segments.back} rows)")
+        s = p.segments
+        if s is not None and s.mode == "revolve":
+            lw.record.checkpoint.append(f"{s.e.name} (revolve: {s.k} checkpoints x "
+                                        f"{s.width} rows)")
+        elif s is not None:
+            lw.record.checkpoint.append(f"{s.e.name} (segments: {s.k} "
+                                        f"checkpoints x {s.back} rows)")
         self.ring_of: Dict[int, Ring] = {}
         self.logical: Dict[int, Tensor] = {}  # scratch buffer uid -> the tensor it holds
         for k, t in enumerate(lw.tensors):
@@ -415,7 +451,8 @@ class RingProgram:
             st = s.store
             lw.buf[st.uid] = type(lw.buf[s.e.uid])(
                 f"b{len(lw.tensors)}", st.dtype, False,
-                f"{s.e.name} checkpoints ({s.k} x {s.back} rows)")
+                f"{s.e.name} checkpoints ({s.k} x {s.width if s.mode == 'revolve' else s.back}"
+                f" rows)")
             lw.dims[st.uid] = st.dims
             lw.tensors.append(st)
 
@@ -428,12 +465,18 @@ class RingProgram:
         for t in self.lw.lowered:  # (scratch tensors are lowered inside their users)
             t = self.logical.get(t.uid, t)
             if s is not None and t.uid == s.de.uid:
+                if s.mode == "revolve":
+                    body.append(self._reverse(s))
+                    continue
                 for x in s.early:
                     body.append(self._tensor(x))
                 body.append(self._segments(s))
                 continue
             if t.uid in skip or (s is not None and s.store is not None
                                  and t.uid == s.store.uid):
+                continue
+            if s is not None and s.mode == "revolve" and t.uid == s.e.uid:
+                body.append(self._forward(s))
                 continue
             if s is not None and s.recompute and t.uid == s.e.uid:
                 self.lw.owner = t
@@ -572,6 +615,7 @@ class RingProgram:
         ))
 
     # }}}
+
 
 
 # }}}

@@ -194,11 +194,14 @@ class If:
 @dataclass(frozen=True)
 class Local:
     """Declare ``name``, a local array of ``size`` (a constant) elements (uninitialised);
-    :class:`Load` and :class:`Store` address it like a buffer."""
+    :class:`Load` and :class:`Store` address it like a buffer. With ``init`` (``size``
+    values) it is a read-only table of constants instead (a schedule passed as data, e.g.
+    ``codegen.revolve``'s actions)."""
 
     name: str
     dtype: str
     size: int
+    init: Tuple[Union[int, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,8 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     # 4. recurrences: by steps where a step holds sums over earlier ones; rings of rows
     # and checkpointed segments where they need not all be kept
     step_sums, steps = recurrence_steps.rewrite(computed, options)
-    rings = checkpoint.rings(sig) if options.checkpoint else None
+    mode = "segments" if options.checkpoint == "segments" else "revolve"
+    rings = checkpoint.rings(sig, mode) if options.checkpoint else None
     if rings is not None:
         lw = Lowerer(sig, title, options, scratch=step_sums, steps=steps)
         program = checkpoint.RingProgram(lw, rings).program()

@@ -20,7 +20,7 @@ fused: B + C
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,9 @@ class Options:
     """What a caller may decide about the schedule of a build.
 
     ``checkpoint``: recurrences whose intermediate rows need not all be kept are
-    computed in rolling buffers / checkpointed segments (``codegen.checkpoint``);
+    computed in rolling buffers, and ``checkpoints=k`` gradients by the revolve schedule
+    (``codegen.checkpoint``; ``"segments"``: by plain segment recomputation instead,
+    ``False``: the full tape);
     ``register_tiles``: row accumulators live in vector registers where they fit
     (``codegen.rowsum_registers``); ``fuse``: consecutive row-local tensors share one loop
     (``codegen.fuse``); ``copies``: dot-product sums may read transposed or
@@ -43,7 +45,7 @@ class Options:
     >>> Options().key()
     'checkpoint=1 register_tiles=1 fuse=1 copies=1 hoist=1 force='
     """
-    checkpoint: bool = True
+    checkpoint: Union[bool, str] = True
     register_tiles: bool = True
     fuse: bool = True
     copies: bool = True
@@ -55,6 +57,9 @@ class Options:
         if isinstance(force, Mapping):
             force = tuple(sorted(force.items()))
         object.__setattr__(self, "force", tuple((str(k), str(v)) for k, v in force))
+        if self.checkpoint not in (True, False, "segments"):
+            raise ValueError(f"ScheduleOptions(checkpoint=...) is True (revolve), "
+                             f"\"segments\" or False (the full tape), not {self.checkpoint!r}")
 
     def forced(self, name: str) -> Optional[str]:
         """The strategy forced on the tensor called ``name``, if any.
@@ -66,8 +71,9 @@ class Options:
 
     def key(self) -> str:
         """A stable text of the options: part of the build-cache key."""
-        flags = " ".join(f"{k}={int(getattr(self, k))}"
-                         for k in ("checkpoint", "register_tiles", "fuse", "copies", "hoist"))
+        flags = " ".join(f"{k}={int(v) if isinstance(v, bool) else v}"
+                         for k in ("checkpoint", "register_tiles", "fuse", "copies", "hoist")
+                         for v in [getattr(self, k)])
         return f"{flags} force=" + ",".join(f"{k}:{v}" for k, v in self.force)
 
 

@@ -261,19 +261,24 @@ def compute(shape, fn: Callable, name: Optional[str] = None, dtype: Optional[str
 
 
 def recurrence(shape, fn: Callable, name: Optional[str] = None, dtype: str = "float32",
-               checkpoints: Optional[int] = None) -> Compute:
+               checkpoints: Union[int, str, None] = None) -> Compute:
     """A tensor defined in terms of strictly earlier elements of itself.
 
     ``fn(self, *axes)`` receives the tensor being defined as its first argument;
     reads of ``self`` must refer to points strictly earlier along one axis (that
     axis then runs sequentially, the others in parallel).
 
-    ``checkpoints=k`` bounds the memory of its gradient in the C backend: the
-    forward pass keeps ``k`` checkpoints, and the backward pass recomputes the
-    steps in between segment by segment (about ``k + 2 T/k`` rows instead of
-    ``2 T``), with a gradient identical bit for bit to the full tape. It applies
-    when the adjoint's readers use it step by step (``dd[r, t]``); otherwise,
-    and in the numpy backend, the full tape is kept (see ``codegen.checkpoint``).
+    ``checkpoints=k`` bounds the memory of its gradient in the C backend to ``k``
+    checkpoints and a few rows, at any ``T``: the backward pass recomputes the steps
+    it needs by Griewank's binomial (revolve) schedule, the fewest forward steps
+    possible with ``k`` slots (``codegen.revolve``; ``k = 1`` recomputes from the
+    start for every step), with a gradient identical bit for bit to the full tape.
+    ``checkpoints="auto"`` takes the fewest slots with which no step is computed more
+    than three times (about ``sqrt(2 T)``). A symbolic ``T`` runs plain segments
+    instead (``k`` checkpoints, about ``k + 2 T/k`` rows; ``"auto"``: 64).
+    It applies when the adjoint's readers use it step by step (``dd[r, t]``) and no
+    body involved holds a sum; otherwise, and in the numpy backend, the full tape is
+    kept (see ``codegen.checkpoint``).
     Independently of ``checkpoints``, a recurrence read only at its last steps
     is kept in a ring of those rows instead of ``T``.
 
@@ -285,14 +290,14 @@ def recurrence(shape, fn: Callable, name: Optional[str] = None, dtype: str = "fl
     >>> e.checkpoints
     2
     """
-    if checkpoints is not None and (isinstance(checkpoints, bool) or
-                                    not isinstance(checkpoints, (int, np.integer))
-                                    or checkpoints < 1):
+    if checkpoints is not None and checkpoints != "auto" and (
+            isinstance(checkpoints, bool) or not isinstance(checkpoints, (int, np.integer))
+            or checkpoints < 1):
         raise ValueError(f"tensor {name!r} (defined at {user_origin()}): checkpoints must be "
-                         f"a positive int (how many checkpoints the gradient may keep) or "
-                         f"None for the full tape, not {checkpoints!r}")
+                         f"a positive int (how many checkpoints the gradient may keep), "
+                         f"\"auto\" or None for the full tape, not {checkpoints!r}")
     return _define(shape, fn, name, dtype, recurrence=True,
-                   checkpoints=None if checkpoints is None else int(checkpoints))
+                   checkpoints=checkpoints if checkpoints in (None, "auto") else int(checkpoints))
 
 
 def _define(shape, fn, name, dtype, recurrence, checkpoints):

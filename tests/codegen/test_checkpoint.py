@@ -54,16 +54,18 @@ def data(R, T, dtype="float32", seed=0):
 
 
 @pytest.mark.parametrize("make", [ewma, alpha, window2, product2, squashed])
-@pytest.mark.parametrize("T,k", [(37, 4), (64, 8), (10, 1), (5, 20), (33, 33)])
-def test_checkpointed_gradient_is_bit_identical_to_the_full_tape(make, T, k):
+@pytest.mark.parametrize("T,k", [(37, 4), (64, 8), (10, 1), (5, 20), (33, 33), (1, 1), (1, 3)])
+@pytest.mark.parametrize("mode", [True, "segments"])
+def test_checkpointed_gradient_is_bit_identical_to_the_full_tape(make, T, k, mode):
     R = 3
     x = data(R, T)
     d0, g0 = gradient(make, T, R, None)
     full = te.build(g0, inputs=[d0])
     d1, g1 = gradient(make, T, R, k)
-    ck = te.build(g1, inputs=[d1])
+    ck = te.build(g1, inputs=[d1], options=te.ScheduleOptions(checkpoint=mode))
     assert "checkpointed gradient" not in full.source
-    assert ("checkpointed gradient" in ck.source) == (k > 1)  # k = 1: nothing to save
+    if T > 1:  # revolve: k = 1 too (recomputed from the start); segments: not k = 1
+        assert ("checkpointed gradient" in ck.source) == (mode is True or k > 1)
     got = ck(x)
     assert np.array_equal(got, full(x))
     assert_same(got, te.build(g1, inputs=[d1], backend="numpy")(x))
@@ -73,7 +75,14 @@ def test_only_small_buffers_are_allocated():
     T, R, k = 4096, 16, 64
     d, dd = gradient(alpha, T, R, k)
     sig = Signature([dd], [d])
+    # revolve: k checkpoints of one row, and one step of acc and of its adjoint
     prog, src, _ = generate(sig)
+    shapes = {t.name: sig.shape(t, {}) for t in prog.tensors[1:]}
+    assert shapes == {"dL": (), "acc_ring": (2, R), "dacc_ring": (2, R),
+                      "dd": (R, T), "acc_checkpoints": (k, R)}
+    assert "acc (ring of 2 rows)" in src
+    # segments: the checkpoints, and a segment's rows of each
+    prog, src, _ = generate(sig, te.ScheduleOptions(checkpoint="segments"))
     shapes = {t.name: sig.shape(t, {}) for t in prog.tensors[1:]}
     seg = T // k
     assert shapes == {"dL": (), "acc_ring": (seg + 1, R), "dacc_ring": (seg + 1, R),
@@ -253,8 +262,11 @@ def test_consumers_reading_farther_back_and_ahead(T, k):
         return d, [res[0], X]
 
     d, outs = outputs(k)
-    s = plan(Signature(outs, [d])).segments
+    s = plan(Signature(outs, [d]), "segments").segments
     assert (s.back, s.ahead, s.look_d, s.recompute) == (3, 1, 2, True)
+    s = plan(Signature(outs, [d])).segments
+    if k < T:  # (k >= T: e is cheaper kept whole than in k checkpoints of 4 rows)
+        assert (s.mode, s.width, s.back, s.ahead, s.look_d) == ("revolve", 4, 3, 1, 2)
     assert sorted(c.name for c, _ in s.consumers) == ["X", "dd"]
     x = np.random.default_rng(T).standard_normal((R, T)).astype(np.float32)
     got = te.build(outs, inputs=[d])(x)
@@ -321,3 +333,47 @@ def test_ring_read_through_div_mod(T, name):
     # every affine reader reads rows >= T - 3 only: Y is kept in a ring; a row
     # chosen by data could be any, so Y is kept whole
     assert bool(f.schedule.checkpoint) == ring
+
+
+@pytest.mark.parametrize("make", [alpha, squashed])
+def test_auto_checkpoints(make):
+    # "auto": the fewest slots with which no step is advanced more than twice
+    from codegen.revolve import auto_slots, repetitions
+    T, R = 200, 3
+    d, dd = gradient(make, T, R, "auto")
+    s = plan(Signature([dd], [d])).segments
+    assert s.k == auto_slots(T) == 19 and repetitions(T, s.k) == 2
+    x = data(R, T)
+    d0, g0 = gradient(make, T, R, None)
+    assert np.array_equal(te.build(dd, inputs=[d])(x), te.build(g0, inputs=[d0])(x))
+    n = te.var("n")  # a symbolic T: 64 segments
+    d, dd = gradient(make, n, R, "auto")
+    assert plan(Signature([dd], [d])).segments.k == 64
+
+
+@pytest.mark.parametrize("T,k", [(40, 3), (7, 1)])
+def test_second_order_through_a_checkpointed_recurrence(T, k):
+    # the gradient's own gradient: d/dd of sum(dd * v), through the revolve lowering
+    R = 2
+
+    def second(k):
+        d = te.placeholder((R, T), "float64", "d")
+        e = squashed(d, T, R, k)
+        r = te.reduce_axis(R)
+        L = te.compute((), lambda: te.sum(e[T - 1, r] * e[T - 1, r], axis=r), name="L")
+        (dd,) = te.differentiate(L, [d])
+        v = te.placeholder((R, T), "float64", "v")
+        a, b = te.reduce_axis(R), te.reduce_axis(T)
+        M = te.compute((), lambda: te.sum(dd[a, b] * v[a, b], axis=[a, b]), name="M")
+        (ddd,) = te.differentiate(M, [d])
+        return d, v, [dd, ddd]
+
+    rng = np.random.default_rng(T)
+    x, v = rng.uniform(0, 0.5, (R, T)), rng.standard_normal((R, T))
+    d, vv, outs = second(k)
+    f = te.build(outs, inputs=[d, vv])
+    d0, v0, outs0 = second(None)
+    for got, want, ref in zip(f(x, v), te.build(outs0, inputs=[d0, v0])(x, v),
+                              te.build(outs, inputs=[d, vv], backend="numpy")(x, v)):
+        assert np.array_equal(got, want)
+        assert_same(got, ref)

@@ -1,0 +1,137 @@
+"""The revolve reversal of a checkpointed recurrence, as loop-AST (``codegen.checkpoint``).
+
+:class:`RevolveSteps` is the part of ``checkpoint.RingProgram`` that runs a
+``checkpoints=k`` gradient one step at a time by the binomial schedule of
+:mod:`codegen.revolve`, emitted as a static table of actions the C loops over: the
+forward sweep (the schedule up to its first turn) and the reversal (the rest).
+Its methods use the ring program's lowerer (``self.lw``), rings (``self.ring_of``),
+``rows`` and ``_copy_row``; ``s`` is the program's ``checkpoint.Segments``.
+"""
+from __future__ import annotations
+
+from typing import List
+
+from tensorexpr.ir import INDEX_DTYPE
+
+from . import revolve as revolve_schedule
+from .loopast import Assign, Block, Comment, Decl, For, If, Lit, Load, Local, Op, Stmt, Var
+
+I64 = INDEX_DTYPE
+
+
+class RevolveSteps:
+    """The revolve executor's statements (a mixin of ``checkpoint.RingProgram``)."""
+
+    def _table(self, s):
+        """``(table var name, actions, index of the firsturn)``: the schedule as C data."""
+        revolve = revolve_schedule
+        if not hasattr(self, "_sched"):
+            sched = revolve.schedule(int(s.e.dims[0].value), s.k)
+            codes = revolve.encode(sched)
+            self._sched = (f"revolve_{self.lw.buf[s.e.uid].name}", codes,
+                           [a.kind for a in sched.actions].index("firsturn"))
+            self.lw.record.checkpoint.append(
+                f"{s.e.name} schedule: {len(sched.actions)} actions, "
+                f"{revolve.least_forward_steps(sched.steps, sched.slots)} steps recomputed")
+        return self._sched
+
+    def _state_rows(self, s, cur, slot, restore: bool) -> Stmt:
+        """Copy the state at position ``cur`` (e's rows ``[cur + H - width, cur + H)`` that
+        exist) between the ring and checkpoint ``slot``."""
+        e = s.e
+        T = int(e.dims[0].value)
+        rows = self.lw.size_expr(self.ring_of[e.uid].rows)
+        w, row = self.lw.fresh("k", I64), self.lw.fresh("k", I64)
+        ring, store = self.lw.buf[e.uid].name, self.lw.buf[s.store.uid].name
+        at_ring = Op("mod", (row, rows), I64)
+        at_store = Op("add", (Op("mul", (slot, Lit(s.width, I64)), I64), w), I64)
+        copy = (self._copy_row(ring, at_ring, store, at_store, self._row_size(e)) if restore
+                else self._copy_row(store, at_store, ring, at_ring, self._row_size(e)))
+        first = Op("sub", (cur, Lit(s.width - s.ahead, I64)), I64)
+        return For(w, Lit(0, I64), Lit(s.width, I64), 1, Block((
+            Decl(row, Op("add", (first, w), I64)),
+            If(Op("and", (Op("ge", (row, Lit(0, I64)), "bool"),
+                          Op("lt", (row, Lit(T, I64)), "bool")), "bool"),
+               Block((copy,))),)),
+            note="restore a checkpoint" if restore else "take a checkpoint")
+
+    def _advance(self, s, lo, hi) -> List[Stmt]:
+        """Forward steps from position ``lo`` to ``hi``: e's rows ``[lo + H, hi + H)`` < T."""
+        T = Lit(int(s.e.dims[0].value), I64)
+        self.lw.owner = s.e
+        return self.rows(s.e, 0, Op("add", (lo, Lit(s.ahead, I64)), I64),
+                         Op("min", (T, Op("add", (hi, Lit(s.ahead, I64)), I64)), I64))
+
+    def _interpret(self, s, start: int, stop: int, cur: Var, kinds) -> Stmt:
+        """A loop over actions ``[start, stop)`` of the table, running ``kinds`` of them."""
+        name, codes, _ = self._table(s)
+        q, kind, arg = (self.lw.fresh("k", I64) for _ in range(3))
+        KINDS = revolve_schedule.KINDS
+
+        def is_(k: str):
+            return Op("eq", (kind, Lit(KINDS.index(k), I64)), "bool")
+
+        branches: List[Stmt] = []
+        if "advance" in kinds:
+            branches.append(If(is_("advance"), Block(
+                tuple(self._advance(s, cur, arg)) + (Assign(cur, arg),))))
+        if "takeshot" in kinds:
+            branches.append(If(is_("takeshot"), Block((self._state_rows(s, cur, arg, False),))))
+        if "restore" in kinds:
+            pos = Load(name, Op("add", (Op("mul", (q, Lit(3, I64)), I64), Lit(2, I64)), I64), I64)
+            branches.append(If(is_("restore"), Block(
+                (Assign(cur, pos), self._state_rows(s, cur, arg, True)))))
+        if "youturn" in kinds:
+            branches.append(If(is_("youturn"), Block(tuple(self._turn(s, arg)))))
+        return For(q, Lit(start, I64), Lit(stop, I64), 1, Block((
+            Decl(kind, Load(name, Op("mul", (q, Lit(3, I64)), I64), I64)),
+            Decl(arg, Load(name, Op("add", (Op("mul", (q, Lit(3, I64)), I64), Lit(1, I64)), I64),
+                           I64)),
+            *branches)), note="the revolve schedule's actions (sequential)")
+
+    def _turn(self, s, t) -> List[Stmt]:
+        """Forward step ``t`` (e's row ``t + H``), then reverse it: ``de[t]``, and every
+        consumer's row ``t``."""
+        out = self._advance(s, t, Op("add", (t, Lit(1, I64)), I64))
+        one = Op("add", (t, Lit(1, I64)), I64)
+        self.lw.owner = s.de
+        out += self.rows(s.de, 0, t, one)
+        for x, a in s.consumers:
+            self.lw.owner = x
+            out += self.rows(x, a, t, one)
+        return out
+
+    def _forward(self, s) -> Stmt:
+        """The forward sweep: the schedule up to its first turn (snapshots on the way),
+        then e's last rows, which the tensors before its adjoint read."""
+        name, codes, first = self._table(s)
+        self.cur = self.lw.fresh("k", I64)
+        T = int(s.e.dims[0].value)
+        body: List[Stmt] = [
+            Comment(f"{s.e} [forward sweep, revolve: {s.k} checkpoints x {s.width} rows]"),
+            Local(name, I64, len(codes), tuple(codes)),
+            Decl(self.cur, Lit(0, I64))]
+        self.lw.owner = s.e
+        body += self.rows(s.e, 0, Lit(0, I64), Lit(min(s.ahead, T), I64))
+        body.append(self._interpret(s, 0, first, self.cur, ("advance", "takeshot")))
+        body += self._advance(s, Lit(T - 1, I64), Lit(T, I64))
+        return Block(tuple(body))
+
+    def _reverse(self, s) -> Stmt:
+        """The reversal: the tensors the adjoint reads that read e's last rows, the first
+        turn's reverse step, then the rest of the schedule."""
+        name, codes, first = self._table(s)
+        T = int(s.e.dims[0].value)
+        body: List[Stmt] = [Comment(f"checkpointed gradient of {s.e.name}: reversed by the "
+                                    f"revolve schedule ({s.k} checkpoints)")]
+        for x in s.early:
+            body.append(self._tensor(x))
+        last, end = Lit(T - 1, I64), Lit(T, I64)
+        self.lw.owner = s.de
+        body += self.rows(s.de, 0, last, end)
+        for x, a in s.consumers:
+            self.lw.owner = x
+            body += self.rows(x, a, last, end)
+        body.append(self._interpret(s, first + 1, len(codes) // 3, self.cur,
+                                    ("advance", "takeshot", "restore", "youturn")))
+        return Block(tuple(body))

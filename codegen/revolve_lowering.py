@@ -6,6 +6,20 @@
 forward sweep (the schedule up to its first turn) and the reversal (the rest).
 Its methods use the ring program's lowerer (``self.lw``), rings (``self.ring_of``),
 ``rows`` and ``_copy_row``; ``s`` is the program's ``checkpoint.Segments``.
+
+The schedule it runs is part of the build's schedule:
+
+>>> import tensorexpr as te
+>>> from codegen.pipeline import lower
+>>> from codegen.signature import Signature
+>>> d = te.placeholder((4, 10), name="d")
+>>> e = te.recurrence((10, 4), lambda e, t, r: te.tanh(d[r, t] + te.select(
+...     t == 0, 0.0, 0.9 * e[t - 1, r])), name="e", checkpoints=3)
+>>> x = te.reduce_axis(4)
+>>> L = te.compute((), lambda: te.sum(e[9, x] * e[9, x], axis=x), name="L")
+>>> (g,) = te.differentiate(L, [d])
+>>> [c for c in lower(Signature([g], [d]))[1].checkpoint if "schedule" in c]
+['e schedule: 34 actions, 15 steps recomputed']
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 Function-level imports count: importing inside a function to dodge a circle is
 still a circle. The layers (a module imports only modules of lower layers):
-errors <- ir (dtypes <- nodes <- traversal <- the package) <- transform, printer <- polyhedral <- bounds <- recurrence <- api
+errors <- ir (dtypes <- nodes <- traversal <- the package) <- transform, printer <- polyhedral (spaces <- affine <- fibers, loops
+<- queries <- the package) <- bounds <- recurrence <- api
 <- simplify, normalize <- partials <- differentiate, nn <- build <- interop <- adapters.
 """
 from __future__ import annotations
@@ -14,7 +15,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 LAYERS = [["tensorexpr.errors"], ["tensorexpr.ir.dtypes"], ["tensorexpr.ir.nodes"],
           ["tensorexpr.ir.traversal"], ["tensorexpr.ir"],
           ["tensorexpr.transform", "tensorexpr.printer"],
-          ["tensorexpr.polyhedral"], ["tensorexpr.bounds"], ["tensorexpr.recurrence"],
+          ["tensorexpr.polyhedral.spaces"], ["tensorexpr.polyhedral.affine"],
+          ["tensorexpr.polyhedral.fibers", "tensorexpr.polyhedral.loops"],
+          ["tensorexpr.polyhedral.queries"], ["tensorexpr.polyhedral"], ["tensorexpr.bounds"],
+          ["tensorexpr.recurrence"],
           ["tensorexpr.api"], ["passes.simplify", "passes.normalize"], ["passes.partials"],
           ["passes.differentiate", "tensorexpr.nn"], ["tensorexpr.build"],
           ["tensorexpr.interop"], ["tensorexpr.torch", "tensorexpr.jax"]]

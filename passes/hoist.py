@@ -28,7 +28,11 @@ stored tensors. A sub-expression is hoisted where
   new tensor has at most ``MAX_ELEMENTS`` elements when its shape is known.
 
 The largest such sub-expression is taken (top down), so the new tensor holds as
-much of the invariant work as possible. Values are unchanged: the hoisted
+much of the invariant work as possible. Besides, when a body (not a recurrence's)
+holds several reductions outside any other and any condition (an LSTM's gates,
+``x @ Wx + h @ Wh + b``), each becomes a tensor of its own: the strategy table
+tiles a tensor's one sum, and two sums in one loop nest would be plain dot
+products. Values are unchanged: the hoisted
 expression is the same expression, stored in its own type.
 """
 from __future__ import annotations
@@ -159,6 +163,11 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
     where: Dict[int, set] = {}
     for x, _, guards in contexts:
         where.setdefault(id(x), set()).add(tuple((id(g), p) for g, p in guards))
+    # several sums in one body (an LSTM's gates: x @ Wx + h @ Wh + b): each becomes a
+    # tensor the strategy table can tile, instead of dot products inside one loop nest
+    outer = {id(x): x for x, bound, guards in contexts if isinstance(x, Reduce) and not guards
+             and len(bound) == len(t.axes) and x is not t.body}
+    several = set(outer) if len(outer) > 1 and own is None else set()
     found: List[Tuple[Expr, Tuple[Expr, ...]]] = []
     done = set()
     inside = set()  # parts within a hoisted one: their occurrences go with it
@@ -166,9 +175,12 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
         if id(x) in done or id(x) in inside:
             continue
         missing = [a for uid, a in bound.items() if uid not in used[id(x)]]
-        if not (x is not t.body and costly[id(x)] and is_float(x.dtype) and missing
-                and _points(missing) >= MIN_REDUNDANCY and is_box(x)
-                and not MAX_ELEMENTS < _points(free_axes(x)) < math.inf):
+        if id(x) in several:
+            if not (is_float(x.dtype) and is_box(x)):
+                continue
+        elif not (x is not t.body and costly[id(x)] and is_float(x.dtype) and missing
+                  and _points(missing) >= MIN_REDUNDANCY and is_box(x)
+                  and not MAX_ELEMENTS < _points(free_axes(x)) < math.inf):
             continue
         if own is not None and _reads(x, own):
             continue  # a recurrence's own values cannot leave its body

@@ -29,7 +29,8 @@ stored tensors. A sub-expression is hoisted where
 
 The largest such sub-expression is taken (top down), so the new tensor holds as
 much of the invariant work as possible. Besides, when a body (not a recurrence's)
-holds several reductions outside any other and any condition (an LSTM's gates,
+holds several reductions outside any other and any condition, without a where
+(an LSTM's gates,
 ``x @ Wx + h @ Wh + b``), each becomes a tensor of its own: the strategy table
 tiles a tensor's one sum, and two sums in one loop nest would be plain dot
 products. Values are unchanged: the hoisted
@@ -165,8 +166,10 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
         where.setdefault(id(x), set()).add(tuple((id(g), p) for g, p in guards))
     # several sums in one body (an LSTM's gates: x @ Wx + h @ Wh + b): each becomes a
     # tensor the strategy table can tile, instead of dot products inside one loop nest
+    # (sums under a where, such as the pieces of a gradient over a concatenation, are
+    # left to the table: each covers part of the output)
     outer = {id(x): x for x, bound, guards in contexts if isinstance(x, Reduce) and not guards
-             and len(bound) == len(t.axes) and x is not t.body}
+             and x.where is None and len(bound) == len(t.axes) and x is not t.body}
     several = set(outer) if len(outer) > 1 and own is None else set()
     found: List[Tuple[Expr, Tuple[Expr, ...]]] = []
     done = set()
@@ -223,7 +226,8 @@ def hoist(t: Compute) -> Tuple[Compute, List[Compute]]:
                 cond = Binary("and", cond, c, "bool")
             held = Select(cond, e, Const(0.0, e.dtype) if is_float(e.dtype) else Const(0, e.dtype),
                           e.dtype)
-        g, read = extract(held, f"{t.name}_h{len(new)}", t.origin)
+        # axes in the order the part itself uses them (its reads' layout), not its guards'
+        g, read = extract(held, f"{t.name}_h{len(new)}", t.origin, order=free_axes(e))
         new.append(g)
         reads[id(e)] = read
     body = bottom_up(t.body, lambda x: x, stop=lambda x: reads.get(id(x)))

@@ -33,6 +33,8 @@ from typing import Dict, List, Optional, Tuple
 
 from tensorexpr.errors import CompilerError, CompilerNotFoundError, TensorExprError
 
+from . import openmp_env
+
 #: IEEE semantics are promised: no -ffast-math, no contraction into FMA (the code
 #: generator writes ``fma`` itself where ir.py allows it: a sum's product terms); signed
 #: integer overflow wraps as in numpy. ``-march=native`` lets loops use this CPU's
@@ -565,8 +567,19 @@ class Library(ctypes.CDLL):
     """
 
     def __init__(self, path: str):
-        super().__init__(path)
-        pinned = _pin_openmp(self)
+        # the first library may start the OpenMP runtime: it reads how to wait then
+        # (codegen.openmp_env); the settings are taken out again once it has read them
+        first = not _openmp_runtimes
+        names = openmp_env.apply() if first else []
+        try:
+            super().__init__(path)
+            pinned = _pin_openmp(self)
+        finally:
+            if first and _openmp_runtimes:
+                openmp_env.started()
+            later = [p for p in _openmp_runtimes if not openmp_env.reads_at_load(p)]
+            if names and not (first and later):
+                openmp_env.restore(names)
         weakref.finalize(self, _dlclose, self._handle, pinned)
 
 

@@ -226,8 +226,7 @@ def hoist(t: Compute) -> Tuple[Compute, List[Compute]]:
                 cond = Binary("and", cond, c, "bool")
             held = Select(cond, e, Const(0.0, e.dtype) if is_float(e.dtype) else Const(0, e.dtype),
                           e.dtype)
-        # axes in the order the part itself uses them (its reads' layout), not its guards'
-        g, read = extract(held, f"{t.name}_h{len(new)}", t.origin, order=free_axes(e))
+        g, read = extract(held, f"{t.name}_h{len(new)}", t.origin)
         new.append(g)
         reads[id(e)] = read
     body = bottom_up(t.body, lambda x: x, stop=lambda x: reads.get(id(x)))

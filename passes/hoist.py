@@ -43,8 +43,8 @@ from dataclasses import replace
 from typing import Dict, List, Tuple
 
 from tensorexpr.ir import (Axis, Binary, COSTLY_OPS, Cast, Compute, Const, Expr, Read, Reduce,
-                           Select, Tensor, Unary, is_float, postorder, topo_order,
-                           walk)
+                           Select, Tensor, Unary, children, is_float, postorder,
+                           topo_order, walk)
 from tensorexpr.transform import bottom_up, free_axes
 
 from .extract import extract, is_box, redirect
@@ -77,20 +77,10 @@ def _uses(e: Expr) -> Tuple[Dict[int, frozenset], Dict[int, bool]]:
 
 
 def _children(x: Expr):
-    match x:
-        case Reduce(_, body, axes, where, _):
-            # the bounds of a reduction's axes are evaluated with it
-            bounds = tuple(b for a in axes for b in (a.lo, a.hi))
-            return bounds + ((body,) if where is None else (body, where))
-        case Binary(_, a, b, _):
-            return (a, b)
-        case Unary(_, a, _) | Cast(a, _):
-            return (a,)
-        case Select(c, a, b, _):
-            return (c, a, b)
-        case Read(_, idx, _):
-            return tuple(idx)
-    return ()
+    if isinstance(x, Reduce):
+        # the bounds of a reduction's axes are evaluated with it
+        return tuple(b for a in x.axes for b in (a.lo, a.hi)) + children(x)
+    return children(x)
 
 
 def _points(axes: List[Axis]) -> float:

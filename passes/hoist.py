@@ -44,7 +44,7 @@ from typing import Dict, List, Tuple
 
 from tensorexpr.ir import (Axis, Binary, COSTLY_OPS, Cast, Compute, Const, Expr, Read, Reduce,
                            Select, Tensor, Unary, children, is_float, postorder,
-                           topo_order, walk)
+                           same, topo_order, walk)
 from tensorexpr.transform import bottom_up, free_axes
 
 from .extract import extract, is_box, redirect
@@ -160,7 +160,11 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
     # left to the table: each covers part of the output)
     outer = {id(x): x for x, bound, guards in contexts if isinstance(x, Reduce) and not guards
              and x.where is None and len(bound) == len(t.axes) and x is not t.body}
-    several = set(outer) if len(outer) > 1 and own is None else set()
+    distinct: List[Expr] = []
+    for x in outer.values():  # one sum written twice is one sum (computed once)
+        if not any(same(x, y) for y in distinct):
+            distinct.append(x)
+    several = set(outer) if len(distinct) > 1 and own is None else set()
     found: List[Tuple[Expr, Tuple[Expr, ...]]] = []
     done = set()
     inside = set()  # parts within a hoisted one: their occurrences go with it
@@ -209,6 +213,10 @@ def hoist(t: Compute) -> Tuple[Compute, List[Compute]]:
     new: List[Compute] = []
     reads: Dict[int, Read] = {}
     for e, conds in parts:
+        twin = next((x for x, _ in parts[:len(reads)] if same(x, e) and id(x) in reads), None)
+        if twin is not None and not conds:  # the same part written twice: stored once
+            reads[id(e)] = reads[id(twin)]
+            continue
         held = e
         if conds:
             cond = conds[0]

@@ -180,3 +180,12 @@ def test_several_sums_in_one_body_become_tensors_the_table_can_tile():
     guarded = te.compute((B, 4 * Hd), lambda i, j: te.select(
         j > 3, te.sum(x[i, k2] * Wx[k2, j], axis=k2), te.sum(h[i, k3] * Wh[k3, j], axis=k3)))
     assert invariant_parts(one) == [] and invariant_parts(guarded) == []
+
+
+def test_one_sum_written_twice_is_not_several():
+    # sum_k X[i, k] * sum_k X[i, k]: the lowering computes the sum once; it stays so
+    X = te.placeholder((5, 6), "float64", "X")
+    k = te.reduce_axis(6, "k")
+    S = te.compute((5,), lambda i: te.sum(X[i, k], axis=k) * te.sum(X[i, k], axis=k), name="sq",
+                   dtype="float64")
+    assert invariant_parts(S) == []

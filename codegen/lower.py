@@ -17,8 +17,9 @@ it is not:
   index records an error site and the read yields 0.
 
 A recurrence runs its carried axis sequentially (outermost, in its direction)
-and the others in parallel within a step; a scatter-add zero-fills, then
-accumulates serially with a checked target index.
+and the others in parallel within a step, or, where its self-reads keep some axes
+fixed, those outside the carried loop (``codegen.interchange``); a scatter-add
+zero-fills, then accumulates serially with a checked target index.
 
 This module is the core: :class:`Lowerer` (its expression, row-sum, jam, gather-row
 and scatter parts are mixins in ``lower_expr``, ``rowsum``, ``unroll_jam``,

@@ -5,20 +5,20 @@ import numpy as np
 import pytest
 
 import tensorexpr as te
-from benchmarks.deep_programs import chain, deep, measure
+from benchmarks.deep_programs import chain, deep
 
 from .gradcheck import check_grads
 
 
 @pytest.mark.parametrize("make", [deep, chain])
-def test_gradient_of_adeep_program_matches_central_differences(make):
+def test_gradient_of_a_deep_program_matches_central_differences(make):
     X, _, L = make(12)
     x = np.random.default_rng(0).uniform(-1, 1, 4)
     check_grads(L, [X], [x], tol=1e-6)
 
 
 @pytest.mark.parametrize("make,n", [(deep, 600), (chain, 300)])
-def testdeep_programs_build_on_both_backends_and_agree(make, n):
+def test_deep_programs_build_on_both_backends_and_agree(make, n):
     X, T, L = make(n)
     x = np.random.default_rng(1).uniform(-1, 1, 4)
     (g,) = te.differentiate(L, [X])
@@ -43,7 +43,7 @@ def test_printing_a_dag_names_shared_subexpressions():
     assert "let $1 = " in text and len(text) < 400_000
 
 
-def test_achain_gradient_compiles_as_functions_of_bounded_size():
+def test_a_chain_gradient_compiles_as_functions_of_bounded_size():
     # gcc's time grows faster than linearly with one function's size: the gradient
     # of a chain of 1,000 tensors (one function) took it minutes. The longest
     # function must not grow with the chain.

@@ -161,7 +161,8 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
     ``backend`` is ``"c"`` (generated C, compiled by the system compiler, cached
     on disk) or ``"numpy"`` (the reference interpreter). ``options`` (a
     ``te.ScheduleOptions``) set the C backend's schedule: checkpointing, register
-    tiles, fusion, copies, or a strategy forced on a tensor; the built function's
+    tiles, fusion, copies, hoisting (costly parts stored once, ``passes.hoist``), or
+    a strategy forced on a tensor; the built function's
     ``schedule`` says what was chosen.
 
     >>> import numpy as np, tensorexpr as te

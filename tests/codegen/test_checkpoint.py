@@ -378,3 +378,65 @@ def test_second_order_through_a_checkpointed_recurrence(T, k):
                               te.build(outs, inputs=[d, vv], backend="numpy")(x, v)):
         assert np.array_equal(got, want)
         assert_same(got, ref)
+
+
+# {{{ recurrences with sums over the previous step, and sums over the steps (issue 15)
+
+
+def _rnn(T, B, H, k, dtype="float32"):
+    """A tanh RNN's gradients w.r.t. its inputs and its weights (a sum over the steps)."""
+    x = te.placeholder((T, B, H), dtype, "x")
+    W = te.placeholder((H, H), dtype, "W")
+    kk = te.reduce_axis(H, "k")
+    h = te.recurrence((T, B, H), lambda h, t, b, j: te.tanh(x[t, b, j] + te.select(
+        t == 0, 0.0, te.sum(h[t - 1, b, kk] * W[kk, j], axis=kk))), name="h", dtype=dtype,
+        checkpoints=k)
+    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
+    L = te.compute((), lambda: te.sum(h[T - 1, r1, r2] * h[T - 1, r1, r2], axis=[r1, r2]),
+                   name="L")
+    return [x, W], list(te.differentiate(L, [x, W]))
+
+
+@pytest.mark.parametrize("T,k,H", [(13, 3, 3), (7, 1, 3), (4, 9, 3), (5, 5, 3), (1, 1, 3),
+                                   (13, 3, 16), (10, 4, 64)])
+def test_rnn_by_revolve_is_bit_identical_to_the_full_tape(T, k, H):
+    # the steps' sums (rows, jam or loops by size) and dW's steps run the full tape's
+    # lowering of a step; every float sum's association is in the C source
+    B = 4
+    rng = np.random.default_rng(T * 100 + H)
+    arrays = [rng.uniform(-1.0, 1.0, (T, B, H)).astype(np.float32),
+              (rng.standard_normal((H, H)) / np.sqrt(H)).astype(np.float32)]
+    ins0, g0 = _rnn(T, B, H, None)
+    ins1, g1 = _rnn(T, B, H, k)
+    full = te.build(g0, inputs=ins0, options=te.ScheduleOptions(checkpoint=False))
+    ck = te.build(g1, inputs=ins1)
+    if T > 1:
+        assert "checkpointed gradient" in ck.source
+    for a, b in zip(ck(*arrays), full(*arrays)):
+        assert np.array_equal(a, b)
+    for a, b in zip(ck(*arrays), te.build(g0, inputs=ins0)(*arrays)):  # the default build
+        assert np.array_equal(a, b)
+
+
+def test_rnn_revolve_memory_is_bounded():
+    T, B, H, k = 200, 2, 8, 4
+    ins, g = _rnn(T, B, H, k)
+    sig = Signature(g, ins)
+    prog, _, _ = generate(sig)
+    rows = {t.name: sig.shape(t, {}) for t in prog.tensors[len(ins):]}
+    assert rows["h_checkpoints"][0] <= k * 2 and rows["h_ring"][0] <= 4
+    assert rows["dh_ring"][0] <= 3
+    assert not any(s[0] == T for n, s in rows.items() if n.startswith(("h", "dh")))
+
+
+def test_second_order_through_a_checkpointed_rnn():
+    T, B, H = 5, 1, 2
+    ins, g = _rnn(T, B, H, 2, "float64")
+    rng = np.random.default_rng(1)
+    arrays = [rng.uniform(-1.0, 1.0, (T, B, H)), 0.5 * rng.standard_normal((H, H))]
+    i, j = te.reduce_axis(H), te.reduce_axis(H)
+    L2 = te.compute((), lambda: te.sum(g[1][i, j] * g[1][i, j], axis=[i, j]), name="L2")
+    from tests.passes.gradcheck import check_grads
+    check_grads(L2, ins, arrays, backend="c")
+
+# }}}

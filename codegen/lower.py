@@ -175,6 +175,10 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         computed = self.lowered
         groups = fuse.plan(computed, self.inline) if self.options.fuse else \
             [[t] for t in computed]
+        # a sum added a step at a time (codegen.adjoint_sums) is never fused: its order is
+        # the one a checkpointed gradient follows
+        groups = [h for g in groups for h in (
+            [[t] for t in g] if any(t.uid in self.adjoint_sums for t in g) else [g])]
         for group in groups:
             fused = fuse.lower_group(self, group)
             if fused is not None:

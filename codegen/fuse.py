@@ -50,7 +50,7 @@ run it next inside the first falls back to slabs of rows.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -58,7 +58,7 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, SizeVar, Te
                            INDEX_DTYPE, same, walk)
 from tensorexpr.transform import const_value, substitute
 
-from . import target
+from . import strategies, target
 from .copies import is_copy
 from .loopast import Block, Comment, Decl, For, If, Lit, Op, Stmt, Var, flat, total_work
 
@@ -179,20 +179,64 @@ def slab_rows(extent: Expr) -> int:
     return max(rows, 1)
 
 
-def lower_group(lowerer, group: List[Compute]) -> Optional[List[Stmt]]:
-    """``group`` as one loop over slabs (see the module docstring): of planes of its first
-    two axes when :func:`planes` allows it and slabs of rows would be too large or too
-    few (:func:`_rows_do`), else of rows of its first axis; None when some member's
-    schedule does not run the slab's axes outermost."""
-    stored = [t for t in group if t.uid not in lowerer.inline]
+def decide(lw, group: List[Compute]) -> Tuple[int, Optional[Tensor]]:
+    """``(axes, blocker)``: how ``group`` runs, decided before anything is lowered from
+    the strategies its members would take (``codegen.strategies.leading_loops``) with
+    their axes narrowed to a slab: ``2``, a loop over slabs of planes of its first two
+    axes, when :func:`planes` allows it, slabs of rows would be too large or too few
+    (:func:`_rows_do`) and every member's strategy runs both axes outermost; else ``1``,
+    slabs of rows of its first axis, when every member's runs that one outermost; else
+    ``0``, not fused (``blocker``: the first member whose strategy does not).
+
+    >>> import tensorexpr as te
+    >>> from codegen.lower import Lowerer
+    >>> from codegen.signature import Signature
+    >>> X = te.placeholder((64, 64), name="X")
+    >>> m = te.compute((64,), lambda i: X[i, 3] * 2.0, name="m")
+    >>> Y = te.compute((64, 64), lambda i, j: X[i, j] - m[i], name="Y")
+    >>> T = te.compute((64, 64), lambda i, j: Y[i, j] * X[j, i], name="T")
+    >>> decide(Lowerer(Signature([m, Y], [X])), [m, Y])
+    (1, None)
+    >>> axes, blocker = decide(Lowerer(Signature([Y, T], [X])), [Y, T])
+    >>> axes, blocker.name   # T runs in square blocks of i and j
+    (0, 'T')
+    """
+    stored = [t for t in group if t.uid not in lw.inline]
     if len(stored) < 2:
-        return None
-    plane = planes(group, lowerer.inline)
-    if plane is not None and not _rows_do(stored[0], plane):
-        out = _lower(lowerer, group, stored, plane)
-        if out is not None:
-            return out
-    return _lower(lowerer, group, stored, None)
+        return 0, None
+    plane = planes(group, lw.inline)
+    tries = [2, 1] if plane is not None and not _rows_do(stored[0], plane) else [1]
+    blocker = None
+    for nslab in tries:
+        blocker = next((t for t in stored if strategies.leading_loops(
+            lw, member(t, slab_names(nslab))) < nslab), None)
+        if blocker is None:
+            return nslab, None
+    return 0, blocker
+
+
+def slab_names(nslab: int) -> List[Tuple[str, str]]:
+    """The size variables bounding a slab's ``nslab`` axes: ``(lo, hi)`` of each."""
+    return [(f"{SLAB_LO}{k or ''}", f"{SLAB_HI}{k or ''}") for k in range(nslab)]
+
+
+def member(t: Compute, names: Sequence[Tuple[str, str]]) -> Compute:
+    """``t`` with its first axes narrowed to the slab ``names`` bound (see the module
+    docstring).
+
+    >>> import tensorexpr as te
+    >>> Y = te.compute((8, 4), lambda i, j: te.const(1.0), name="Y")
+    >>> member(Y, slab_names(1)).axes[0].hi
+    min(8, te_slab_hi__)
+    """
+    axes = list(t.axes)
+    for k, (lo_name, hi_name) in enumerate(names):
+        a = axes[k]
+        # isl takes every size variable to be >= 1: the slab's first row is lo - 1
+        first = Binary("sub", SizeVar(lo_name), Const(1, I64), I64)
+        axes[k] = replace(a, lo=Binary("max", a.lo, first, I64),
+                          hi=Binary("min", a.hi, SizeVar(hi_name), I64))
+    return replace(t, axes=tuple(axes))
 
 
 def _rows_do(t: Tensor, plane: Expr) -> bool:
@@ -310,22 +354,18 @@ def plane_blocks(n0: Expr, n1: Expr, plane: Expr):
     return blocks, cdiv(n1, blocks)
 
 
-def _lower(lowerer, group: List[Compute], stored: List[Compute],
-           plane: Optional[Expr]) -> Optional[List[Stmt]]:
-    """The slab loop over rows (``plane`` None) or planes; None if a member's schedule
-    does not take it."""
+def lower_group(lowerer, group: List[Compute], nslab: int) -> List[Stmt]:
+    """``group`` as one loop over slabs of rows (``nslab`` 1) or planes (2) of its first
+    axes, as :func:`decide` chose."""
+    stored = [t for t in group if t.uid not in lowerer.inline]
     ax = stored[0].axes[0]
-    nslab = 2 if plane is not None else 1
     saved_sizes = dict(lowerer.sizes)
     saved_params = lowerer.params
-    saved_counters = dict(lowerer.counters)
-    saved_sites = len(lowerer.sites)
-    saved_choices = len(lowerer.record.choices)
     los, his = [], []
     for _ in range(nslab):
         los.append(lowerer.fresh("s", I64))
         his.append(lowerer.fresh("s", I64))
-    names = [(f"{SLAB_LO}{k or ''}", f"{SLAB_HI}{k or ''}") for k in range(nslab)]
+    names = slab_names(nslab)
     for (lo_name, hi_name), lo_var, hi_var in zip(names, los, his):
         lowerer.sizes[lo_name], lowerer.sizes[hi_name] = lo_var, hi_var
     lowerer.params = tuple(saved_params) + tuple(n for pair in names for n in pair)
@@ -336,33 +376,24 @@ def _lower(lowerer, group: List[Compute], stored: List[Compute],
             if t.uid in lowerer.inline:
                 body.append(Comment(f"{t} [computed where it is read]"))
                 continue
-            axes = list(t.axes)
-            for k, (lo_name, hi_name) in enumerate(names):
-                a = axes[k]
-                # isl takes every size variable to be >= 1: the slab's first row is lo - 1
-                first = Binary("sub", SizeVar(lo_name), Const(1, I64), I64)
-                axes[k] = replace(a, lo=Binary("max", a.lo, first, I64),
-                                  hi=Binary("min", a.hi, SizeVar(hi_name), I64))
-            member = replace(t, axes=tuple(axes))
             lowerer.owner = t
             works.append(lowerer.work(t, list(t.axes)))
-            stmts = lowerer.compute(member)
+            stmts = lowerer.compute(member(t, names))
             if not _outermost(stmts, los, his):
-                raise _Unfusable(t)
+                raise AssertionError(
+                    f"the strategy of {t.name} ({lowerer.record.freeze()[t.name]}) declares "
+                    f"that it runs the first {nslab} axes outermost, and its loops do not: "
+                    f"fix its leads in codegen/strategies.py")
             body.append(Block((_comment(t),) + tuple(_serial(s) for s in stmts)))
-    except _Unfusable:
-        lowerer.counters = saved_counters
-        del lowerer.sites[saved_sites:]
-        del lowerer.record.choices[saved_choices:]
-        return None
     finally:
+        # the slab's bounds are size variables of its members only
         lowerer.sizes = saved_sizes
         lowerer.params = saved_params
     work = total_work(works)
     kw = dict(parallel=work is not False, work=None if work is False else work)
     members = ", ".join(t.name for t in stored)
     lo, hi = lowerer.size_expr(ax.lo), lowerer.size_expr(ax.hi)
-    if plane is None:
+    if nslab == 1:
         rows = slab_rows(_extent(ax))
         start = lowerer.fresh("i", I64)
         end = Op("min", (Op("add", (start, Lit(rows, I64)), I64), hi), I64)
@@ -371,7 +402,7 @@ def _lower(lowerer, group: List[Compute], stored: List[Compute],
                     note=f"{ax.name}: slabs of {rows} rows of {members}")]
     # slab q: row lo + q / blocks of the first axis, block q % blocks of the second
     ax1 = stored[0].axes[1]
-    blocks, per = plane_blocks(_extent(ax), _extent(ax1), plane)
+    blocks, per = plane_blocks(_extent(ax), _extent(ax1), planes(group, lowerer.inline))
     pre: List[Stmt] = []
     if isinstance(blocks, int):
         nb, pb = Lit(blocks, I64), Lit(per, I64)
@@ -401,10 +432,6 @@ def _plus(a, b):
     if isinstance(a, Lit) and a.value == 0:
         return b
     return Op("add", (a, b), I64)
-
-
-class _Unfusable(Exception):
-    pass
 
 
 def _comment(t: Tensor) -> Comment:

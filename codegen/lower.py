@@ -170,7 +170,8 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
 
     def program(self) -> Program:
         """Every tensor's loop nest, in order: row-fusion groups (``codegen.fuse``) in one
-        loop over slabs where their members' schedules allow it, the others alone."""
+        loop over slabs where their members' strategies allow it (decided from the
+        strategy table before lowering them), the others alone."""
         body: List[Stmt] = []
         computed = self.lowered
         groups = fuse.plan(computed, self.inline) if self.options.fuse else \
@@ -180,12 +181,14 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         groups = [h for g in groups for h in (
             [[t] for t in g] if any(t.uid in self.adjoint_sums for t in g) else [g])]
         for group in groups:
-            fused = fuse.lower_group(self, group)
-            if fused is not None:
-                self.record.groups.append(tuple(t.name for t in group
-                                                if t.uid not in self.inline))
-                body.append(Block(tuple(fused)))
+            nslab, blocker = fuse.decide(self, group)       # before anything is lowered
+            names = tuple(t.name for t in group if t.uid not in self.inline)
+            if nslab:
+                self.record.fuse(names, "planes" if nslab == 2 else "rows")
+                body.append(Block(tuple(fuse.lower_group(self, group, nslab))))
                 continue
+            if blocker is not None:
+                self.record.unfused.append((names, blocker.name))
             body.extend(self.lower_alone(group))
         kernel = Kernel(self.title, tuple((v, n) for n, v in self.sizes.items()),
                         tuple(self.buf[t.uid] for t in self.tensors), tuple(body))

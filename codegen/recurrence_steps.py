@@ -5,9 +5,9 @@ point computes every sum as a dot product down a column of ``W`` for each elemen
 of each step: a strided, scalar loop, ``B*D`` of them per step. By steps instead,
 each step first computes each such sum for all its positions at once, as a tensor
 of its own over the step's other axes (and the costly factors of its terms that do
-not use the innermost of them, such as the partials of a GRU's adjoint, once per
-position rather than once per column: :func:`_hoist`) (``S[b, j]``, a matrix product the strategy
-table lowers by row tiles), then the rest of the body reads ``S`` elementwise.
+not use all of them once per position rather than once per column:
+``passes.hoist``) (``S[b, j]``, a matrix product the strategy table lowers by row
+tiles), then the rest of the body reads ``S`` elementwise.
 Every element's sum still adds the same terms in the same order as the IR says.
 
 :func:`plan` finds the sums: reductions of the body, outside any other, that read
@@ -34,9 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tensorexpr.ir import (COSTLY_OPS, Axis, Binary, Compute, Const, Expr, Read, Reduce, Select, SizeVar, Tensor,
+from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, Select, SizeVar, Tensor,
                            Unary, children, fresh_uid, reads, walk)
 from tensorexpr.transform import replace_subexpr, substitute
+from passes.hoist import hoist
 
 I64 = "int64"
 
@@ -99,82 +100,6 @@ def _sums(body: Expr, carry: Axis, self_uid: int) -> Optional[List[Tuple[Reduce,
     return unique
 
 
-_ARITH = ("add", "sub", "mul", "div", "pow", "max", "min")
-
-
-def _costly(e: Expr) -> bool:
-    return any(isinstance(x, (Unary, Binary)) and x.op in COSTLY_OPS + ("div",)
-               for x in walk(e, unique=True))
-
-
-def _hoist(body: Expr, where: Expr, out: Sequence[Axis], red: Sequence[Axis], name: str,
-           origin: str) -> Tuple[Expr, List[Compute]]:
-    """``body`` (a per-step sum's term over ``red``, its output axes ``out``) with each
-    costly subexpression that does not use the innermost output axis read from a tensor
-    of its own over the other axes (computed once per step, not once per column):
-    ``(new body, [those tensors])``. Only subexpressions reached through arithmetic are
-    moved (a select moves whole, its condition with it, never a branch alone; nothing
-    from inside another reduction: each is evaluated where the body is), and
-    only when the sum's domain does not involve that axis (the tensor is computed under
-    the same domain, so it reads only what the sum would). The arithmetic is unchanged:
-    the same subtree, the same association.
-
-    >>> import tensorexpr as te
-    >>> from tensorexpr.ir import Axis, Const
-    >>> X = te.placeholder((2, 3), name="X"); U = te.placeholder((4, 3), name="U")
-    >>> b, j = (Axis(n, Const(0, "int64"), Const(e, "int64"), k) for n, e, k in
-    ...         (("b", 2, -1), ("j", 4, -2)))
-    >>> k = Axis("k", Const(0, "int64"), Const(3, "int64"), -3)
-    >>> new, ps = _hoist(te.exp(X[b, k]) * U[j, k], k >= 0, [b, j], [k], "S", "here")
-    >>> print(new, "|", ps[0].body)
-    (S_f0[b, k] * U[j, k]) | select(k >= 0, exp(X[b, k]), 0.0)
-    """
-    if not out:  # a scalar per step: no columns to share a factor
-        return body, []
-    col = out[-1]
-    if any(x.uid == col.uid for x in walk(where, unique=True) if isinstance(x, Axis)):
-        return body, []
-    keep = list(out[:-1]) + list(red)
-    made: List[Compute] = []
-    memo: Dict[int, Expr] = {}
-
-    def uses_col(e: Expr) -> bool:
-        return any(isinstance(x, Axis) and x.uid == col.uid for x in walk(e, unique=True))
-
-    def go(e: Expr) -> Expr:
-        if id(e) in memo:
-            return memo[id(e)]
-        if not uses_col(e) and _costly(e) and not any(isinstance(x, Reduce)
-                                                    for x in walk(e, unique=True)):
-            axes = [Axis(a.name, Const(0, I64), a.hi, fresh_uid()) for a in keep]
-            sub = {a: x for a, x in zip(keep, axes)}
-            cond = substitute(where, sub)
-            for a, x in zip(keep, axes):  # a reduction axis may start above 0
-                if not (isinstance(a.lo, Const) and a.lo.value == 0):
-                    cond = Binary("and", Binary("ge", x, a.lo, "bool"), cond, "bool")
-            p = Compute(f"{name}_f{len(made)}", tuple(a.hi for a in keep), e.dtype, fresh_uid(),
-                        origin, axes=tuple(axes),
-                        body=Select(cond, substitute(e, sub), _zero(e.dtype), e.dtype))
-            made.append(p)
-            out_e: Expr = Read(p, tuple(keep), e.dtype)
-        elif isinstance(e, Binary) and e.op in _ARITH:
-            a, b = go(e.a), go(e.b)
-            out_e = e if a is e.a and b is e.b else Binary(e.op, a, b, e.dtype)
-        elif isinstance(e, Unary) and e.op == "neg":
-            a = go(e.a)
-            out_e = e if a is e.a else Unary(e.op, a, e.dtype)
-        else:
-            out_e = e
-        memo[id(e)] = out_e
-        return out_e
-
-    return go(body), made
-
-
-def _zero(dtype: str) -> Expr:
-    return Const(0.0 if dtype.startswith("float") else 0, dtype)
-
-
 def plan(t: Compute) -> Optional[Plan]:
     """The by-steps form of the recurrence ``t`` (see the module docstring), or None when
     its body has no sum over earlier steps of its own, or one under a condition on
@@ -205,11 +130,13 @@ def plan(t: Compute) -> Optional[Plan]:
         for c in conds[1:] + ([substitute(r.where, mapping)] if r.where is not None else []):
             where = Binary("and", where, c, "bool")
         moved = substitute(r, mapping)
-        name = f"{t.name}_step{n}"
-        term, factors = _hoist(moved.body, where, fresh, moved.axes, name, t.origin)
-        body = Reduce(moved.op, term, moved.axes, where, moved.dtype)
-        s = Compute(name, tuple(a.hi for a in others), r.dtype, fresh_uid(),
+        body = Reduce(moved.op, moved.body, moved.axes, where, moved.dtype)
+        s = Compute(f"{t.name}_step{n}", tuple(a.hi for a in others), r.dtype, fresh_uid(),
                     t.origin, axes=tuple(fresh), body=body)
+        # costly factors of its terms that do not use an output axis (a function of the
+        # previous step's state, tanh(h[t - 1, b, k]) * W[k, j]) are computed once per
+        # step and position, not once per column: tensors of the step of their own
+        s, factors = hoist(s)
         sums += factors + [s]
         rest = replace_subexpr(rest, r, Read(s, tuple(others), r.dtype))
     return Plan(t, step, tuple(sums), replace(t, uid=fresh_uid(), body=rest))

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Dict, List, Optional
 
 from tensorexpr import polyhedral
-from tensorexpr.ir import Axis, Binary, Compute, Const, Expr, Reduce, fresh_uid
+from tensorexpr.ir import Axis, Binary, Compute, Const, Expr, Reduce, fresh_uid, walk
 from tensorexpr.transform import const_value
 
 from . import rowsum_masked, rowsum_registers, rowsum_residues, rowsum_tiles, target
@@ -39,6 +39,58 @@ def row_tile_blocked(dtype: str) -> int:
     """
     t = target.current()
     return t.tile_vectors * t.lanes(dtype)
+
+
+def tiling(t: Compute, red: Reduce):
+    """``(tile, tiled)``: the tile width :meth:`RowSumLowering.compute_rows` gives the
+    innermost axis of ``t`` (a sum ``red``), and whether that axis is cut into tiles (a
+    single row's tile may be up to twice ``ROW_TILE`` before it is cut: accumulators
+    in memory; a row block's at most ``row_tile_blocked``: registers).
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((4, 600), name="A")
+    >>> k = te.reduce_axis(4, name="k")
+    >>> S = te.compute((600,), lambda j: te.sum(A[k, j], axis=k), name="S")
+    >>> tiling(S, S.body)
+    (256, True)
+    """
+    ri = row_block_axis(t, red)
+    n = const_value(t.axes[-1].hi)
+    tile = row_tile_blocked(red.dtype) if ri is not None else ROW_TILE
+    return tile, n is None or n > (tile if ri is not None else 2 * tile)
+
+
+def leading_loops(t: Compute, red: Reduce) -> int:
+    """How many leading axes of ``t`` :meth:`RowSumLowering.compute_rows` runs as its
+    outermost loops, in order, with nothing before them (what ``codegen.fuse`` needs of
+    a member of a slab loop): its axes but the innermost, unless the tiles of that axis
+    run in chunks (their loop is outermost) or the sum may take masked full tiles
+    (``codegen.rowsum_masked``: checks of the weights run before the loops).
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((3, 8, 20), name="A")
+    >>> k = te.reduce_axis(20, name="k")
+    >>> S = te.compute((3, 8), lambda b, i: te.sum(A[b, i, k], axis=k), name="S")
+    >>> leading_loops(S, S.body)
+    1
+    """
+    sp = rowsum_residues.split(t, red)
+    if sp is not None:
+        t, red = sp.tensor, sp.red
+    body, where = where_form(red)
+    red = Reduce(red.op, body, red.axes, where, red.dtype)  # as compute_rows sees it
+    j = t.axes[-1]
+    # masked tiles replace loops over j whose bounds move with other axes: a condition
+    # on j (a residue's count of j included) that names another axis
+    conds = polyhedral.conjuncts(where) + ([] if sp is None else [sp.count])
+    tied = any((sp is not None and c is sp.count or uses(c, {j.uid})) and any(
+        isinstance(x, Axis) and x.uid != j.uid for x in walk(c, unique=True)) for c in conds)
+    if tied and rowsum_masked.worth(body, red.op, j, []):
+        return 0
+    tile, tiled = tiling(t, red)
+    if tiled and row_block_axis(t, red) is not None and rowsum_tiles.panel_chunk(t, red, tile):
+        return 0
+    return t.ndim - 1
 
 
 class RowSumLowering:
@@ -73,11 +125,8 @@ class RowSumLowering:
         vars_ = [self.fresh("i", I64) for _ in outer]
         ri = row_block_axis(t, red)
         n = const_value(j.hi)
-        tile = row_tile_blocked(red.dtype) if ri is not None else ROW_TILE
+        tile, tiled = tiling(t, red)
         lanes = target.current().lanes(red.dtype)
-        # a row block's tile is at most row_tile_blocked wide (registers); a single row's
-        # tile may be up to twice ROW_TILE before it is cut (accumulators in memory)
-        tiled = n is None or n > (tile if ri is not None else 2 * tile)
         width = tile if tiled else n
         # reads along j from zero-padded copies (codegen.layout): whole vectors of lanes,
         # the ones beyond j's extent computed and never stored

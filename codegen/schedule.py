@@ -10,15 +10,18 @@ it instead of reading the C text.
 :class:`Options` are the knobs a caller sets (``te.build(..., options=...)``):
 checkpointing, register tiles, fusion, and forcing a strategy on a tensor.
 
->>> s = Schedule((Choice("B", "loops", (("simd", True),)),), groups=(("B", "C"),))
+>>> s = Schedule((Choice("B", "loops", (("simd", True),)),), groups=(("B", "C"),),
+...              slabs=("rows",), unfused=((("D", "E"), "E"),))
 >>> print(s)
 B: loops (simd=True)
-fused: B + C
+fused: B + C (slabs of rows)
+not fused: D + E (E's strategy does not run the slab outermost)
 >>> s["B"].strategy
 'loops'
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
@@ -119,6 +122,11 @@ class Schedule:
     checkpoint: Tuple[str, ...] = ()
     hoisted: Tuple[str, ...] = ()
     options: Options = field(default=DEFAULT)
+    #: per fused group (in the order of ``groups``): its slabs, ``"rows"`` or ``"planes"``
+    slabs: Tuple[str, ...] = ()
+    #: groups that could share a slab loop and do not: (members, the member whose
+    #: strategy does not run the slab's axes outermost)
+    unfused: Tuple[Tuple[Tuple[str, ...], str], ...] = ()
 
     def __getitem__(self, name: str) -> Choice:
         for c in self.choices:
@@ -143,7 +151,10 @@ class Schedule:
 
     def __str__(self):
         lines = [str(c) for c in self.choices]
-        lines += [f"fused: {' + '.join(g)}" for g in self.groups]
+        lines += [f"fused: {' + '.join(g)}" + (f" (slabs of {k})" if k else "")
+                  for g, k in itertools.zip_longest(self.groups, self.slabs[:len(self.groups)])]
+        lines += [f"not fused: {' + '.join(g)} ({m}'s strategy does not run the slab "
+                  f"outermost)" for g, m in self.unfused]
         lines += [f"copy: {c}" for c in self.copies]
         lines += [f"checkpointed: {c}" for c in self.checkpoint]
         lines += [f"hoisted: {c}" for c in self.hoisted]
@@ -168,6 +179,8 @@ class Recorder:
         self.copies: list = []
         self.checkpoint: list = []
         self.hoisted: list = []
+        self.slabs: list = []
+        self.unfused: list = []
         self._open: list = []  # the choices in progress (a strategy lowers other tensors)
 
     def choose(self, tensor: str, strategy: str, params: Tuple[Tuple[str, Any], ...] = ()):
@@ -175,6 +188,11 @@ class Recorder:
         :meth:`done`."""
         self.choices.append(Choice(tensor, strategy, tuple(params)))
         self._open.append(len(self.choices) - 1)
+
+    def fuse(self, members: Tuple[str, ...], slabs: str) -> None:
+        """Record a row-fusion group and its slabs (``"rows"`` or ``"planes"``)."""
+        self.groups.append(tuple(members))
+        self.slabs.append(slabs)
 
     def done(self) -> None:
         """Close the innermost open choice."""
@@ -191,4 +209,5 @@ class Recorder:
 
     def freeze(self) -> Schedule:
         return Schedule(tuple(self.choices), tuple(self.groups), tuple(self.copies),
-                        tuple(self.checkpoint), tuple(self.hoisted), self.options)
+                        tuple(self.checkpoint), tuple(self.hoisted), self.options,
+                        tuple(self.slabs), tuple(self.unfused))

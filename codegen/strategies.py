@@ -52,7 +52,7 @@ from typing import Callable, List, Tuple
 from tensorexpr.errors import describe
 from tensorexpr.ir import Compute, ScatterAdd, Tensor
 
-from . import piecewise, tapsum
+from . import piecewise, rowsum, tapsum
 from .scatter import scatter_rows_apply
 from .patterns import (jam_reduce, row_invariant_indices, row_reduce, split_factor,
                        transposed_axis)
@@ -62,13 +62,21 @@ from .patterns import (jam_reduce, row_invariant_indices, row_reduce, split_fact
 class Strategy:
     """One row of the table: ``applies(lw, t) -> plan | None``,
     ``lower(lw, t, plan) -> statements | None`` and the parameters to print of a
-    plan (``params(plan) -> ((name, value), ...)``)."""
+    plan (``params(plan) -> ((name, value), ...)``).
+
+    ``leads(lw, t, plan)``: how many leading axes of ``t`` its lowering runs as its
+    outermost loops, in order (each one loop, or a main loop and a remainder), with
+    nothing before them: what ``codegen.fuse`` decides a slab loop by, before anything
+    is lowered (0, the default: none that fusion may rely on). ``declines``: its
+    lowering may return None (then the next candidate runs)."""
     name: str
     kind: type
     applies: Callable
     lower: Callable
     params: Callable = lambda plan: ()
     doc: str = ""
+    leads: Callable = lambda lw, t, plan: 0
+    declines: bool = False
 
 
 def _no_carry(t) -> bool:
@@ -141,6 +149,15 @@ def _scatter_rows(lw, t):
     return True if scatter_rows_apply(t) else None
 
 
+def _all_axes(lw, t, plan) -> int:
+    return t.ndim
+
+
+def _outer_axes(lw, t, plan) -> int:
+    """Every axis but the innermost, which the strategy reorganises."""
+    return t.ndim - 1
+
+
 TABLE: Tuple[Strategy, ...] = (
     # first: the order of a sum over an adjoint's steps is the one a checkpointed
     # gradient can follow (codegen.adjoint_sums), whatever else would apply
@@ -150,22 +167,27 @@ TABLE: Tuple[Strategy, ...] = (
     Strategy("padded-copy", Compute, _padded_copy,
              lambda lw, t, p: lw.compute_padded_copy(t, *p),
              lambda p: (("copy", p[1].fill.name),)),
-    Strategy("rows", Compute, _rows, lambda lw, t, red: lw.compute_rows(t, red)),
+    Strategy("rows", Compute, _rows, lambda lw, t, red: lw.compute_rows(t, red),
+             leads=lambda lw, t, red: rowsum.leading_loops(t, red)),
     Strategy("jam", Compute, _jam, lambda lw, t, red: lw.compute_jam(t, red)),
     Strategy("taps", Compute, _taps, lambda lw, t, p: lw.compute_taps(t, p),
-             lambda p: (("taps", p.ntaps), ("registers", p.registers_only))),
+             lambda p: (("taps", p.ntaps), ("registers", p.registers_only)),
+             leads=tapsum.leading_loops, declines=True),
     Strategy("gather-rows", Compute, _gather_rows,
              lambda lw, t, hoist: lw.compute_gather_rows(t, hoist),
-             lambda hoist: (("hoisted", len(hoist)),)),
+             lambda hoist: (("hoisted", len(hoist)),), leads=_outer_axes),
     Strategy("pieces", Compute, _pieces, lambda lw, t, cut: lw.compute_pieces(t, cut),
-             lambda cut: (("pieces", tuple((lo, hi) for lo, hi, _ in cut)),)),
+             lambda cut: (("pieces", tuple((lo, hi) for lo, hi, _ in cut)),),
+             leads=_outer_axes),
+    # square blocks of the transposed axis and the innermost: the axes before it in order
     Strategy("blocks", Compute, _blocks, lambda lw, t, a: lw.compute_loops(t, transposed=a),
-             lambda a: (("axis", a),)),
+             lambda a: (("axis", a),), leads=lambda lw, t, a: a),
     Strategy("split", Compute, _split, lambda lw, t, c: lw.compute_loops(t, split=c),
-             lambda c: (("factor", c),)),
+             lambda c: (("factor", c),), leads=_outer_axes),
     Strategy("steps", Compute, _steps, lambda lw, t, p: lw.compute_steps(t, p),
              lambda p: (("step sums", tuple(x.name for x in p.sums)),)),
-    Strategy("loops", Compute, lambda lw, t: True, lambda lw, t, _: lw.compute_loops(t)),
+    Strategy("loops", Compute, lambda lw, t: True, lambda lw, t, _: lw.compute_loops(t),
+             leads=_all_axes),
     Strategy("scatter-rows", ScatterAdd, _scatter_rows,
              lambda lw, t, _: lw.scatter(t, rows=True)),
     Strategy("scatter", ScatterAdd, lambda lw, t: True,
@@ -200,6 +222,28 @@ def candidates(lw, t: Tensor) -> List[Tuple[Strategy, object]]:
         raise ValueError(f"strategy {forced!r} does not apply to {describe(t)}; "
                          f"the ones that do: {', '.join(s.name for s, _ in found)}")
     return mine
+
+
+def leading_loops(lw, t: Tensor) -> int:
+    """How many leading axes of ``t`` its lowering will run as its outermost loops, in
+    order, with nothing before them (see :class:`Strategy`), decided from the table
+    before anything is lowered: the first candidate's, or, when that one may decline,
+    the least of it and those that may run after it.
+
+    >>> import tensorexpr as te
+    >>> from codegen.lower import Lowerer
+    >>> from codegen.signature import Signature
+    >>> A = te.placeholder((64, 64), name="A")
+    >>> B = te.compute((64, 64), lambda i, j: A[j, i] + 1.0, name="B")
+    >>> leading_loops(Lowerer(Signature([B], [A])), B)   # blocks of i and j
+    0
+    """
+    n = t.ndim
+    for s, plan in candidates(lw, t):
+        n = min(n, s.leads(lw, t, plan))
+        if not s.declines:
+            return n
+    return 0
 
 
 def lower(lw, t: Tensor):

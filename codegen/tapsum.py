@@ -136,6 +136,35 @@ def applies(t: Compute) -> Optional[Taps]:
     return None if wide is None else Taps(wide, wide[1], True)
 
 
+def leading_loops(lw, t: Compute, chosen: Taps) -> int:
+    """How many leading axes of ``t`` :func:`lower` runs as its outermost loops, in order,
+    with nothing before them (what ``codegen.fuse`` needs of a member of a slab loop),
+    whichever of its forms runs: in registers, its threaded axes unless a loop over
+    groups of the block axis is outermost; in memory, the axes before the taps.
+
+    >>> import tensorexpr as te
+    >>> from codegen.lower import Lowerer
+    >>> from codegen.signature import Signature
+    >>> X = te.placeholder((4, 20), name="X")
+    >>> k = te.reduce_axis(18, name="k")
+    >>> Y = te.compute((4, 3), lambda i, t: te.sum(X[i, k + t], axis=k), name="Y")
+    >>> leading_loops(Lowerer(Signature([Y], [X])), Y, applies(Y))
+    1
+    """
+    red, ntaps, _ = chosen.plan
+    memory = t.ndim - ntaps
+    p = tapsum_registers.plan(lw, t, red, ntaps, *where_form(red))
+    if p is None:
+        return memory
+    B = tapsum_registers.rows_a_pass(p, red.dtype)
+    k = 0
+    if tapsum_registers.groups(p, red.dtype, B)[1] == 1:  # else the groups' loop is outermost
+        while k < len(p.par) and p.par[k].uid == t.axes[k].uid:
+            k += 1
+    # the registers' lowering may still find its arrays too large: then the memory form runs
+    return k if chosen.registers_only else min(k, memory)
+
+
 def lower(lw, t: Compute, chosen: Taps) -> Optional[List[Stmt]]:
     """The loop nest of ``t`` by taps (see the module docstring): with its partial sums
     in vector registers (``codegen.tapsum_registers``) where they fit; None (nothing lowered)

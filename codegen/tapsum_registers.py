@@ -265,6 +265,32 @@ def plan(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Ex
                 row_ext, stride, sorted(set(tap_e)), values, tap_e)
 
 
+def groups(p: Plan, dt: str, B: int) -> Tuple[Optional[int], int]:
+    """``(P, G)``: the values of the threaded axis (None if not static) and the groups
+    the block axis is split into, each with its own copies, the threads sharing them:
+    more than one for few values of the threaded axis (an RGB image's 3 channels) or
+    partial sums too large for the stack (``B`` rows a pass)."""
+    size, V, T = (4 if dt == "float32" else 8), target.current().lanes(dt), len(p.tap_values)
+    F = const_value(p.block.hi) - const_value(p.block.lo)
+    lo0, hi0 = const_value(p.par[0].lo), const_value(p.par[0].hi)
+    P = hi0 - lo0 if lo0 is not None and hi0 is not None else None
+    G = 1
+    while (F % (2 * G * B) == 0 and (F // G * T * V * size > MAX_LOCAL
+                                     or P is not None and P * G < MIN_TASKS)):
+        G *= 2
+    return P, G
+
+
+def rows_a_pass(p: Plan, dt: str) -> int:
+    """Rows of the block axis a pass computes: all taps of a pass, or (5 x 5, 7 x 7 kernels;
+    3 x 3 on AVX2's 16 registers) groups of them, each pass over y with its own
+    accumulators. Fewest passes first, then most rows: on AVX2, 3 x 3 taps of one row in
+    one pass ran a weight gradient 1.2-1.5x faster than two rows in two passes."""
+    budget = min(MAX_ACCS, target.current().accumulators)
+    F = const_value(p.block.hi) - const_value(p.block.lo)
+    return max(1, min(ROWS, F, budget // len(p.tap_values)))
+
+
 def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[Expr]
           ) -> Optional[List[Stmt]]:
     """The loop nest of the module docstring for ``t``, or None when :func:`plan` does
@@ -292,12 +318,8 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
     T = len(p.tap_values)
     F0, F1 = const_value(p.block.lo), const_value(p.block.hi)
     F = F1 - F0
-    # the taps of a pass: all of them, or (5 x 5, 7 x 7 kernels; 3 x 3 on AVX2's 16
-    # registers) groups of them, each pass over y with its own accumulators. Fewest
-    # passes first, then most rows: on AVX2, 3 x 3 taps of one row in one pass ran a
-    # weight gradient 1.2-1.5x faster than two rows in two passes
     budget = min(MAX_ACCS, target.current().accumulators)
-    B = max(1, min(ROWS, F, budget // T))
+    B = rows_a_pass(p, dt)
     npass = -(-T * B // budget)
     per = -(-T // npass)
     passes = [list(range(k, min(k + per, T))) for k in range(0, T, per)]
@@ -309,15 +331,8 @@ def lower(lw, t: Compute, red: Reduce, ntaps: int, body: Expr, where: Optional[E
     for e in p.row_ext:
         RS *= e
     E = len(p.offsets)
-    # few values of the threaded axis (an RGB image's 3 channels), or partial sums too
-    # large for the stack: the block axis is split into G groups, each with its own
-    # copies, and the threads share the groups
-    lo0, hi0 = const_value(p.par[0].lo), const_value(p.par[0].hi)
-    P = hi0 - lo0 if lo0 is not None and hi0 is not None else None
-    G = 1
-    while (F % (2 * G * B) == 0 and (F // G * T * V * size > MAX_LOCAL
-                                     or P is not None and P * G < MIN_TASKS)):
-        G *= 2
+    lo0 = const_value(p.par[0].lo)
+    P, G = groups(p, dt, B)
     FG = F // G
     if FG * T * V * size > MAX_LOCAL:
         return None

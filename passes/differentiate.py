@@ -372,8 +372,11 @@ class _Differentiator:
                     # the finished recurrence, not again in every term of the adjoint.
                     fwd = dataclasses.replace(t, body=body, self_ref=None, carry=None)
                     for r, value in hoist_reductions(fwd):
-                        sites = [s._replace(factor=replace_subexpr(s.factor, r, value))
-                                 for s in sites]
+                        # the partials are simplified (Wh[k, 0 + j] reads Wh[k, j]): the
+                        # reduction is found in either form
+                        for form in dict.fromkeys((r, simplify(r)), None):
+                            sites = [s._replace(factor=replace_subexpr(s.factor, form, value))
+                                     for s in sites]
                 adj_idx = p_axes + tuple(t.axes)
             case ScatterAdd():
                 guards = () if t.where is None else (t.where,)

@@ -14,25 +14,32 @@ stored tensors. A sub-expression is hoisted where
 - it does not use every axis around it (the tensor's axes and the axes of the
   reductions it is inside), and the axes it misses have at least
   ``MIN_REDUNDANCY`` points together (symbolic extents count as many);
-- it is evaluated unconditionally there: reached from the body through arithmetic
-  and reductions without ``where`` (not through a select's branches or the right
-  operand of ``&``/``|``), so the new tensor evaluates it at exactly the points the
-  original did, and its reads stay in range;
+- wherever it is evaluated, it is under the same conditions (a select's condition
+  for its branches, the left operand of ``&``/``|`` for the right one, a
+  reduction's where for its body), and those use only axes it uses and hold no
+  reduction: the new tensor holds it where they hold (0 elsewhere, never read), so
+  it is evaluated at exactly the points the original evaluated it, and its reads
+  stay in range;
+- in a recurrence, it does not read the recurrence's own values (the partials of
+  an adjoint's sum over a step, ``P[t + 1, b, j']`` in ``sum_j' dh[t + 1, b, j'] *
+  P[t + 1, b, j'] * U[j, j']``, are computed for every step before the sequential
+  loop, in parallel, instead of once per column inside it);
 - the axes it uses range over a box (their bounds hold no other axis), and the
   new tensor has at most ``MAX_ELEMENTS`` elements when its shape is known.
 
 The largest such sub-expression is taken (top down), so the new tensor holds as
-much of the invariant work as possible. Recurrences are left alone (their steps
-are scheduled by ``codegen.recurrence_steps``). Values are unchanged: the hoisted
+much of the invariant work as possible. Values are unchanged: the hoisted
 expression is the same expression, stored in its own type.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Dict, List, Tuple
 
 from tensorexpr.ir import (Axis, Binary, COSTLY_OPS, Cast, Compute, Const, Expr, Read, Reduce,
-                           Select, Tensor, Unary, is_float, postorder, topo_order)
+                           Select, Tensor, Unary, is_float, postorder, topo_order,
+                           walk)
 from tensorexpr.transform import bottom_up, free_axes
 
 from .extract import extract, is_box, redirect
@@ -91,54 +98,96 @@ def _points(axes: List[Axis]) -> float:
     return n
 
 
-def invariant_parts(t: Compute) -> List[Expr]:
+def _contexts(t: Compute):
+    """Every way ``t``'s body reaches its nodes: ``(node, axes around it by uid,
+    guards)`` once each, where ``guards`` are the ``(condition, polarity)`` under which
+    the node is evaluated (a select's condition for its branches, the left operand of
+    ``&``/``|`` for the right one, a reduction's where for its body). Nodes inside a
+    reduction whose axes' bounds hold other axes are not reached: no box holds them."""
+    out = []
+    seen = set()
+    stack = [(t.body, {a.uid: a for a in t.axes}, ())]
+    while stack:
+        x, bound, guards = stack.pop()
+        key = (id(x), frozenset(bound), tuple((id(g), p) for g, p in guards))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((x, bound, guards))
+        match x:
+            case Reduce(_, body, axes, where, _) if all(
+                    not free_axes(a.lo) and not free_axes(a.hi) for a in axes):
+                inner = {**bound, **{a.uid: a for a in axes}}
+                if where is not None:
+                    stack.append((where, inner, guards))
+                stack.append((body, inner, guards + (((where, True),) if where is not None
+                                                     else ())))
+            case Binary("and" | "or" as op, a, b, _):
+                stack += [(b, bound, guards + ((a, op == "and"),)), (a, bound, guards)]
+            case Select(c, a, b, _):
+                stack += [(b, bound, guards + ((c, False),)), (a, bound, guards + ((c, True),)),
+                          (c, bound, guards)]
+            case Binary(_, a, b, _):
+                stack += [(b, bound, guards), (a, bound, guards)]
+            case Unary(_, a, _) | Cast(a, _):
+                stack.append((a, bound, guards))
+    return out
+
+
+def _reads(e: Expr, uid: int) -> bool:
+    return any(isinstance(x, Read) and x.tensor.uid == uid for x in walk(e, unique=True))
+
+
+def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
     """The sub-expressions of ``t``'s body to hoist (see the module docstring), outermost
-    first.
+    first, each with the conditions it is evaluated under.
 
     >>> import tensorexpr as te
     >>> X = te.placeholder((16, 8), name="X"); W = te.placeholder((8, 8), name="W")
     >>> k = te.reduce_axis(8, name="k")
     >>> Y = te.compute((16, 8), lambda i, j: te.sum(te.exp(X[i, k]) * W[k, j], axis=k), name="Y")
-    >>> [str(e) for e in invariant_parts(Y)]
-    ['exp(X[i, k])']
+    >>> [(str(e), g) for e, g in invariant_parts(Y)]
+    [('exp(X[i, k])', ())]
     """
-    if not isinstance(t, Compute) or t.self_ref is not None or t.carry is not None:
+    if not isinstance(t, Compute) or t.body is None:
         return []
+    own = t.self_ref.uid if t.self_ref is not None else None
     used, costly = _uses(t.body)
-    found: List[Expr] = []
-    seen = set()
-    stack = [(t.body, {a.uid: a for a in t.axes}, True)]
-    while stack:
-        x, bound, top = stack.pop()
-        key = (id(x), frozenset(bound))
-        if key in seen:
+    contexts = _contexts(t)
+    # a guarded part is hoisted only if it is evaluated under those guards wherever it
+    # is: the stored tensor holds it only where they hold
+    where: Dict[int, set] = {}
+    for x, _, guards in contexts:
+        where.setdefault(id(x), set()).add(tuple((id(g), p) for g, p in guards))
+    found: List[Tuple[Expr, Tuple[Expr, ...]]] = []
+    done = set()
+    inside = set()  # parts within a hoisted one: their occurrences go with it
+    for x, bound, guards in contexts:
+        if id(x) in done or id(x) in inside:
             continue
-        seen.add(key)
         missing = [a for uid, a in bound.items() if uid not in used[id(x)]]
-        if (not top and costly[id(x)] and is_float(x.dtype) and missing
+        if not (x is not t.body and costly[id(x)] and is_float(x.dtype) and missing
                 and _points(missing) >= MIN_REDUNDANCY and is_box(x)
                 and not MAX_ELEMENTS < _points(free_axes(x)) < math.inf):
-            if all(f is not x for f in found):
-                found.append(x)
             continue
-        match x:
-            case Reduce(_, body, axes, None, _) if all(
-                    not free_axes(a.lo) and not free_axes(a.hi) for a in axes):
-                stack.append((body, {**bound, **{a.uid: a for a in axes}}, False))
-            case Binary("and" | "or", a, _, _):
-                stack.append((a, bound, False))
-            case Select(c, _, _, _):
-                stack.append((c, bound, False))
-            case Binary(_, a, b, _):
-                stack += [(b, bound, False), (a, bound, False)]
-            case Unary(_, a, _) | Cast(a, _):
-                stack.append((a, bound, False))
+        if own is not None and _reads(x, own):
+            continue  # a recurrence's own values cannot leave its body
+        if guards and (len(where[id(x)]) > 1 or any(
+                any(isinstance(y, Reduce) for y in walk(g, unique=True))
+                or (own is not None and _reads(g, own))
+                or not {a.uid for a in free_axes(g)} <= used[id(x)] for g, _ in guards)):
+            continue
+        conds = tuple(g if p else Unary("not", g, "bool") for g, p in guards)
+        found.append((x, conds))
+        done.add(id(x))
+        inside |= {id(y) for y in walk(x, unique=True)}
     return found
 
 
 def hoist(t: Compute) -> Tuple[Compute, List[Compute]]:
     """``t`` reading the tensors its :func:`invariant_parts` became, and those tensors
-    (named ``t.name + "_h" + n``); ``t`` itself and ``[]`` if there is none.
+    (named ``t.name + "_h" + n``); ``t`` itself and ``[]`` if there is none. A part
+    evaluated under conditions is stored where they hold (0 elsewhere: never read).
 
     >>> import tensorexpr as te
     >>> X = te.placeholder((16, 8), name="X"); W = te.placeholder((8, 8), name="W")
@@ -154,12 +203,19 @@ def hoist(t: Compute) -> Tuple[Compute, List[Compute]]:
         return t, []
     new: List[Compute] = []
     reads: Dict[int, Read] = {}
-    for e in parts:
-        g, read = extract(e, f"{t.name}_h{len(new)}", t.origin)
+    for e, conds in parts:
+        held = e
+        if conds:
+            cond = conds[0]
+            for c in conds[1:]:
+                cond = Binary("and", cond, c, "bool")
+            held = Select(cond, e, Const(0.0, e.dtype) if is_float(e.dtype) else Const(0, e.dtype),
+                          e.dtype)
+        g, read = extract(held, f"{t.name}_h{len(new)}", t.origin)
         new.append(g)
         reads[id(e)] = read
     body = bottom_up(t.body, lambda x: x, stop=lambda x: reads.get(id(x)))
-    return Compute(t.name, t.dims, t.dtype, t.uid, t.origin, axes=t.axes, body=body), new
+    return replace(t, body=body), new
 
 
 def hoist_invariants(outputs) -> Tuple[Dict[int, Tensor], List[Tuple[Compute, Tensor]]]:

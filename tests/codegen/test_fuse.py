@@ -222,3 +222,33 @@ def test_a_long_chain_is_fused_in_groups_of_at_most_max_members():
     assert [len(g) for g in groups] == [fuse.MAX_MEMBERS] * 2 + [5]
     x = np.random.default_rng(0).uniform(-1, 1, (4, 3))
     np.testing.assert_allclose(te.build(T)(x), te.build(T, backend="numpy")(x), rtol=1e-12)
+
+
+def test_the_schedule_records_the_slabs_decided_before_lowering():
+    # B runs by rows of n (its blocked transpose over (c, w) cannot take channel blocks)
+    X = te.placeholder((3, 64, 2, 64), name="X")
+    A = te.compute((3, 64, 2, 64), lambda n, c, h, w: te.exp(X[n, c, h, w]), name="A")
+    B = te.compute((3, 64, 2, 64), lambda n, c, h, w: A[n, c, h, w] * X[n, w, h, c], name="B")
+    f = te.build([A, B], [X])
+    assert f.schedule.groups == (("A", "B"),) and f.schedule.slabs == ("rows",)
+    assert "fused: A + B (slabs of rows)" in str(f.schedule)
+    shape = (3, 4, 6, 8)
+    P = te.placeholder(shape, name="P")
+    Y = _maxpool(P, shape)
+    H = te.placeholder(Y.shape, name="H")
+    [dP] = te.differentiate(Y, [P], head=H)
+    assert te.build([Y, dP], [P, H]).schedule.slabs == ("planes",)
+
+
+def test_a_member_whose_strategy_blocks_the_first_axis_ends_the_group_in_the_plan():
+    from codegen.lower import Lowerer
+    X = te.placeholder((64, 64), name="X")
+    Y = te.compute((64, 64), lambda i, j: te.exp(X[i, j]), name="Y")
+    T = te.compute((64, 64), lambda i, j: Y[i, j] * X[j, i], name="T")  # blocks of (i, j)
+    f, _ = agree([Y, T], [X], rand((64, 64)))
+    assert f.schedule.groups == () and f.schedule.unfused == ((("Y", "T"), "T"),)
+    assert f.schedule["T"].strategy == "blocks" and "not fused: Y + T" in str(f.schedule)
+    # decided from the strategy table alone: nothing is lowered, no name is taken
+    lw = Lowerer(Signature([Y, T], [X]))
+    assert fuse.decide(lw, [Y, T])[0] == 0 and lw.record.choices == [] and lw.counters == {}
+    assert fuse.decide(lw, [Y]) == (0, None)  # a group of one is lowered alone

@@ -39,7 +39,9 @@ def test_a_weight_gradient_of_a_recurrent_cell_reads_its_partials_stored():
     arrays = [rng.standard_normal((T, B, D)), rng.standard_normal((D, D)) * 0.4,
               rng.standard_normal((T, B, D))]
     f = _both([grads[1]], [x, U, Hd], arrays)
-    assert [line.split("[")[0] for line in f.schedule.hoisted] == ["dU_h0"]
+    # and the adjoint's partials inside its sum over a step (P[t + 1, b, j'] * U[j, j'])
+    # are computed for every step before its sequential loop
+    assert [line.split("[")[0] for line in f.schedule.hoisted] == ["dh_h0", "dU_h0"]
     r = [te.reduce_axis(n) for n in (T, B, D)]
     L = te.compute((), lambda: te.sum(h[r[0], r[1], r[2]] ** 2, axis=r), name="L",
                    dtype="float64")
@@ -58,20 +60,32 @@ def test_the_largest_invariant_part_moves_with_its_reduction_offset():
     _both([Y], [X, W], [rng.standard_normal((9, 4)), rng.standard_normal((9, 8))])
 
 
-def test_a_guarded_part_stays_where_its_guard_is():
-    # exp(X[k - 1]) is only in range where k > 0: stored over every k it would read X[-1]
+def test_a_guarded_part_is_stored_only_where_its_guard_holds():
+    # exp(X[k - 1]) is in range only where k > 0: stored over every k it would read X[-1]
     X = te.placeholder((8,), "float64", "X")
     W = te.placeholder((8, 8), "float64", "W")
     k = te.reduce_axis(8, "k")
     Y = te.compute((8,), lambda j: te.sum(te.select(k > 0, te.exp(X[k - 1]), 0.0) * W[k, j],
                                           axis=k), name="Y", dtype="float64")
-    assert [str(e) for e in invariant_parts(Y)] == ["select(k > 0, exp(X[k - 1]), 0.0d)"]
+    assert [(str(e), g) for e, g in invariant_parts(Y)] == [
+        ("select(k > 0, exp(X[k - 1]), 0.0d)", ())]  # the select moves whole
     k2 = te.reduce_axis(8, "k")
     Z = te.compute((8,), lambda j: te.sum(te.exp(X[k2 - 1]) * W[k2, j], axis=k2, where=k2 > 0),
                    name="Z", dtype="float64")
-    assert invariant_parts(Z) == []  # a reduction with a where is left alone
+    _, (G,) = hoist(Z)
+    assert str(G.body) == "select(k > 0, exp(X[k - 1]), 0.0d)"  # under the sum's where
+    k3 = te.reduce_axis(8, "k")
+    # the guard uses j, which the part does not: it would be stored where j > 2 holds
+    # for some j only; and a part under two different guards: stored under neither
+    V = te.compute((8,), lambda j: te.sum(te.select(j > 2, te.exp(X[k3]), 0.0) * W[k3, j],
+                                          axis=k3), name="V", dtype="float64")
+    k4 = te.reduce_axis(8, "k")
+    e = te.exp(X[k4])
+    U = te.compute((8,), lambda j: te.sum(te.select(k4 > 1, e, X[j]) * W[k4, j] + te.select(
+        k4 < 5, e, X[j]) * W[j, k4], axis=k4), name="U", dtype="float64")
+    assert invariant_parts(V) == [] and invariant_parts(U) == []
     rng = np.random.default_rng(2)
-    _both([Y, Z], [X, W], [rng.standard_normal(8), rng.standard_normal((8, 8))])
+    _both([Y, Z, V, U], [X, W], [rng.standard_normal(8), rng.standard_normal((8, 8))])
 
 
 def test_cheap_or_barely_repeated_parts_stay():
@@ -83,9 +97,9 @@ def test_cheap_or_barely_repeated_parts_stay():
     k2 = te.reduce_axis(8, "k")
     few = te.compute((8, n), lambda i, j: te.sum(te.exp(X[i, k2]) * X[k2, j], axis=k2))
     assert invariant_parts(few) == []
-    recur = te.recurrence((8, 8), lambda r, t, j: te.exp(X[t, 0]) + te.select(
-        t == 0, 0.0, r[t - 1, j]), name="r", dtype="float64")
-    assert invariant_parts(recur) == []  # recurrences are scheduled by steps instead
+    recur = te.recurrence((8, 8), lambda r, t, j: te.select(
+        t == 0, 0.0, te.exp(r[t - 1, 0]) + r[t - 1, j]), name="r", dtype="float64")
+    assert invariant_parts(recur) == []  # a recurrence's own values stay in its body
 
 
 def test_a_hoisted_tensor_has_its_own_parts_hoisted():

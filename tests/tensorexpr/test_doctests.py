@@ -8,10 +8,11 @@ import pkgutil
 
 import pytest
 
-# Every module of the language and of its passes, found on disk so a new module is covered.
+# Every module of the language and of its passes, subpackages (tensorexpr.ir, ...) and their
+# modules included, found on disk so a new module is covered.
 LANGUAGE = [name for package in ("tensorexpr", "passes")
-            for name in [package] + [f"{package}.{m.name}" for m in
-                                     pkgutil.iter_modules(importlib.import_module(package).__path__)]]
+            for name in [package] + [m.name for m in pkgutil.walk_packages(
+                importlib.import_module(package).__path__, prefix=f"{package}.")]]
 # The adapters need their framework; without it their examples are skipped, not failed.
 FRAMEWORK = {"tensorexpr.torch": "torch", "tensorexpr.jax": "jax", "tensorexpr.dask": "dask"}
 #: every module of codegen/ (found on disk: a new module's examples run too)

@@ -1,0 +1,276 @@
+"""Loop nests: the tight loops isl scans a domain with, as a tree of our IR
+(used by the C backend).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import islpy as isl
+
+from ..ir import (Axis, Binary, Const, Expr, Read, Select, SizeVar, Unary, INDEX_DTYPE, fresh_uid,
+                  walk)
+from .spaces import CTX, NotAffine, dim_name, params_of, Space
+from .affine import is_index_arithmetic
+
+# {{{ loop nests (used by codegen; owned by the C backend work)
+
+# The C backend asks for the loops of a reduction whose ``where`` is (partly)
+# affine: isl's AST builder gives tight bounds and strides, and the answer is
+# translated to the small tree below so that no isl object leaves this module.
+
+
+
+@dataclass(frozen=True)
+class LoopFor:
+    """``for iterator = lo; iterator < hi; iterator += step: body`` (``step >= 1``)."""
+
+    iterator: Axis
+    lo: Expr
+    hi: Expr
+    step: int
+    body: "LoopTree"
+
+
+@dataclass(frozen=True)
+class LoopLet:
+    """A loop isl proved to run once: ``iterator = value; body``."""
+
+    iterator: Axis
+    value: Expr
+    body: "LoopTree"
+
+
+@dataclass(frozen=True)
+class LoopIf:
+    cond: Expr
+    then: "LoopTree"
+    orelse: Optional["LoopTree"]
+
+
+@dataclass(frozen=True)
+class LoopBlock:
+    items: Tuple["LoopTree", ...]
+
+
+@dataclass(frozen=True)
+class LoopPoint:
+    """One point of the domain: the value of each requested axis, in order."""
+
+    values: Tuple[Expr, ...]
+
+
+LoopTree = Union[LoopFor, LoopLet, LoopIf, LoopBlock, LoopPoint]
+
+
+def may_fail(e: Expr) -> bool:
+    """Can evaluating ``e`` fail at run time: does it read at a data-dependent index
+    (checked when the kernel runs, ir.py "Reads")? Affine and clamped reads are proven
+    in range where they are evaluated; arithmetic never traps.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4,), name="X")
+    >>> I = te.placeholder((4,), dtype="int32", name="I")
+    >>> may_fail(X[I[0]] > 0.0), may_fail(X[te.minimum(I.shape[0], 3)] > 0.0)
+    (True, False)
+    """
+    return any(isinstance(x, Read) and not all(is_index_arithmetic(i) for i in x.indices)
+               for x in walk(e, unique=True))
+
+
+def conjuncts(cond: Optional[Expr]) -> List[Expr]:
+    """``cond`` split at ``&`` (none for ``None``).
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import Axis, Const
+    >>> k = Axis("k", Const(0, "int64"), Const(8, "int64"), 5)
+    >>> len(conjuncts((k > 1) & (k < 6) & (k % 2 == 0)))
+    3
+    """
+    if cond is None:
+        return []
+    if isinstance(cond, Binary) and cond.op == "and":
+        return conjuncts(cond.a) + conjuncts(cond.b)
+    return [cond]
+
+
+class PointSet:
+    """The points of ``axes``' boxes where the affine conjuncts of ``guards`` hold.
+
+    It contains every point where code guarded by ``guards`` runs (dropping the
+    data-dependent conjuncts only enlarges it), so what holds on it holds there.
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 5)
+    >>> ps = PointSet([i], [i >= 1])
+    >>> ps.within(i - 1, Const(8, "int64")), ps.within(i + 1, Const(8, "int64"))
+    (True, False)
+    """
+
+    def __init__(self, axes: Sequence[Axis], guards: Sequence[Expr] = (),
+                 params: Sequence[str] = ()):
+        self.space = Space(axes, sorted(set(params) | set(params_of(list(guards)))))
+        dom = self.space.box()
+        for g in guards:
+            for c in conjuncts(g):
+                try:
+                    dom = dom & self.space.cond(c)
+                except NotAffine:
+                    pass
+        self.set = dom
+
+    def within(self, index: Expr, size: Expr) -> bool:
+        """Is ``0 <= index < size`` at every point? False if either is not affine here.
+
+        >>> from tensorexpr.ir import Axis, Const
+        >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 7)
+        >>> PointSet([i]).within(i // 2, Const(4, "int64")), PointSet([i]).within(i * i, Const(64, "int64"))
+        (True, False)
+        """
+        try:
+            pa, hi = self.space.aff(index), self.space.aff(size)
+        except NotAffine:
+            return False
+        return (self.set & (pa.lt_set(self.space.vars[0]) | pa.ge_set(hi))).is_empty()
+
+
+def loop_nest(axes: Sequence[Axis], conds: Sequence[Expr], outer: Sequence[Axis] = (),
+              facts: Sequence[Expr] = ()) -> Tuple[LoopTree, List[Expr]]:
+    """Loops that visit exactly the points of ``axes``' box where the affine ``conds`` hold.
+
+    ``outer`` are the enclosing axes, fixed while these loops run (isl sees them
+    as parameters, like the sizes); ``facts`` are conditions known to hold there
+    (enclosing guards; non-affine ones are ignored) that let isl drop tests.
+    Returns ``(tree, rest)``: ``rest`` are the conditions of ``conds`` that are
+    not affine (data-dependent), in their order; the caller tests them at each point,
+    left to right. ``conds`` are conjuncts evaluated left to right (ir.py), so an
+    affine one after a conjunct that may fail (:func:`may_fail`) is not made a loop
+    bound, which would skip that failure: it stays in ``rest``. Loops are
+    in the order of ``axes`` (the last innermost), with tight bounds and steps
+    (``k % 2 == 0`` gives a loop stepping by 2); each :class:`LoopPoint` gives
+    the value of every axis of ``axes`` there.
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import Axis, Const
+    >>> k = Axis("k", Const(0, "int64"), Const(9, "int64"), 5)
+    >>> tree, rest = loop_nest([k], [k % 2 == 0])
+    >>> tree.step, rest
+    (2, [])
+    """
+    axes, outer = list(axes), list(outer)
+    sp = Space(outer + axes, params_of(list(conds) + list(facts) + outer + axes))
+    dom, rest = sp.box(axes), []
+    for c in conds:
+        if rest and any(may_fail(r) for r in rest):
+            rest.append(c)
+            continue
+        try:
+            dom = dom & sp.cond(c)
+        except NotAffine:
+            rest.append(c)
+    ctx = sp.box(outer)
+    for f in facts:
+        for c in conjuncts(f):
+            try:
+                ctx = ctx & sp.cond(c)
+            except NotAffine:
+                pass
+    # Outer axes become parameters: the loops are generated for each fixed value.
+    n_par, n_out = len(sp.params), len(outer)
+    dom = dom.move_dims(isl.dim_type.param, n_par, isl.dim_type.set, 0, n_out)
+    ctx = ctx.move_dims(isl.dim_type.param, n_par, isl.dim_type.set, 0, n_out).params()
+    dom = dom.coalesce().set_tuple_name("S")
+    sched = isl.Map.identity(dom.get_space().map_from_set()).intersect_domain(dom)
+    sched = sched.reset_tuple_id(isl.dim_type.out)
+    names = {p: SizeVar(p) for p in sp.params}
+    names.update({dim_name(a): a for a in outer})
+    prefix = "c"
+    while any(n.startswith(prefix) for n in names):
+        prefix = "_" + prefix
+    ids = isl.IdList.alloc(CTX, len(axes))
+    for k in range(len(axes)):
+        ids = ids.add(isl.Id(f"{prefix}{k}"))
+    build = isl.AstBuild.from_context(ctx).set_iterators(ids)
+    node = build.node_from_schedule_map(isl.UnionMap.from_map(sched))
+    shown = {f"{prefix}{k}": ax.name for k, ax in enumerate(axes)}  # loop k scans axes[k]
+    return _ast_tree(node, names, shown), rest
+
+
+_AST_BIN = {"add": "add", "sub": "sub", "mul": "mul", "min": "min", "max": "max",
+            "pdiv_q": "floordiv", "fdiv_q": "floordiv", "div": "floordiv",
+            "pdiv_r": "mod", "zdiv_r": "mod", "eq": "eq", "le": "le", "lt": "lt",
+            "ge": "ge", "gt": "gt", "and_": "and", "or_": "or", "and_then": "and",
+            "or_else": "or"}
+
+
+def _ast_expr(e: "isl.AstExpr", names: Dict[str, Expr]) -> Expr:
+    """An isl AST expression as IR (isl's divisions are exact or have non-negative operands,
+    so our floor division and modulo agree with them)."""
+    t = e.get_type()
+    if t == isl.ast_expr_type.id:
+        return names[e.get_id().get_name()]
+    if t == isl.ast_expr_type.int:
+        return Const(e.get_val().to_python(), INDEX_DTYPE)
+    op = e.get_op_type().name
+    args = [_ast_expr(e.get_op_arg(k), names) for k in range(e.get_op_n_arg())]
+    if op == "minus":
+        return Unary("neg", args[0], args[0].dtype)
+    if op in ("select", "cond"):
+        return Select(args[0], args[1], args[2], args[1].dtype)
+    if op in _AST_BIN:
+        ir_op = _AST_BIN[op]
+        out = args[0]
+        for b in args[1:]:  # min/max may take more than two arguments
+            dt = "bool" if ir_op in ("eq", "le", "lt", "ge", "gt", "and", "or") else INDEX_DTYPE
+            out = Binary(ir_op, out, b, dt)
+        return out
+    raise NotImplementedError(f"isl AST operation {op} in a loop nest")
+
+
+def _ast_tree(node: "isl.AstNode", names: Dict[str, Expr], shown: Dict[str, str]) -> LoopTree:
+    t = node.get_type()
+    if t == isl.ast_node_type.block:
+        kids = node.block_get_children()
+        return LoopBlock(tuple(_ast_tree(kids.get_at(k), names, shown)
+                               for k in range(kids.n_ast_node())))
+    if t == isl.ast_node_type.for_:
+        it_name = node.for_get_iterator().get_id().get_name()
+        lo = _ast_expr(node.for_get_init(), names)
+        it = Axis(shown.get(it_name, it_name), lo, lo, fresh_uid())
+        inner = dict(names)
+        inner[it_name] = it
+        if node.for_is_degenerate():
+            return LoopLet(it, lo, _ast_tree(node.for_get_body(), inner, shown))
+        hi = _upper(node.for_get_cond(), it_name, inner)
+        step = node.for_get_inc().get_val().to_python()
+        it = Axis(it.name, lo, hi, it.uid)
+        inner[it_name] = it
+        return LoopFor(it, lo, hi, step, _ast_tree(node.for_get_body(), inner, shown))
+    if t == isl.ast_node_type.if_:
+        orelse = (_ast_tree(node.if_get_else_node(), names, shown) if node.if_has_else_node()
+                  else None)
+        return LoopIf(_ast_expr(node.if_get_cond(), names),
+                      _ast_tree(node.if_get_then_node(), names, shown), orelse)
+    if t == isl.ast_node_type.user:
+        call = node.user_get_expr()
+        return LoopPoint(tuple(_ast_expr(call.get_op_arg(k), names)
+                               for k in range(1, call.get_op_n_arg())))
+    raise NotImplementedError(f"isl AST node {t} in a loop nest")
+
+
+def _upper(cond: "isl.AstExpr", it_name: str, names: Dict[str, Expr]) -> Expr:
+    """The exclusive upper bound of a loop from isl's ``it <= e`` / ``it < e`` condition."""
+    op = cond.get_op_type().name
+    if op in ("and_", "and_then"):
+        a, b = (_upper(cond.get_op_arg(k), it_name, names) for k in (0, 1))
+        return Binary("min", a, b, INDEX_DTYPE)
+    lhs = cond.get_op_arg(0)
+    if op in ("le", "lt") and lhs.get_type() == isl.ast_expr_type.id \
+            and lhs.get_id().get_name() == it_name:
+        e = _ast_expr(cond.get_op_arg(1), names)
+        return Binary("add", e, Const(1, INDEX_DTYPE), INDEX_DTYPE) if op == "le" else e
+    raise NotImplementedError(f"loop condition {cond} is not an upper bound on {it_name}")
+
+# }}}

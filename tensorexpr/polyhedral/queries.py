@@ -1,0 +1,180 @@
+"""Questions asked of isl: the offsets a recurrence reads back, conditions implied
+by guards, guards seen from fewer axes.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import islpy as isl
+
+from ..ir import Axis, Const, Expr, binary  # noqa: F401 - binary: the example
+from ..ir import const as const_expr
+from ..transform import free_axes
+from .spaces import NotAffine, params_of, Space
+from .fibers import align_like, set_expr
+from .loops import conjuncts, PointSet
+
+# {{{ recurrence windows (checkpointing; used by codegen/checkpoint.py)
+
+
+def offset_range(axes: Sequence[Axis], guards: Sequence[Expr], index: Expr, base: Expr,
+                 params: Sequence[str] = ()) -> Optional[Tuple[int, ...]]:
+    """The least and greatest value of ``index - base`` over the points of ``axes``'
+    boxes where the affine conjuncts of ``guards`` hold, for every value of the sizes.
+
+    ``()`` when there is no such point (the read never runs), None when the range
+    is unbounded or not affine. Dropping non-affine guards only enlarges the set,
+    so the answer is a sound bound on where a read can go.
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import Axis, Const
+    >>> n = te.var("n")
+    >>> t = Axis("t", Const(0, "int64"), n, 11)
+    >>> offset_range([t], [t >= 2], t - 2, t), offset_range([t], [t == n - 1], t, n - 1)
+    ((-2, -2), (0, 0))
+    >>> offset_range([t], [], n - 1, t) is None  # the last row, read from every step
+    True
+    """
+    ps = PointSet(axes, guards, sorted(set(params) | set(params_of([index, base]))))
+    sp = ps.space
+    try:
+        pa = sp.aff(index) - sp.aff(base)
+    except NotAffine:
+        return None
+    if ps.set.is_empty():
+        return ()
+    vals = isl.Map.from_pw_aff(pa.intersect_domain(ps.set)).range()
+    vals = vals.project_out(isl.dim_type.param, 0, vals.dim(isl.dim_type.param))
+    if vals.is_empty():
+        return ()
+    if not vals.is_bounded():
+        return None
+
+    def end(s: isl.Set) -> int:
+        return s.sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
+
+    return end(vals.lexmin()), end(vals.lexmax())
+
+# }}}
+
+
+# {{{ read boxes (used by tensorexpr/blocks.py: the halos of Dask blocks)
+
+
+def index_box(axes: Sequence[Axis], guards: Sequence[Expr], indices: Sequence[Expr]
+              ) -> Optional[List[Optional[Tuple[int, int]]]]:
+    """The bounding box of the image of a read: for each index of ``indices``, its
+    least and greatest value over the points of ``axes``' (constant) boxes where the
+    affine conjuncts of ``guards`` hold; None for an index that is not affine (a
+    data-dependent one) or unbounded. None instead of the list when there is no
+    such point (the read never runs). Dropping non-affine guards only enlarges the
+    set, so the box holds every element the read can touch.
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(4, "int64"), Const(8, "int64"), 5)
+    >>> index_box([i], [i >= 5], [binary("max", i - 1, 0), i * i])
+    [(4, 6), None]
+    >>> index_box([i], [i >= 9], [i]) is None
+    True
+    """
+    ps = PointSet(axes, guards, params_of(list(indices)))
+    if ps.set.is_empty():
+        return None
+    out: List[Optional[Tuple[int, int]]] = []
+    for ix in indices:
+        try:
+            pa = ps.space.aff(ix)
+        except NotAffine:
+            out.append(None)
+            continue
+        vals = isl.Map.from_pw_aff(pa.intersect_domain(ps.set)).range()
+        vals = vals.project_out(isl.dim_type.param, 0, vals.dim(isl.dim_type.param))
+        if not vals.is_bounded():
+            out.append(None)
+            continue
+        lo, hi = (v.sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
+                  for v in (vals.lexmin(), vals.lexmax()))
+        out.append((lo, hi))
+    return out
+
+# }}}
+
+
+# {{{ implied conditions (used by codegen/padcopy.py: sums over zero-padded copies)
+
+
+
+def implies(axes: Sequence[Axis], guards: Sequence[Expr], cond: Expr,
+            params: Sequence[str] = ()) -> bool:
+    """Does ``cond`` hold at every point of ``axes``' boxes where ``guards`` hold?
+
+    False when ``cond`` or a guard is not affine (conservative: the caller drops
+    ``cond`` from a loop's domain only when the answer is True).
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> x = Axis("x", Const(0, "int64"), Const(36, "int64"), 5)
+    >>> k = Axis("k", Const(0, "int64"), Const(3, "int64"), 6)
+    >>> implies([x, k], [x - 2 * k >= 0, x - 2 * k < 32], x >= 2 * k)
+    True
+    >>> implies([x, k], [x - 2 * k >= 0], x - 2 * k < 32)
+    False
+    """
+    sp = Space(list(axes), sorted(set(params) | set(params_of(list(guards) + [cond]))))
+    try:
+        dom = sp.box()
+        for g in guards:
+            for c in conjuncts(g):
+                dom = dom & sp.cond(c)
+        return dom.is_subset(sp.cond(cond))
+    except NotAffine:
+        return False
+
+# }}}
+
+
+# {{{ guards seen from fewer axes (used by passes/normalize.py: hoisted reductions)
+
+
+def project(keep: Sequence[Axis], guards: Sequence[Expr]) -> Optional[Expr]:
+    """A condition on the axes ``keep`` that holds wherever some values of the other
+    axes of ``guards`` (within their boxes) satisfy ``guards``' affine conjuncts;
+    None when that says nothing beyond ``keep``'s boxes.
+
+    A reduction computed on its own over ``keep`` must not be evaluated where its
+    enclosing guards never let the program evaluate it; conjuncts isl cannot
+    represent are dropped, which only enlarges the set.
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(5, "int64"), 11)
+    >>> k = Axis("k", Const(0, "int64"), Const(5, "int64"), 12)
+    >>> print(project([i], [k == i - 1]))
+    (i >= 1)
+    >>> print(project([i], [k <= i]))
+    None
+    """
+    affine, axes, params = [], {a.uid: a for a in keep}, set()
+    for g in guards:
+        for c in conjuncts(g):
+            try:
+                Space(list(free_axes(c)), params_of([c])).cond(c)
+            except NotAffine:
+                continue
+            affine.append(c)
+            for a in free_axes(c):
+                axes.setdefault(a.uid, a)
+            params |= set(params_of([c]))
+    others = [a for uid, a in axes.items() if uid not in {k.uid for k in keep}]
+    if not affine:
+        return None
+    sp = Space(list(keep) + others, sorted(params))
+    s = sp.box()
+    for c in affine:
+        s = s & sp.cond(c)
+    s = s.project_out(isl.dim_type.set, len(keep), len(others))
+    if s.is_empty():
+        return const_expr(False)
+    context = Space(list(keep), sorted(params)).box()
+    return set_expr(align_like(s, context).gist(context), list(keep), sorted(params))
+
+# }}}

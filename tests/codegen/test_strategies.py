@@ -87,6 +87,14 @@ def _steps():
     return [h], [x, W], [rand((6, 3, 16)), rand((16, 16), seed=1) * 0.3]
 
 
+def _adjoint_steps():
+    # the weight gradient of a tanh RNN: a step at a time, last step first
+    (h,), (x, W), arrays = _steps()
+    H = te.placeholder(h.shape, name="H")
+    dW, = te.differentiate(h, [W], head=H)
+    return [dW], [x, W, H], arrays + [rand((6, 3, 16), seed=2)]
+
+
 def _loops():
     X = te.placeholder((5, 7), name="X")
     Y = te.compute((5, 7), lambda i, j: te.exp(X[i, j]) + 1.0, name="Y")
@@ -110,7 +118,7 @@ def _scatter():
     return [dE], [H, idx], [rand(4), np.array([3, 0, 9, 3], np.int32)]
 
 
-PROGRAMS = {"rows": _matmul, "jam": _dot_rows, "taps": _conv_weight_gradient,
+PROGRAMS = {"adjoint-steps": _adjoint_steps, "rows": _matmul, "jam": _dot_rows, "taps": _conv_weight_gradient,
             "padded-copy": _padded_gradient, "gather-rows": _gather_rows, "pieces": _pieces,
             "blocks": _blocks, "split": _split, "steps": _steps, "loops": _loops,
             "scatter-rows": _scatter_rows, "scatter": _scatter}
@@ -134,7 +142,7 @@ def test_each_strategy_is_chosen_for_its_program_and_agrees_with_numpy(name):
 
 
 @pytest.mark.parametrize("name", ["rows", "jam", "taps", "blocks", "split", "pieces",
-                                  "gather-rows", "padded-copy", "steps"])
+                                  "gather-rows", "padded-copy", "steps", "adjoint-steps"])
 def test_forcing_plain_loops_gives_the_same_values(name):
     outs, ins, arrays = PROGRAMS[name]()
     t = outs[0].name
@@ -155,7 +163,7 @@ def test_forcing_a_strategy_that_does_not_apply_names_the_tensor_and_the_choices
 
 def test_an_unknown_strategy_is_refused_with_the_list():
     outs, ins, _ = _loops()
-    with pytest.raises(ValueError, match="the strategies are padded-copy, rows, jam"):
+    with pytest.raises(ValueError, match="the strategies are adjoint-steps, padded-copy, rows, jam"):
         te.build(outs, ins, options=te.ScheduleOptions(force={"Y": "fast"}))
 
 

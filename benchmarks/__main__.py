@@ -3,6 +3,7 @@
     python -m benchmarks                       # both tiers, every installed system
     python -m benchmarks --tier 2 --quick      # tier 2 only, reduced sizes
     python -m benchmarks --case 1 --case 8 --systems te,torch
+    python -m benchmarks --case 14 --load 2     # also timed while 2 processes spin
 
 Each tier gets its own table, chart and geometric mean of tensorexpr / fastest peer.
 
@@ -54,7 +55,12 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-growth", action="store_true",
                         help="skip the growth check (tensorexpr's forward and VJP timed again "
                              "at a grown size of each case)")
+    parser.add_argument("--load", type=int, default=0, metavar="N",
+                        help="also time every case while N processes spin on the CPU, and "
+                             "report each system's median / fastest call under that load")
     args = parser.parse_args(argv)
+    if args.load < 0:
+        parser.error("--load takes a number of busy processes, 0 or more")
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in systems if s not in ORDER]
     if unknown or not systems:
@@ -71,14 +77,17 @@ def main(argv=None) -> int:
     """Run, print the table, write the JSON and the chart; the process exit code."""
     pin_threads()  # before numpy, torch or jax start their thread pools
     args = parse(argv)
-    from benchmarks import report
+    from benchmarks import load, report
     from benchmarks.runner import Options, run
 
     opts = Options(cases=args.case, systems=args.systems, quick=args.quick,
                    te_backend=args.te_backend, cache_dir=args.cache_dir,
-                   rebuild=not args.no_rebuild, growth=not args.no_growth)
+                   rebuild=not args.no_rebuild, growth=not args.no_growth, load=args.load)
     results = run(opts, log=lambda s: print(s, file=sys.stderr, flush=True))
     print(report.table(results))
+    loaded = load.table(results)
+    if loaded:
+        print("\n" + loaded)
     grown = report.growth_table(results)
     if grown:
         print("\n" + grown)

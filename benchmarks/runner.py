@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from benchmarks import IDLE_THREADS, THREADS, growth
+from benchmarks import IDLE_THREADS, THREADS, growth, load
 from benchmarks.cases import CASES, Case, by_id
 from benchmarks.report import NOISY, status_text, tier_summary
 from benchmarks.reference import DEFINITION, TOLERANCE, reference, rel_err
@@ -50,6 +50,7 @@ class Options:
     cache_dir: Optional[str] = None  # None: a fresh temporary cache, removed afterwards
     rebuild: bool = True
     growth: bool = True  # time tensorexpr at the grown size too
+    load: int = 0  # > 0: time every case again under this many busy processes
 
 
 def run(opts: Options, log: Callable[[str], None] = lambda s: None) -> dict:
@@ -112,6 +113,12 @@ def run_case(case: Case, systems: Sequence[str], opts: Options,
         if row.get("fwd_ms") and row.get("vjp_ms"):
             row["vjp_fwd"] = row["vjp_ms"] / row["fwd_ms"]
     _time_te_recompute(preps.get("te"), rows.get("te"), opts)
+    under_load = None
+    if opts.load > 0:
+        log(f"case {case.id}: timed again under {opts.load} busy processes ...")
+        fns = {part: {n: getattr(pr, part) for n, pr in preps.items()
+                      if getattr(pr, part) is not None} for part in ("fwd", "vjp")}
+        under_load = {"n": opts.load, "systems": load.measure(fns, opts.load, budget)}
     ratios = {}
     for peer in systems:
         if peer == "te":
@@ -126,6 +133,8 @@ def run_case(case: Case, systems: Sequence[str], opts: Options,
     out = {"id": case.id, "tier": case.tier, "key": case.key, "title": case.title, "params": p,
            "work": work,
            "systems": rows, "ratios": ratios}
+    if under_load is not None:
+        out["load"] = under_load
     if opts.growth and "te" in preps:
         log(f"case {case.id}: growth check at "
             + ", ".join(f"{k} x{v}" for k, v in case.grow.items()) + " ...")
@@ -292,5 +301,8 @@ def _meta(opts, systems, skipped, peak, cache, own_cache) -> dict:
                  "that this much data lives in)"),
         "growth": growth.RULE if opts.growth and "te" in systems else None,
         "idle_threads": {k: os.environ.get(k) for k in IDLE_THREADS},
+        "load": (f"each case timed again while {opts.load} processes spin on the CPU "
+                 f"(benchmarks.load); load.systems.*_spread: median / fastest call"
+                 if opts.load else None),
         "peak": peak,
     }

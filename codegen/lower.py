@@ -17,8 +17,9 @@ it is not:
   index records an error site and the read yields 0.
 
 A recurrence runs its carried axis sequentially (outermost, in its direction)
-and the others in parallel within a step; a scatter-add zero-fills, then
-accumulates serially with a checked target index.
+and the others in parallel within a step, or, where its self-reads keep some axes
+fixed, those outside the carried loop (``codegen.interchange``); a scatter-add
+zero-fills, then accumulates serially with a checked target index.
 
 This module is the core: :class:`Lowerer` (its expression, row-sum, jam, gather-row
 and scatter parts are mixins in ``lower_expr``, ``rowsum``, ``unroll_jam``,
@@ -97,6 +98,8 @@ from .unroll_jam import JamLowering
 #: the generated code compares the estimate with a threshold measured at run time
 #: (``codegen.threads``)
 SERIAL_WORK = 1 << 12
+#: the largest work estimate written in the C (2^40 operations: always worth threads)
+WORK_CAP = 1 << 40
 
 
 
@@ -471,6 +474,9 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
                 symbolic.append(f)
             else:
                 static *= max(c, 1)
+        # past any thread threshold; a GRU's VJP multiplied its extents past 2^63, an
+        # integer constant C cannot hold (and a region adds several loops' work)
+        static = min(static, WORK_CAP)
         if not symbolic:
             return Lit(static, I64) if static >= SERIAL_WORK else False
         out: CExpr = Lit(static, I64)
@@ -489,6 +495,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
                     factors.append(Const(hi - lo, I64) if lo is not None and hi is not None
                                    else Binary("sub", ax.hi, ax.lo, I64))
         return self.work_of(factors)
+
 
 # {{{ helpers
 

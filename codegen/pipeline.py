@@ -29,6 +29,7 @@ part that decides and lowers (steps 3-7), :func:`generate` adds the C text.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Callable, List, Optional, Tuple
 
@@ -184,7 +185,13 @@ def generate(sig, options: Options = DEFAULT, name: Optional[str] = None):
     (True, 'B: loops')
     """
     from .cemit import emit
-    c_backend.stats["lowered"] += 1
+    stats = c_backend.stats
+    stats["lowered"] += 1
     title = name if name is not None else ", ".join(t.name for t in sig.outputs)
+    t0 = time.perf_counter()
     program, schedule = lower(sig, options, title)
-    return program, emit(program.kernel), schedule                  # 8. emission
+    t1 = time.perf_counter()
+    source = emit(program.kernel)                                   # 8. emission
+    stats["lower_s"] += t1 - t0
+    stats["emit_s"] += time.perf_counter() - t1
+    return program, source, schedule

@@ -9,7 +9,8 @@ takes the first that applies, or the one ``Options.force`` names; a cost-based
 choice would replace that first-match loop and nothing else. What ran is
 recorded in the build's :class:`codegen.schedule.Schedule`.
 
-The order (a recurrence runs ``steps`` or ``loops``, its carried axis sequential;
+The order (a recurrence runs ``steps``, ``interchange`` or ``loops``, its carried axis
+sequential;
 ``codegen.checkpoint`` may keep it in a ring or checkpointed segments):
 
 ========================  ===================================================
@@ -34,6 +35,9 @@ The order (a recurrence runs ``steps`` or ``loops``, its carried axis sequential
 ``steps``                 a recurrence whose step holds sums over earlier steps:
                           each step's sums for all positions at once
                           (``codegen.recurrence_steps``), then the rest
+``interchange``           a recurrence with axes its self-reads keep fixed: those
+                          outside its carried loop, threaded; a carried last
+                          axis inside blocks of rows (``codegen.interchange``)
 ``loops``                 loops over the box, the innermost in vector lanes
 ========================  ===================================================
 
@@ -42,7 +46,7 @@ or ``scatter``.
 
 >>> [s.name for s in TABLE]  # doctest: +NORMALIZE_WHITESPACE
 ['adjoint-steps', 'padded-copy', 'rows', 'jam', 'taps', 'gather-rows', 'pieces', 'blocks',
- 'split', 'steps', 'loops', 'scatter-rows', 'scatter']
+ 'split', 'steps', 'interchange', 'loops', 'scatter-rows', 'scatter']
 """
 from __future__ import annotations
 
@@ -52,7 +56,7 @@ from typing import Callable, List, Tuple
 from tensorexpr.errors import describe
 from tensorexpr.ir import Compute, ScatterAdd, Tensor
 
-from . import piecewise, rowsum, tapsum
+from . import interchange, piecewise, rowsum, tapsum, target
 from .scatter import scatter_rows_apply
 from .patterns import (jam_reduce, row_invariant_indices, row_reduce, split_factor,
                        transposed_axis)
@@ -145,6 +149,13 @@ def _adjoint_steps(lw, t):
     return p if p is not None and p.t is t else None
 
 
+def _interchange(lw, t):
+    # a ring of rows (codegen.checkpoint) is filled step by step: kept in ``loops``
+    if t.carry is None or t.uid in lw.rings:
+        return None
+    return interchange.plan(t, target.current().lanes(t.dtype))
+
+
 def _scatter_rows(lw, t):
     return True if scatter_rows_apply(t) else None
 
@@ -186,6 +197,7 @@ TABLE: Tuple[Strategy, ...] = (
              lambda c: (("factor", c),), leads=_outer_axes),
     Strategy("steps", Compute, _steps, lambda lw, t, p: lw.compute_steps(t, p),
              lambda p: (("step sums", tuple(x.name for x in p.sums)),)),
+    Strategy("interchange", Compute, _interchange, interchange.lower),
     Strategy("loops", Compute, lambda lw, t: True, lambda lw, t, _: lw.compute_loops(t),
              leads=_all_axes),
     Strategy("scatter-rows", ScatterAdd, _scatter_rows,

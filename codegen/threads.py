@@ -15,6 +15,15 @@ between kernel calls; a low quantile, so that a moment of contention does not
 decide) and the cost ``o`` of one operation of a streaming loop, and
 returns the work at which ``n`` threads break even: ``T (1 - 1/n) = c`` with
 ``T = work * o``. ``$TENSOREXPR_PARALLEL_WORK`` overrides it.
+
+The measurement takes ~0.2 s, so its answer is kept in the kernel cache directory
+(``threads-*.txt``), keyed by what decides it: the machine, the compiler (its
+OpenMP runtime), the CPUs this process may run on and the OpenMP settings of the
+environment (thread count, wait policy). A new process reads it instead of
+measuring again; remove the file to measure anew.
+
+>>> LOWEST <= DEFAULT <= HIGHEST
+True
 """
 from __future__ import annotations
 
@@ -121,9 +130,47 @@ def _decide() -> int:
             raise ValueError(f"$TENSOREXPR_PARALLEL_WORK must be an integer number of "
                              f"operations, not {env!r}") from None
     try:
-        return _measure()
-    except Exception:  # no compiler, no OpenMP, an unwritable cache: keep the default
+        path = _cache_path()
+    except Exception:  # no compiler: nothing to measure with either
         return DEFAULT
+    try:
+        with open(path, encoding="ascii") as f:
+            kept = int(f.read())
+        if LOWEST <= kept <= HIGHEST:
+            return kept
+    except (OSError, ValueError):
+        pass  # not measured yet on this machine (or a damaged file): measure
+    try:
+        value = _measure()
+    except Exception:  # no OpenMP, an unwritable cache: keep the default, unrecorded
+        return DEFAULT
+    try:
+        from .compiler import write_atomic
+        write_atomic(path, f"{value}\n")
+    except OSError:
+        pass  # an unwritable cache only costs measuring again in the next process
+    return value
+
+
+#: bump when what the measurement means changes
+_FORMAT = "1"
+#: the environment settings the cost of a parallel region depends on
+SETTINGS = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_PROC_BIND",
+            "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_BLOCKTIME")
+
+
+def _cache_path() -> str:
+    """Where the measured threshold of this machine, compiler and settings is kept."""
+    from . import compiler, openmp_env
+    comp = compiler.find_compiler()
+    try:
+        cpus = str(sorted(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        cpus = str(os.cpu_count())
+    env = openmp_env.settings()
+    key = compiler.digest(_FORMAT, compiler.machine(), comp.identity, cpus,
+                          *(f"{k}={env.get(k, '')}" for k in SETTINGS))
+    return os.path.join(compiler.cache_dir(), f"threads-{key[:24]}.txt")
 
 
 def _measure() -> int:

@@ -22,7 +22,6 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tensorexpr import polyhedral
 from tensorexpr.ir import Compute, Placeholder, Read, Tensor, walk
 from tensorexpr.transform import const_value, flat_index
 
@@ -85,6 +84,7 @@ def _view(t: Tensor, position: Dict[int, int], inputs) -> Optional[View]:
         return None
     if any(isinstance(x, Read) for i in body.indices for x in walk(i, unique=True)):
         return None  # data-dependent: its range is checked at run time
+    from tensorexpr import polyhedral  # isl: only for an output that reads an input
     form = polyhedral.affine_form(flat_index(body.indices, dims), t.axes)
     if form is None:
         return None

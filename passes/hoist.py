@@ -28,7 +28,12 @@ stored tensors. A sub-expression is hoisted where
   new tensor has at most ``MAX_ELEMENTS`` elements when its shape is known.
 
 The largest such sub-expression is taken (top down), so the new tensor holds as
-much of the invariant work as possible. Values are unchanged: the hoisted
+much of the invariant work as possible. Besides, when a body (not a recurrence's)
+holds several reductions outside any other and any condition, without a where
+(an LSTM's gates,
+``x @ Wx + h @ Wh + b``), each becomes a tensor of its own: the strategy table
+tiles a tensor's one sum, and two sums in one loop nest would be plain dot
+products. Values are unchanged: the hoisted
 expression is the same expression, stored in its own type.
 """
 from __future__ import annotations
@@ -38,8 +43,8 @@ from dataclasses import replace
 from typing import Dict, List, Tuple
 
 from tensorexpr.ir import (Axis, Binary, COSTLY_OPS, Cast, Compute, Const, Expr, Read, Reduce,
-                           Select, Tensor, Unary, is_float, postorder, topo_order,
-                           walk)
+                           Select, Tensor, Unary, children, is_float, postorder,
+                           same, topo_order, walk)
 from tensorexpr.transform import bottom_up, free_axes
 
 from .extract import extract, is_box, redirect
@@ -72,20 +77,10 @@ def _uses(e: Expr) -> Tuple[Dict[int, frozenset], Dict[int, bool]]:
 
 
 def _children(x: Expr):
-    match x:
-        case Reduce(_, body, axes, where, _):
-            # the bounds of a reduction's axes are evaluated with it
-            bounds = tuple(b for a in axes for b in (a.lo, a.hi))
-            return bounds + ((body,) if where is None else (body, where))
-        case Binary(_, a, b, _):
-            return (a, b)
-        case Unary(_, a, _) | Cast(a, _):
-            return (a,)
-        case Select(c, a, b, _):
-            return (c, a, b)
-        case Read(_, idx, _):
-            return tuple(idx)
-    return ()
+    if isinstance(x, Reduce):
+        # the bounds of a reduction's axes are evaluated with it
+        return tuple(b for a in x.axes for b in (a.lo, a.hi)) + children(x)
+    return children(x)
 
 
 def _points(axes: List[Axis]) -> float:
@@ -159,6 +154,17 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
     where: Dict[int, set] = {}
     for x, _, guards in contexts:
         where.setdefault(id(x), set()).add(tuple((id(g), p) for g, p in guards))
+    # several sums in one body (an LSTM's gates: x @ Wx + h @ Wh + b): each becomes a
+    # tensor the strategy table can tile, instead of dot products inside one loop nest
+    # (sums under a where, such as the pieces of a gradient over a concatenation, are
+    # left to the table: each covers part of the output)
+    outer = {id(x): x for x, bound, guards in contexts if isinstance(x, Reduce) and not guards
+             and x.where is None and len(bound) == len(t.axes) and x is not t.body}
+    distinct: List[Expr] = []
+    for x in outer.values():  # one sum written twice is one sum (computed once)
+        if not any(same(x, y) for y in distinct):
+            distinct.append(x)
+    several = set(outer) if len(distinct) > 1 and own is None else set()
     found: List[Tuple[Expr, Tuple[Expr, ...]]] = []
     done = set()
     inside = set()  # parts within a hoisted one: their occurrences go with it
@@ -166,9 +172,12 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
         if id(x) in done or id(x) in inside:
             continue
         missing = [a for uid, a in bound.items() if uid not in used[id(x)]]
-        if not (x is not t.body and costly[id(x)] and is_float(x.dtype) and missing
-                and _points(missing) >= MIN_REDUNDANCY and is_box(x)
-                and not MAX_ELEMENTS < _points(free_axes(x)) < math.inf):
+        if id(x) in several:
+            if not (is_float(x.dtype) and is_box(x)):
+                continue
+        elif not (x is not t.body and costly[id(x)] and is_float(x.dtype) and missing
+                  and _points(missing) >= MIN_REDUNDANCY and is_box(x)
+                  and not MAX_ELEMENTS < _points(free_axes(x)) < math.inf):
             continue
         if own is not None and _reads(x, own):
             continue  # a recurrence's own values cannot leave its body
@@ -204,6 +213,10 @@ def hoist(t: Compute) -> Tuple[Compute, List[Compute]]:
     new: List[Compute] = []
     reads: Dict[int, Read] = {}
     for e, conds in parts:
+        twin = next((x for x, _ in parts[:len(reads)] if same(x, e) and id(x) in reads), None)
+        if twin is not None and not conds:  # the same part written twice: stored once
+            reads[id(e)] = reads[id(twin)]
+            continue
         held = e
         if conds:
             cond = conds[0]

@@ -327,7 +327,7 @@ def _define(shape, fn, name, dtype, recurrence, checkpoints):
                 self_ref=self_ref, checkpoints=checkpoints)
     if recurrence:
         t = verify_order(t)
-    from . import bounds  # imports isl: on first use, as above
+    from . import bounds  # imports isl only for reads intervals cannot prove inside
     bounds.check_tensor(t)
     return t
 

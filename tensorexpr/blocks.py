@@ -32,7 +32,7 @@ from .bounds import read_sites
 from .errors import TensorExprError, describe
 from .ir import (INDEX_DTYPE, Axis, Compute, Const, Expr, Node, Placeholder, Read, Reduce,
                  ScatterAdd, SelfRef, SizeVar, Tensor, fresh_uid, topo_order)
-from .polyhedral import index_box
+from .polyhedral import image_bounds, index_box
 from .printer import expr_str
 from .transform import map_reads, substitute
 
@@ -216,7 +216,7 @@ class BlockProgram:
         self.op = body.op if isinstance(body, Reduce) and body.op in SPLITTABLE else None
         self.split: List[Axis] = list(body.axes) if self.op else []
         self.sites = {t.uid: list(_sites(t)) for t in self.order if not isinstance(t, Placeholder)}
-        self._function = None
+        self._functions: Dict[tuple, tuple] = {}
         self._lock = threading.Lock()  # tasks in threads build it once
 
     # {{{ pickling: the IR, without cached hashes (str hashes differ between processes)
@@ -290,56 +290,111 @@ class BlockProgram:
 
     # {{{ the block program
 
-    def _names(self):
-        """Size variables: the extent (``w``) and start plus one (``s``) of each window,
-        by tensor position; ``r``/``q`` for the split axes' starts and extents."""
-        pos = {t.uid: k for k, t in enumerate(self.order)}
-        ext = {t.uid: tuple(SizeVar(f"w{pos[t.uid]}_{d}") for d in range(t.ndim))
-               for t in self.order}
-        start = {t.uid: tuple(SizeVar(f"s{pos[t.uid]}_{d}") - 1 for d in range(t.ndim))
-                 for t in self.order}
-        split = {a.uid: (SizeVar(f"r{k}") - 1, SizeVar(f"r{k}") - 1 + SizeVar(f"q{k}"))
+    def _block_sizes(self, fixed: Dict[str, int]):
+        """The output block and the split axes' ranges as expressions of the block
+        program's sizes: per output dimension ``d`` the block's start plus one ``s{d}``
+        and its distance from the end plus one ``g{d}``; ``r{k}``/``h{k}`` the same for
+        the split axes. They are all at least 1 (what isl assumes of every size) exactly
+        when the block lies inside the output, so a read proven in range on the whole
+        program is proven in range of its window in the block program. The sizes in
+        ``fixed`` (the same for every block of a plan: a dimension in one chunk, taps
+        never split) are constants, which the C backend schedules better.
+
+        Returns ``(box, split ranges by axis uid, names, facts)``: ``names`` are the
+        sizes left, ``facts`` say that the block is not empty (the windows may be wrong
+        for an empty one: no loop runs then, and a read isl cannot prove is checked)."""
+        def size(name: str) -> Expr:
+            return _c(fixed[name]) if name in fixed else SizeVar(name)
+        shape = _const_shape(self.output)
+        box = [(size(f"s{d}") - 1, _c(n + 1) - size(f"g{d}")) for d, n in enumerate(shape)]
+        split = {a.uid: (a.lo + size(f"r{k}") - 1, a.hi + 1 - size(f"h{k}"))
                  for k, a in enumerate(self.split)}
-        return ext, start, split
+        names = [f"{c}{d}" for d in range(len(shape)) for c in "sg"]
+        names += [f"{c}{k}" for k in range(len(self.split)) for c in "rh"]
+        facts = [hi > lo for lo, hi in [*box, *split.values()]
+                 if not (isinstance(lo, Const) and isinstance(hi, Const))]
+        return box, split, [n for n in names if n not in fixed], facts
 
-    @property
-    def function(self):
-        """The built block program: window arrays of the inputs, then the carriers."""
+    def sizes(self, windows: Windows, split_box: Box = ()) -> Dict[str, int]:
+        """The sizes of the block program (:meth:`_block_sizes`) for one block."""
+        values = {}
+        for d, ((lo, hi), n) in enumerate(zip(windows.boxes[self.output.uid],
+                                              _const_shape(self.output))):
+            values[f"s{d}"], values[f"g{d}"] = lo + 1, n - hi + 1
+        for k, ((lo, hi), a) in enumerate(zip(split_box, self.split)):
+            values[f"r{k}"], values[f"h{k}"] = lo - int(a.lo.value) + 1, int(a.hi.value) - hi + 1
+        return values
+
+    def _symbolic_windows(self, box, split, names, facts) -> Dict[int, List[Tuple[Expr, Expr]]]:
+        """:meth:`windows` as expressions of the block's sizes (isl's exact bounding
+        boxes, piecewise: a clamped border's halo is 0 on its side)."""
+        wins: Dict[int, List[Tuple[Expr, Expr]]] = {self.output.uid: list(box)}
+        reads: Dict[int, list] = {}
+        for t in reversed(self.order):
+            shape = _const_shape(t)
+            if isinstance(t, ScatterAdd) or getattr(t, "self_ref", None) is not None:
+                wins[t.uid] = [(_c(0), _c(n)) for n in shape]
+                own = list(t.axes)
+            elif t is not self.output:
+                wins[t.uid] = [(lo, hi) for lo, hi, _ in
+                               image_bounds(reads.get(t.uid, []), shape, names, facts)]
+            if isinstance(t, Placeholder):
+                continue
+            if not (isinstance(t, ScatterAdd) or getattr(t, "self_ref", None) is not None):
+                own = [Axis(a.name, lo, hi, a.uid) for a, (lo, hi) in zip(t.axes, wins[t.uid])]
+            for read, guards, raxes in self.sites[t.uid]:
+                if isinstance(read.tensor, SelfRef):
+                    continue
+                axes = own + [Axis(a.name, *split[a.uid], a.uid)
+                              if t is self.output and a.uid in split else a for a in raxes]
+                reads.setdefault(read.tensor.uid, []).append((axes, guards, read.indices))
+        return wins
+
+    def function(self, fixed: Dict[str, int] = None):
+        """The built block program (window arrays of the inputs, then the carriers), for
+        blocks whose sizes ``fixed`` are those values (a plan passes the ones its blocks
+        share)."""
+        key = tuple(sorted((fixed or {}).items()))
         with self._lock:
-            return self._function or self._build()
+            got = self._functions.get(key)
+            if got is None:
+                got = self._functions[key] = self._build(dict(key))
+            return got
 
-    def _build(self):
-        """Build the block program: every tensor relocated to its window."""
+    def _build(self, fixed: Dict[str, int]):
+        """Build the block program: every tensor relocated to its window, the windows
+        functions of the block (so isl proves reads in range as on the whole program:
+        no check per element, the same strategies as at constant sizes)."""
         from .build import build
-        ext, start, split = self._names()
+        box, split, names, facts = self._block_sizes(fixed)
+        wins = self._symbolic_windows(box, split, names, facts)
+        ext = {uid: tuple(_difference(hi, lo) for lo, hi in w) for uid, w in wins.items()}
+        start = {uid: tuple(lo for lo, _ in w) for uid, w in wins.items()}
         new = relocate(self.order, ext, start, reduce_ranges=split)
-        carried = [v for t in self.order if not isinstance(t, Placeholder)
-                   for v in ext[t.uid]]
-        carried += [SizeVar(f"s{k}_{d}") for k, t in enumerate(self.order)
-                    for d in range(t.ndim)]
-        carried += [SizeVar(f"{c}{k}") for k in range(len(self.split)) for c in "rq"]
-        self._carried = [v.name for v in carried]
         # one empty array per size: numpy refuses a shape whose non-zero dims overflow
-        carriers = [Placeholder(f"block_{v.name}", (v, _c(0)), "bool", fresh_uid(),
-                                self.output.origin) for v in carried]
-        self._function = build(new[self.output.uid],
-                               inputs=[new[t.uid] for t in self.inputs] + carriers,
-                               backend=self.backend, options=self.options)
-        return self._function
+        carriers = [Placeholder(f"block_{v}", (SizeVar(v), _c(0)), "bool", fresh_uid(),
+                                self.output.origin) for v in names]
+        f = build(new[self.output.uid], inputs=[new[t.uid] for t in self.inputs] + carriers,
+                  backend=self.backend, options=self.options)
+        return f, names
 
     def run(self, windows: Windows, arrays: Sequence[np.ndarray],
-            split_box: Box = ()) -> np.ndarray:
-        """The block ``windows`` was found for, from the inputs' windows ``arrays``."""
-        f = self.function
-        values = {}
-        for k, t in enumerate(self.order):
-            for d, (lo, hi) in enumerate(windows.boxes[t.uid]):
-                values[f"w{k}_{d}"], values[f"s{k}_{d}"] = hi - lo, lo + 1
-        for k, (lo, hi) in enumerate(split_box):
-            values[f"r{k}"], values[f"q{k}"] = lo + 1, hi - lo
-        return f(*arrays, *[np.empty((values[n], 0), np.bool_) for n in self._carried])
+            split_box: Box = (), fixed: Dict[str, int] = None) -> np.ndarray:
+        """The block ``windows`` was found for, from the inputs' windows ``arrays``
+        (``fixed``: as for :attr:`function`, which must hold for this block)."""
+        f, names = self.function(fixed)
+        values = self.sizes(windows, split_box)
+        if any(values[k] != v for k, v in (fixed or {}).items()):
+            raise ValueError(f"block sizes {values} do not match the build's {fixed}")
+        return f(*arrays, *[np.empty((values[n], 0), np.bool_) for n in names])
 
     # }}}
+
+
+def _difference(hi: Expr, lo: Expr) -> Expr:
+    if isinstance(hi, Const) and isinstance(lo, Const):
+        return _c(hi.value - lo.value)
+    return hi if isinstance(lo, Const) and lo.value == 0 else hi - lo
 
 
 def _sites(t: Tensor):

@@ -296,7 +296,7 @@ class _OutputPlan:
         name = f"{bp.output.name}-te-{fn.token}-{_tokenize(self.arrays)}"
         layer: dict = {}
         parts: Dict[tuple, list] = {}
-        runner = _Runner(bp, fn.threads)
+        runner = _Runner(bp, fn.threads, self.shared_sizes())
         for bi, si, box, sbox, win in self.blocks:
             args = [self._gather(t, a, win.boxes[t.uid])
                     for t, a in zip(bp.inputs, self.arrays)]
@@ -320,6 +320,13 @@ class _OutputPlan:
         graph = HighLevelGraph.from_collections(name, layer, dependencies=self.arrays)
         meta = np.empty((0,) * len(self.chunks), np.dtype(bp.output.dtype))
         return da.Array(graph, name, self.chunks, meta=meta)
+
+    def shared_sizes(self) -> Dict[str, int]:
+        """The block program's sizes that every block of this plan has alike (a
+        dimension in one chunk, a reduction not split): its build takes them as
+        constants."""
+        per = [self.bp.sizes(win, sbox) for _, _, _, sbox, win in self.blocks]
+        return {k: v for k, v in per[0].items() if all(p[k] == v for p in per)}
 
     def _gather(self, t: Tensor, a, box: Box):
         """A task argument giving ``a[box]``: a slice of one chunk, or pieces joined."""
@@ -373,13 +380,14 @@ def _combine(op_name: str, parts) -> np.ndarray:
 class _Runner:
     """The task function of one output: caps this thread's OpenMP team, runs a block."""
 
-    def __init__(self, bp: BlockProgram, threads: Optional[int]):
-        self.bp, self.threads = bp, threads
+    def __init__(self, bp: BlockProgram, threads: Optional[int], fixed: Dict[str, int]):
+        self.bp, self.threads, self.fixed = bp, threads, fixed
 
     def __call__(self, windows, split_box, *arrays):
-        self.bp.function  # built (or loaded) first: the cap goes to its OpenMP runtime
+        self.bp.function(self.fixed)  # built (or loaded) first: the cap goes to its OpenMP runtime
         cap_threads(self.threads or task_threads())
-        return self.bp.run(windows, [np.ascontiguousarray(a) for a in arrays], split_box)
+        return self.bp.run(windows, [np.ascontiguousarray(a) for a in arrays], split_box,
+                           self.fixed)
 
 
 # {{{ OpenMP teams per task

@@ -5,7 +5,9 @@ still a circle. The layers (a module imports only modules of lower layers):
 errors <- ir (dtypes <- nodes <- traversal <- the package) <- transform, printer
 <- polyhedral (spaces <- affine <- fibers, loops <- queries <- the package) <- bounds
 <- recurrence <- api <- extract <- simplify, normalize, hoist <- partials
-<- differentiate, nn <- build <- interop, blocks <- adapters.
+<- nn (arguments <- reductions, activations, products, convolution, embeddings,
+resampling, layout <- softmax_family, normalization, pooling <- losses)
+<- differentiate, the nn package <- build <- interop, blocks <- adapters.
 """
 from __future__ import annotations
 
@@ -21,6 +23,13 @@ LAYERS = [["tensorexpr.errors"], ["tensorexpr.ir.dtypes"], ["tensorexpr.ir.nodes
           ["tensorexpr.polyhedral.queries"], ["tensorexpr.polyhedral"], ["tensorexpr.bounds"],
           ["tensorexpr.recurrence"], ["tensorexpr.api"], ["passes.extract"],
           ["passes.simplify", "passes.normalize", "passes.hoist"], ["passes.partials"],
+          ["tensorexpr.nn.arguments"],
+          ["tensorexpr.nn.reductions", "tensorexpr.nn.activations", "tensorexpr.nn.products",
+           "tensorexpr.nn.convolution", "tensorexpr.nn.embeddings", "tensorexpr.nn.resampling",
+           "tensorexpr.nn.layout"],
+          ["tensorexpr.nn.softmax_family", "tensorexpr.nn.normalization",
+           "tensorexpr.nn.pooling"],
+          ["tensorexpr.nn.losses"],
           ["passes.differentiate", "tensorexpr.nn"], ["tensorexpr.build"],
           ["tensorexpr.interop", "tensorexpr.blocks"],
           ["tensorexpr.torch", "tensorexpr.jax", "tensorexpr.dask"]]

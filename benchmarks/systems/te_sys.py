@@ -390,7 +390,7 @@ def build_vjp(case, p, backend: str):
     ph, Y, override = define_with_override(case, p)
     H = te.placeholder(Y.shape, dtype=Y.dtype, name="H")
     t0 = time.perf_counter()
-    grads = _gradients(case, ph, Y, H, override)
+    grads = gradients(case, ph, Y, H, override)
     saved = te.saved_values(grads, Y)
     save = te.build([Y] + saved, inputs=ph, backend=backend) if saved else None
     f = te.build(grads, inputs=ph + [H] + saved, backend=backend)
@@ -402,10 +402,19 @@ def build_vjp_recompute(case, p, backend: str):
     and ``H`` alone (for the ``vjp_recompute_ms`` figure)."""
     ph, Y, override = define_with_override(case, p)
     H = te.placeholder(Y.shape, dtype=Y.dtype, name="H")
-    return te.build(_gradients(case, ph, Y, H, override), inputs=ph + [H], backend=backend)
+    return te.build(gradients(case, ph, Y, H, override), inputs=ph + [H], backend=backend)
 
 
-def _gradients(case, ph, Y, H, override) -> List[te.Tensor]:
+def gradients(case, ph, Y, H, override) -> List[te.Tensor]:
+    """The gradients of ``Y`` (head ``H``) with respect to the case's ``wrt`` inputs.
+
+    >>> from benchmarks.cases import by_id
+    >>> case = by_id(1)
+    >>> ph, Y, override = define_with_override(case, case.params(quick=True))
+    >>> H = te.placeholder(Y.shape, name="H")
+    >>> [g.shape for g in gradients(case, ph, Y, H, override)]
+    [(64, 128), (128, 64)]
+    """
     by_name = {t.name: t for t in ph}
     grads = te.differentiate(Y, inputs=[by_name[n] for n in case.wrt], head=H, override=override)
     return [grads] if isinstance(grads, te.Tensor) else list(grads)

@@ -11,7 +11,8 @@ import islpy as isl
 
 from ..ir import (Axis, Binary, Const, Expr, Read, Select, SizeVar, Unary, INDEX_DTYPE, fresh_uid,
                   walk)
-from .spaces import CTX, NotAffine, dim_name, params_of, Space
+from ..ir import const as const_expr
+from .spaces import CTX, NotAffine, dim_name, isl_val, params_of, Space
 from .affine import is_index_arithmetic
 
 # {{{ loop nests (used by codegen; owned by the C backend work)
@@ -272,5 +273,63 @@ def _upper(cond: "isl.AstExpr", it_name: str, names: Dict[str, Expr]) -> Expr:
         e = _ast_expr(cond.get_op_arg(1), names)
         return Binary("add", e, Const(1, INDEX_DTYPE), INDEX_DTYPE) if op == "le" else e
     raise NotImplementedError(f"loop condition {cond} is not an upper bound on {it_name}")
+
+# }}}
+
+
+# {{{ read boxes as functions of the sizes (used by tensorexpr/blocks.py)
+
+def image_bounds(reads: Sequence[Tuple[Sequence[Axis], Sequence[Expr], Sequence[Expr]]],
+                 dims: Sequence[int], params: Sequence[str], facts: Sequence[Expr] = ()
+                 ) -> List[Tuple[Expr, Expr, bool]]:
+    """:func:`index_box` of several reads of one tensor (of shape ``dims``) as functions
+    of the sizes: ``reads`` are ``(axes, guards, indices)`` whose axes' bounds are
+    expressions of ``params``. Per dimension ``(lo, hi, whole)``: the half-open
+    bounding box of every element read, within ``[0, dims[d])``, exact for every value
+    of the sizes (``[0, 1)`` where no read runs); ``whole`` when an index is not affine
+    or unbounded (the box is then all of the dimension). ``facts`` are affine conditions
+    on the sizes known to hold (the expressions may be wrong where they do not).
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import Axis, Const, binary
+    >>> s, w = te.var("s"), te.var("w")
+    >>> i = Axis("i", s - 1, s - 1 + w, 5)
+    >>> (lo, hi, whole), = image_bounds([([i], [], [binary("max", i - 1, 0)])], [10], ["s", "w"])
+    >>> print(lo)
+    select(s == 1, 0, s - 2)
+    """
+    params = sorted(set(params))
+    out: List[Tuple[Expr, Expr, bool]] = []
+    space = Space([], params)
+    ctx = space.context()
+    for f in facts:
+        ctx = ctx & space.cond(f)
+    ctx = ctx.params()
+    zero = isl.PwAff.zero_on_domain(isl.LocalSpace.from_space(ctx.get_space()))
+    names = {p: SizeVar(p) for p in params}
+    for d, n in enumerate(dims):
+        lo = hi = None
+        try:
+            for axes, guards, indices in reads:
+                ps = PointSet(axes, guards, params)
+                got = isl.Map.from_pw_aff(ps.space.aff(indices[d]).intersect_domain(ps.set))
+                got = got.range()
+                if not got.is_empty():
+                    a, b = got.dim_min(0), got.dim_max(0)  # isl.Error if unbounded
+                    lo, hi = (a, b) if lo is None else (lo.union_min(a), hi.union_max(b))
+        except (NotAffine, isl.Error):
+            out.append((const_expr(0, INDEX_DTYPE), const_expr(n, INDEX_DTYPE), True))
+            continue
+        if lo is None:
+            out.append((const_expr(0, INDEX_DTYPE), const_expr(min(1, n), INDEX_DTYPE), False))
+            continue
+        lo, hi = lo.max(zero), (hi + 1).min(zero.add_constant_val(isl_val(n)))
+        rest = ctx.subtract(lo.domain())  # the sizes where no read runs: [0, 1)
+        lo = lo.union_add(zero.intersect_domain(rest)).coalesce()
+        hi = hi.union_add(zero.add_constant_val(isl_val(min(1, n))).intersect_domain(rest))
+        build = isl.AstBuild.from_context(ctx)
+        out.append((_ast_expr(build.expr_from_pw_aff(lo), names),
+                    _ast_expr(build.expr_from_pw_aff(hi.coalesce()), names), False))
+    return out
 
 # }}}

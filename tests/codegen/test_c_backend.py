@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import tensorexpr as te
 from codegen.cemit import sanitize
@@ -96,6 +97,22 @@ def test_nan_propagates_through_max_and_min_like_numpy():
             te.compute((3, 3), lambda i, j: te.minimum(2.0, X[i, j]), name="clip")]
     _, (mx, mn, _, _) = agree(outs, [X], x)
     assert np.isnan(mx[:2]).all() and mx[2] == 3.0 and np.isnan(mn[:2]).all()
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(64, 200), st.integers(0, 199), st.booleans())
+def test_max_and_min_along_rows_of_any_length_in_lanes_like_numpy(n, at, nan):
+    # whole passes of 16 lanes, the rest in the first lanes; the extreme (or a NaN)
+    # anywhere, the rest too
+    x = rand((3, n))
+    x[1, at % n] = np.nan if nan else 100.0
+    x[2, n - 1] = -100.0
+    X = te.placeholder((3, n), name="X")
+    k = te.reduce_axis(n, name="k")
+    outs = [te.compute((3,), lambda i: te.max(X[i, k], axis=k), name="rowmax"),
+            te.compute((3,), lambda i: te.min(X[i, k], axis=k), name="rowmin")]
+    f, _ = agree(outs, [X], x)
+    assert "part" in f.source
 
 
 # }}}

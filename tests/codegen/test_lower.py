@@ -336,3 +336,16 @@ def test_affine_conjuncts_before_a_data_dependent_one_still_bound_the_loop():
     assert "k0 < 3" in f.source
     x, i = np.array([1.0, -2.0, 3.0, 4.0]), np.array([0, 1, 2, 9, 9, 9])
     assert f(x, i) == te.build(S, backend="numpy")(x, i) == 4.0
+
+
+def test_a_work_estimate_past_int64_is_capped():
+    # a GRU's VJP multiplied its loops' extents past 2^63: the C constant overflowed
+    # (GCC: "integer constant is too large"); any estimate past the cap runs threaded
+    import tensorexpr as te
+    from codegen.lower import WORK_CAP, Lowerer
+    from codegen.signature import Signature
+    from tensorexpr.ir import Const
+    A = te.placeholder((4,), name="A")
+    lw = Lowerer(Signature([te.compute((4,), lambda i: A[i] + 1.0, name="B")], [A]))
+    big = lw.work_of([Const(1 << 40, "int64"), Const(1 << 40, "int64")])
+    assert big.value == WORK_CAP < (1 << 62)

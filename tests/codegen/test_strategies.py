@@ -95,6 +95,14 @@ def _adjoint_steps():
     return [dW], [x, W, H], arrays + [rand((6, 3, 16), seed=2)]
 
 
+def _interchange():
+    # a cumulative sum along rows: the rows outside the carried loop, in blocks
+    X = te.placeholder((40, 24), name="X")
+    c = te.recurrence((40, 24), lambda c, r, t: te.select(t == 0, X[r, 0], c[r, t - 1] + X[r, t]),
+                      name="c")
+    return [c], [X], [rand((40, 24))]
+
+
 def _loops():
     X = te.placeholder((5, 7), name="X")
     Y = te.compute((5, 7), lambda i, j: te.exp(X[i, j]) + 1.0, name="Y")
@@ -118,9 +126,11 @@ def _scatter():
     return [dE], [H, idx], [rand(4), np.array([3, 0, 9, 3], np.int32)]
 
 
-PROGRAMS = {"adjoint-steps": _adjoint_steps, "rows": _matmul, "jam": _dot_rows, "taps": _conv_weight_gradient,
+PROGRAMS = {"adjoint-steps": _adjoint_steps, "rows": _matmul, "jam": _dot_rows,
+            "taps": _conv_weight_gradient,
             "padded-copy": _padded_gradient, "gather-rows": _gather_rows, "pieces": _pieces,
-            "blocks": _blocks, "split": _split, "steps": _steps, "loops": _loops,
+            "blocks": _blocks, "split": _split, "steps": _steps, "interchange": _interchange,
+            "loops": _loops,
             "scatter-rows": _scatter_rows, "scatter": _scatter}
 
 
@@ -142,7 +152,8 @@ def test_each_strategy_is_chosen_for_its_program_and_agrees_with_numpy(name):
 
 
 @pytest.mark.parametrize("name", ["rows", "jam", "taps", "blocks", "split", "pieces",
-                                  "gather-rows", "padded-copy", "steps", "adjoint-steps"])
+                                  "gather-rows", "padded-copy", "steps", "interchange",
+                                  "adjoint-steps"])
 def test_forcing_plain_loops_gives_the_same_values(name):
     outs, ins, arrays = PROGRAMS[name]()
     t = outs[0].name

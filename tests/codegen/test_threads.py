@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tensorexpr as te
-from codegen import compiler, threads
+from codegen import compiler, openmp_env, threads
 
 
 @pytest.fixture
@@ -56,3 +56,37 @@ def _has(lib) -> bool:
         return True
     except ValueError:
         return False
+
+
+def test_the_measurement_is_kept_on_disk_for_the_next_process(fresh_threshold, tmp_path):
+    fresh_threshold.delenv("TENSOREXPR_PARALLEL_WORK", raising=False)
+    fresh_threshold.setenv("TENSOREXPR_CACHE_DIR", str(tmp_path))
+    measured = []
+    real = threads._measure
+    fresh_threshold.setattr(threads, "_measure", lambda: measured.append(1) or real())
+    first = threads.min_work()
+    (kept,) = tmp_path.glob("threads-*.txt")
+    assert int(kept.read_text()) == first and measured == [1]
+    threads._value = None  # as in a new process: read, not measured again
+    assert threads.min_work() == first and measured == [1]
+    # the environment changed after the runtime started does not reach it: same key
+    threads._value = None
+    fresh_threshold.setenv("OMP_NUM_THREADS", "1")
+    assert threads.min_work() == first and measured == [1]
+    # a runtime started with other settings is another key: measured for them
+    threads._value = None
+    started = openmp_env.settings()
+    fresh_threshold.setattr(openmp_env, "settings", lambda: {**started, "GOMP_SPINCOUNT": "7"})
+    threads.min_work()
+    assert measured == [1, 1] and len(list(tmp_path.glob("threads-*.txt"))) == 2
+
+
+def test_a_damaged_record_is_measured_again(fresh_threshold, tmp_path):
+    fresh_threshold.delenv("TENSOREXPR_PARALLEL_WORK", raising=False)
+    fresh_threshold.setenv("TENSOREXPR_CACHE_DIR", str(tmp_path))
+    threads.min_work()
+    (kept,) = tmp_path.glob("threads-*.txt")
+    kept.write_text("garbage")
+    threads._value = None
+    assert threads.LOWEST <= threads.min_work() <= threads.HIGHEST
+    assert threads.LOWEST <= int(kept.read_text()) <= threads.HIGHEST

@@ -410,3 +410,32 @@ def test_reads_in_conditions_are_checked_where_short_circuit_reaches_them(cond, 
         define()
 
 # }}}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(-3, 3), st.integers(-3, 3), st.integers(-6, 12), st.integers(1, 4),
+       st.sampled_from(["plain", "floordiv", "mod", "max", "min"]), st.integers(1, 9))
+def test_reads_proved_inside_by_intervals_are_inside_by_isl(a, b, c, d, form, size):
+    # the interval fast path may only say "inside" where isl finds no point outside
+    from tensorexpr import bounds
+    from tensorexpr.ir import Axis, Const
+    X = te.placeholder((size,), name="X")
+    i = Axis("i", Const(0, "int64"), Const(4, "int64"), 1)
+    k = Axis("k", Const(1, "int64"), Const(3, "int64"), 2)
+    ix = i * a + k * b + c
+    ix = {"plain": ix, "floordiv": ix // d, "mod": ix % d, "max": te.maximum(ix, 0),
+          "min": te.minimum(ix, size - 1)}[form]
+    points = [(p, q) for p in range(4) for q in range(1, 3)]
+    values = [te.transform.eval_int(te.transform.substitute(
+        ix, {i: Const(p, "int64"), k: Const(q, "int64")})) for p, q in points]
+    inside = all(0 <= v < size for v in values)
+    proved = bounds.inside_by_intervals(X[ix], (i, k))
+    assert not proved or inside
+    if proved:
+        return
+    t = te.compute((1,), lambda _: X[0], name="T")  # any tensor to name in a message
+    if inside:
+        bounds._check_read(t, X[ix], (), (i, k))
+    else:
+        with pytest.raises(te.BoundsError):
+            bounds._check_read(t, X[ix], (), (i, k))

@@ -1,0 +1,245 @@
+"""``python -m benchmarks.build_time``: where a cold build's time goes, case by case.
+
+For every benchmark case (both tiers; ``--tier``, ``--case`` choose), in a fresh
+kernel cache, the programs the suite builds (``benchmarks.systems.te_sys``: the
+forward, the forward that also returns the saved values, the VJP given them) are
+built step by step and each step is timed:
+
+- ``diff``: ``te.differentiate`` and ``te.saved_values``;
+- ``lower``, ``emit``: steps 3-7 and 8 of ``codegen.pipeline`` (``codegen.c_backend.stats``);
+- ``cc``: waiting for the C compiler, and ``cpu`` the CPU seconds it used (on a loaded
+  machine the wait grows, the CPU time does not; ``codegen.compiler.stats``);
+- ``C KB``: the size of the generated C of all programs;
+- ``rest``: the remainder of the builds and first calls (fingerprints, cache entries,
+  loading the libraries, the calls themselves);
+- ``fwd``, ``vjp``: the suite's cold ``fwd_build_s`` and ``build_s`` (the VJP build
+  covers differentiating, the saving forward and the VJP program, and a call of each);
+- ``cached``: the same two builds in a new process with the cache warm
+  (``benchmarks.rebuild``), and, once, a whole new process importing tensorexpr,
+  defining a case, building and calling it (interpreter start excluded).
+
+The goals of issue 14 are printed beside: differentiate + lowering of a case under
+0.5 s, its cold build under 1.5 s, a cached build in a new process under 50 ms.
+
+    python -m benchmarks.build_time --quick --case 1
+
+>>> row = measure_case(by_id(1), quick=True)
+>>> sorted(row)  # doctest: +NORMALIZE_WHITESPACE
+['c_kb', 'cc_cpu_s', 'cc_s', 'diff_s', 'emit_s', 'fwd_build_s', 'id', 'lower_s', 'programs',
+ 'rest_s', 'title', 'vjp_build_s']
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+from benchmarks import pin_threads
+from benchmarks.cases import CASES, TIERS, by_id
+
+#: the goals of issue 14, item 3 (seconds)
+DIFF_LOWER_GOAL, COLD_GOAL, CACHED_GOAL = 0.5, 1.5, 0.05
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _counters() -> Dict[str, float]:
+    from codegen import c_backend, compiler
+    return {"lower_s": c_backend.stats["lower_s"], "emit_s": c_backend.stats["emit_s"],
+            "cc_s": compiler.stats["compile_s"], "cc_cpu_s": compiler.stats["compile_cpu_s"]}
+
+
+def measure_case(case, quick: bool = False) -> dict:
+    """The steps of building ``case``'s forward and VJP programs cold (the kernel cache
+    must not hold them: :func:`measure` gives each run a fresh one), in seconds."""
+    import tensorexpr as te
+    from benchmarks.systems import te_sys
+    p = case.params(quick)
+    inputs = case.inputs(p)
+    args = [inputs[a.name] for a in case.args]
+    before = _counters()
+    t0 = time.perf_counter()
+    ph, Y = te_sys.define(case, p)
+    f = te.build(Y, inputs=ph)
+    f(*args)
+    fwd_s = time.perf_counter() - t0
+    sources = [f.source]
+    ph, Y, override = te_sys.define_with_override(case, p)
+    H = te.placeholder(Y.shape, dtype=Y.dtype, name="H")
+    head = case.head(Y.shape)
+    t1 = time.perf_counter()
+    grads = te_sys.gradients(case, ph, Y, H, override)
+    saved = te.saved_values(grads, Y)
+    diff_s = time.perf_counter() - t1
+    vals = ()
+    if saved:
+        save = te.build([Y] + saved, inputs=ph)
+        vals = save(*args)[1:]
+        sources.append(save.source)
+    g = te.build(grads, inputs=ph + [H] + saved)
+    g(*args, head, *vals)
+    vjp_s = time.perf_counter() - t1
+    sources.append(g.source)
+    after = _counters()
+    row = {"id": case.id, "title": case.title, "diff_s": diff_s, "fwd_build_s": fwd_s,
+           "vjp_build_s": vjp_s, "programs": len(sources),
+           "c_kb": sum(len(s) for s in sources) / 1024}
+    row.update({k: after[k] - before[k] for k in after})
+    row["rest_s"] = fwd_s + vjp_s - diff_s - sum(row[k] for k in ("lower_s", "emit_s", "cc_s"))
+    return row
+
+
+def cached_rebuild(ids: List[int], quick: bool) -> Dict[int, dict]:
+    """``{case id: {"fwd_build_s", "build_s"}}`` built again in a new process (the
+    cache of this one, ``$TENSOREXPR_CACHE_DIR``, is warm)."""
+    out = _child(["-m", "benchmarks.rebuild"] + (["--quick"] if quick else [])
+                 + [str(i) for i in ids])
+    return {int(k): v for k, v in out.items()}
+
+
+#: a new process: import tensorexpr, define a case, build it (cache warm), call it once
+_NEW_PROCESS = """
+import json, sys, time
+t0 = time.perf_counter()
+import numpy
+t1 = time.perf_counter()
+import tensorexpr as te
+t2 = time.perf_counter()
+from benchmarks.cases import by_id
+from benchmarks.systems import te_sys
+case = by_id(int(sys.argv[1])); p = case.params(sys.argv[2] == "quick")
+inputs = case.inputs(p)
+args = [inputs[a.name] for a in case.args]
+t3 = time.perf_counter()
+ph, Y = te_sys.define(case, p)
+te.build(Y, inputs=ph)(*args)
+t4 = time.perf_counter()
+print(json.dumps({"numpy_s": t1 - t0, "import_s": t2 - t1, "build_s": t4 - t3,
+                  "isl": "islpy" in sys.modules}))
+"""
+
+
+def new_process(case_id: int, quick: bool) -> dict:
+    """A new process's seconds importing numpy, importing tensorexpr, and defining,
+    building (cache warm) and calling case ``case_id``'s forward; ``isl``: whether
+    the build imported isl."""
+    return _child(["-c", _NEW_PROCESS, str(case_id), "quick" if quick else "full"])
+
+
+def _child(argv: List[str]) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([ROOT] + [x for x in [env.get("PYTHONPATH")] if x])
+    proc = subprocess.run([sys.executable] + argv, cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=1800)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"the new process failed: {tail}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure(ids: List[int], quick: bool = False, log=lambda s: None) -> dict:
+    """Every case of ``ids`` built cold in a fresh kernel cache, then again in a new
+    process with the cache warm: ``{"cases": [row, ...], "new_process": {...}}``."""
+    import numpy as np
+
+    import tensorexpr as te
+    cache = tempfile.mkdtemp(prefix="te-build-time-")
+    old = os.environ.get("TENSOREXPR_CACHE_DIR")
+    os.environ["TENSOREXPR_CACHE_DIR"] = cache
+    try:
+        # one tiny program first: finding the compiler, probing OpenMP and importing the
+        # lowering are once per process and cache, not any case's
+        X = te.placeholder((64, 64), name="X")
+        k = te.reduce_axis(64, name="k")
+        te.build(te.compute((64,), lambda i: te.sum(X[i, k], axis=k)))(
+            np.zeros((64, 64), np.float32))
+        rows = []
+        for cid in ids:
+            case = by_id(cid)
+            log(f"case {cid}: {case.title} ...")
+            rows.append(measure_case(case, quick))
+        log("the same builds in a new process, cache warm ...")
+        for row, (cid, got) in zip(rows, sorted(cached_rebuild(ids, quick).items())):
+            row["fwd_cached_s"], row["vjp_cached_s"] = got["fwd_build_s"], got["build_s"]
+        fresh = new_process(ids[0], quick)
+        fresh["case"] = ids[0]
+    finally:
+        if old is None:
+            os.environ.pop("TENSOREXPR_CACHE_DIR", None)
+        else:
+            os.environ["TENSOREXPR_CACHE_DIR"] = old
+        shutil.rmtree(cache, ignore_errors=True)
+    return {"cases": rows, "new_process": fresh}
+
+
+def _ms(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x * 1e3:.0f}"
+
+
+def report(result: dict) -> str:
+    """The table of :func:`measure` (milliseconds), each goal missed marked with ``!``,
+    and a summary line per goal."""
+    cols = ("diff", "lower", "emit", "cc", "cpu", "C KB", "rest", "fwd", "vjp",
+            "cached fwd", "cached vjp")
+    lines = [f"{'case':28s}" + "".join(f"{c:>11s}" for c in cols)]
+    rows = result["cases"]
+    for r in rows:
+        dl = r["diff_s"] + r["lower_s"] + r["emit_s"]
+        cells = [_ms(r["diff_s"]), _ms(r["lower_s"]) + ("!" if dl > DIFF_LOWER_GOAL else ""),
+                 _ms(r["emit_s"]), _ms(r["cc_s"]), _ms(r["cc_cpu_s"]), f"{r['c_kb']:.0f}",
+                 _ms(r["rest_s"]),
+                 _ms(r["fwd_build_s"]) + ("!" if r["fwd_build_s"] > COLD_GOAL else ""),
+                 _ms(r["vjp_build_s"]) + ("!" if r["vjp_build_s"] > COLD_GOAL else "")]
+        for key in ("fwd_cached_s", "vjp_cached_s"):
+            x = r.get(key)
+            cells.append(_ms(x) + ("!" if x is not None and x > CACHED_GOAL else ""))
+        lines.append(f"{r['id']:3d} {r['title'][:24]:24s}" + "".join(f"{c:>11s}" for c in cells))
+    lines.append("")
+    over = [r["id"] for r in rows if r["diff_s"] + r["lower_s"] + r["emit_s"] > DIFF_LOWER_GOAL]
+    lines.append(f"differentiate + lowering + emission over {DIFF_LOWER_GOAL} s: "
+                 f"{len(over)} of {len(rows)} {over or ''}")
+    slow = [r["id"] for r in rows if max(r["fwd_build_s"], r["vjp_build_s"]) > COLD_GOAL]
+    lines.append(f"cold build (forward or VJP, C compiler included) over {COLD_GOAL} s: "
+                 f"{len(slow)} of {len(rows)} {slow or ''}; the C compiler's CPU time "
+                 f"{sum(r['cc_cpu_s'] for r in rows):.1f} s, its wall time "
+                 f"{sum(r['cc_s'] for r in rows):.1f} s in all")
+    cached = [r["id"] for r in rows if max(r.get("fwd_cached_s") or 0,
+                                           r.get("vjp_cached_s") or 0) > CACHED_GOAL]
+    lines.append(f"cached build in a new process over {CACHED_GOAL * 1e3:.0f} ms: "
+                 f"{len(cached)} of {len(rows)} {cached or ''}")
+    n = result.get("new_process")
+    if n:
+        lines.append(f"a new process (cache warm): import numpy {_ms(n['numpy_s'])} ms, "
+                     f"import tensorexpr {_ms(n['import_s'])} ms, define + build + call of "
+                     f"case {n['case']} {_ms(n['build_s'])} ms (isl "
+                     f"{'imported' if n['isl'] else 'not imported'})")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    """Measure, print the table; ``--json PATH`` also writes the figures."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.build_time")
+    parser.add_argument("--quick", action="store_true", help="the cases' reduced sizes")
+    parser.add_argument("--tier", type=int, action="append", choices=sorted(TIERS))
+    parser.add_argument("--case", type=int, action="append", metavar="N",
+                        choices=[c.id for c in CASES])
+    parser.add_argument("--json", metavar="PATH", help="also write the figures here")
+    args = parser.parse_args(argv)
+    pin_threads()
+    tiers = set(args.tier or TIERS)
+    ids = sorted(set(args.case)) if args.case else [c.id for c in CASES if c.tier in tiers]
+    result = measure(ids, args.quick, log=lambda s: print(s, file=sys.stderr, flush=True))
+    print(report(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Elementwise activations, as ``torch.nn.functional``: ``relu``, ``sigmoid``, ``tanh``, ``gelu``.
+
+Each returns a tensor of ``x``'s shape named after it (``x`` gives ``x_relu``);
+:func:`erf`, which ``gelu`` needs and the language lacks as a primitive, is an
+expression-level approximation usable on its own.
+
+>>> import tensorexpr as te
+>>> te.nn.gelu(te.placeholder((te.var("n"), 4), name="x")).shape
+(n, 4)
+"""
+from __future__ import annotations
+
+import math
+
+from .. import api
+from ..ir import Expr, Tensor, is_float
+from .arguments import check_float_tensor
+
+
+def _elementwise(x: Tensor, fn, name: str) -> Tensor:
+    return api.compute(x.shape, lambda *i: fn(x[i]), name=name)
+
+
+def relu(x: Tensor) -> Tensor:
+    """``max(x, 0)``; its gradient is 0 at 0, as torch's.
+
+    >>> import tensorexpr as te
+    >>> te.nn.relu(te.placeholder((3,), name="x")).name
+    'x_relu'
+    """
+    check_float_tensor(x, "relu")
+    return _elementwise(x, lambda v: api.select(v > 0, v, 0.0), f"{x.name}_relu")
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    """``1 / (1 + exp(-x))`` elementwise.
+
+    >>> import tensorexpr as te
+    >>> te.nn.sigmoid(te.placeholder((3,), name="x")).name
+    'x_sigmoid'
+    """
+    check_float_tensor(x, "sigmoid")
+    return _elementwise(x, api.sigmoid, f"{x.name}_sigmoid")
+
+
+def tanh(x: Tensor) -> Tensor:
+    """``tanh(x)`` elementwise.
+
+    >>> import tensorexpr as te
+    >>> te.nn.tanh(te.placeholder((3,), name="x")).name
+    'x_tanh'
+    """
+    check_float_tensor(x, "tanh")
+    return _elementwise(x, api.tanh, f"{x.name}_tanh")
+
+
+# Abramowitz & Stegun 7.1.26: erf(z) = 1 - (a1 t + ... + a5 t^5) exp(-z^2), t = 1/(1 + p z)
+_ERF_P = 0.3275911
+_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+def erf(v: Expr) -> Expr:
+    """``erf(v)`` to within 1.5e-7 (Abramowitz & Stegun 7.1.26), an expression.
+
+    Odd by construction (a select on the sign, so its derivative at 0 is that of
+    the positive branch, ~2/sqrt(pi)).
+
+    >>> import numpy as np, tensorexpr as te
+    >>> x = te.placeholder((3,), dtype="float64", name="x")
+    >>> f = te.build(te.compute((3,), lambda i: te.nn.erf(x[i])), backend="numpy")
+    >>> np.round(f(np.array([-1.0, 0.0, 0.5])), 6)
+    array([-0.842701,  0.      ,  0.5205  ])
+    """
+    v = api.as_expr(v)
+    if not is_float(v.dtype):
+        v = api.cast(v, "float32")
+
+    def positive(z):
+        t = 1.0 / (1.0 + _ERF_P * z)
+        poly = api.const(_ERF_A[-1], v.dtype)
+        for a in reversed(_ERF_A[:-1]):
+            poly = poly * t + a
+        return 1.0 - poly * t * api.exp(-(z * z))
+
+    return api.select(v >= 0, positive(v), -positive(-v))
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """``x * Phi(x)``, torch's ``gelu``; ``approximate="tanh"`` is torch's tanh formula.
+
+    ``"none"`` uses :func:`erf`'s approximation (within 1.5e-7 of the exact erf).
+
+    >>> import tensorexpr as te
+    >>> te.nn.gelu(te.placeholder((3,), name="x"), approximate="tanh").name
+    'x_gelu'
+    """
+    check_float_tensor(x, "gelu")
+    if approximate == "none":
+        fn = lambda v: 0.5 * v * (1.0 + erf(v * (1.0 / math.sqrt(2.0))))  # noqa: E731
+    elif approximate == "tanh":
+        c = math.sqrt(2.0 / math.pi)
+        fn = lambda v: 0.5 * v * (1.0 + api.tanh(c * (v + 0.044715 * v * v * v)))  # noqa: E731
+    else:
+        raise ValueError(f"te.nn.gelu: approximate must be 'none' or 'tanh', not "
+                         f"{approximate!r}")
+    return _elementwise(x, fn, f"{x.name}_gelu")

@@ -78,18 +78,19 @@ def _split():
     return [Y], [X, P], [rand((3, 8)), rand((3, 4), seed=1)]
 
 
-def _steps():
+def _steps(checkpoints=None):
     W = te.placeholder((16, 16), name="W")
     x = te.placeholder((6, 3, 16), name="x")
     k = te.reduce_axis(16, name="k")
     h = te.recurrence((6, 3, 16), lambda h, t, b, j: te.tanh(x[t, b, j] + te.select(
-        t == 0, 0.0, te.sum(h[t - 1, b, k] * W[k, j], axis=k))), name="h")
+        t == 0, 0.0, te.sum(h[t - 1, b, k] * W[k, j], axis=k))), name="h",
+        checkpoints=checkpoints)
     return [h], [x, W], [rand((6, 3, 16)), rand((16, 16), seed=1) * 0.3]
 
 
 def _adjoint_steps():
-    # the weight gradient of a tanh RNN: a step at a time, last step first
-    (h,), (x, W), arrays = _steps()
+    # the weight gradient of a checkpointed tanh RNN: a step at a time, last step first
+    (h,), (x, W), arrays = _steps(checkpoints=2)
     H = te.placeholder(h.shape, name="H")
     dW, = te.differentiate(h, [W], head=H)
     return [dW], [x, W, H], arrays + [rand((6, 3, 16), seed=2)]

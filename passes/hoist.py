@@ -95,38 +95,48 @@ def _points(axes: List[Axis]) -> float:
 
 def _contexts(t: Compute):
     """Every way ``t``'s body reaches its nodes: ``(node, axes around it by uid,
-    guards)`` once each, where ``guards`` are the ``(condition, polarity)`` under which
-    the node is evaluated (a select's condition for its branches, the left operand of
-    ``&``/``|`` for the right one, a reduction's where for its body). Nodes inside a
-    reduction whose axes' bounds hold other axes are not reached: no box holds them."""
+    guards, compared)`` once each, where ``guards`` are the ``(condition, polarity)``
+    under which the node is evaluated (a select's condition for its branches, the left
+    operand of ``&``/``|`` for the right one, a reduction's where for its body) and
+    ``compared`` says whether its value reaches a comparison or a max/min. Nodes
+    inside a reduction whose axes' bounds hold other axes are not reached: no box
+    holds them."""
     out = []
     seen = set()
-    stack = [(t.body, {a.uid: a for a in t.axes}, ())]
+    stack = [(t.body, {a.uid: a for a in t.axes}, (), False)]
     while stack:
-        x, bound, guards = stack.pop()
-        key = (id(x), frozenset(bound), tuple((id(g), p) for g, p in guards))
+        x, bound, guards, cmp = stack.pop()
+        key = (id(x), frozenset(bound), tuple((id(g), p) for g, p in guards), cmp)
         if key in seen:
             continue
         seen.add(key)
-        out.append((x, bound, guards))
+        out.append((x, bound, guards, cmp))
         match x:
-            case Reduce(_, body, axes, where, _) if all(
+            case Reduce(op, body, axes, where, _) if all(
                     not free_axes(a.lo) and not free_axes(a.hi) for a in axes):
                 inner = {**bound, **{a.uid: a for a in axes}}
+                # a max's or min's values are compared (its gradient tests for ties)
+                c = cmp or op in ("max", "min")
                 if where is not None:
-                    stack.append((where, inner, guards))
+                    stack.append((where, inner, guards, c))
                 stack.append((body, inner, guards + (((where, True),) if where is not None
-                                                     else ())))
+                                                     else ()), c))
             case Binary("and" | "or" as op, a, b, _):
-                stack += [(b, bound, guards + ((a, op == "and"),)), (a, bound, guards)]
+                stack += [(b, bound, guards + ((a, op == "and"),), cmp), (a, bound, guards, cmp)]
             case Select(c, a, b, _):
-                stack += [(b, bound, guards + ((c, False),)), (a, bound, guards + ((c, True),)),
-                          (c, bound, guards)]
-            case Binary(_, a, b, _):
-                stack += [(b, bound, guards), (a, bound, guards)]
+                stack += [(b, bound, guards + ((c, False),), cmp),
+                          (a, bound, guards + ((c, True),), cmp), (c, bound, guards, cmp)]
+            case Binary(op, a, b, _):
+                c = cmp or op in COMPARISONS
+                stack += [(b, bound, guards, c), (a, bound, guards, c)]
             case Unary(_, a, _) | Cast(a, _):
-                stack.append((a, bound, guards))
+                stack.append((a, bound, guards, cmp))
     return out
+
+
+#: operators whose float operands are compared: a sum moved out of them would be summed
+#: in another order than where it is written, and a tie test would see other bits
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 
 
 def _reads(e: Expr, uid: int) -> bool:
@@ -152,14 +162,18 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
     # a guarded part is hoisted only if it is evaluated under those guards wherever it
     # is: the stored tensor holds it only where they hold
     where: Dict[int, set] = {}
-    for x, _, guards in contexts:
+    compared = set()
+    for x, _, guards, cmp in contexts:
         where.setdefault(id(x), set()).add(tuple((id(g), p) for g, p in guards))
+        if cmp:
+            compared.add(id(x))
     # several sums in one body (an LSTM's gates: x @ Wx + h @ Wh + b): each becomes a
     # tensor the strategy table can tile, instead of dot products inside one loop nest
     # (sums under a where, such as the pieces of a gradient over a concatenation, are
     # left to the table: each covers part of the output)
-    outer = {id(x): x for x, bound, guards in contexts if isinstance(x, Reduce) and not guards
-             and x.where is None and len(bound) == len(t.axes) and x is not t.body}
+    outer = {id(x): x for x, bound, guards, _ in contexts if isinstance(x, Reduce)
+             and not guards and x.where is None and len(bound) == len(t.axes)
+             and x is not t.body}
     distinct: List[Expr] = []
     for x in outer.values():  # one sum written twice is one sum (computed once)
         if not any(same(x, y) for y in distinct):
@@ -168,8 +182,12 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
     found: List[Tuple[Expr, Tuple[Expr, ...]]] = []
     done = set()
     inside = set()  # parts within a hoisted one: their occurrences go with it
-    for x, bound, guards in contexts:
+    for x, bound, guards, _ in contexts:
         if id(x) in done or id(x) in inside:
+            continue
+        if id(x) in compared and any(isinstance(y, Reduce) for y in walk(x, unique=True)):
+            # a sum stored apart may be summed in another order than inline: where its
+            # value is compared (a max's tie test) it must stay as written
             continue
         missing = [a for uid, a in bound.items() if uid not in used[id(x)]]
         if id(x) in several:

@@ -189,3 +189,30 @@ def test_one_sum_written_twice_is_not_several():
     S = te.compute((5,), lambda i: te.sum(X[i, k], axis=k) * te.sum(X[i, k], axis=k), name="sq",
                    dtype="float64")
     assert invariant_parts(S) == []
+
+
+def test_a_sum_whose_value_is_compared_stays_where_it_is_written():
+    # the fuzzer's program: min_{k2, k3} of a sum over (k4, k5) that does not use k2, k3.
+    # Stored apart, the sum was added in another order than inline in the gradient's tie
+    # test, which then found no tie: dX1 = 0 instead of 9
+    n = te.var("n")
+    X1 = te.placeholder((n,), dtype="float64", name="X1")
+    k2, k3 = te.reduce_axis((0, 2), name="k2"), te.reduce_axis((0, n), name="k3")
+    k4, k5 = te.reduce_axis((0, 3), name="k4"), te.reduce_axis((0, 3), name="k5")
+    T2 = te.compute((n,), lambda i0: te.min(te.sum(te.select(
+        i0 % 2 == 0, X1[i0], te.const(1.0, "float64")), axis=[k4, k5]), axis=[k2, k3],
+        where=(i0 < i0) | ((k2 == 0) & (k3 == 0))), name="T2", dtype="float64")
+    assert invariant_parts(T2) == []
+    H = te.placeholder((n,), "float64", "H")
+    (g,) = te.differentiate(T2, [X1], head=H)
+    x, h = np.array([-0.5645056439685436]), np.array([1.0])
+    assert te.build(g, [X1, H])(x, h) == te.build(g, [X1, H], backend="numpy")(x, h) == 9.0
+    # a part without a sum is the same bits wherever it is computed: it still moves
+    X = te.placeholder((4,), dtype="float64", name="X")
+    k6 = te.reduce_axis((0, 8), name="k6")
+    M = te.compute((4,), lambda i: te.max(te.exp(X[i]) * X[k6 % 4], axis=k6), name="M",
+                   dtype="float64")
+    assert [str(e) for e, _ in invariant_parts(M)] == ["exp(X[i])"]
+    xs = np.random.default_rng(7).standard_normal(4)
+    np.testing.assert_allclose(te.build(M, [X])(xs), te.build(M, [X], backend="numpy")(xs),
+                               rtol=1e-14)

@@ -1044,3 +1044,38 @@ def test_gradient_of_an_input_read_by_every_link_of_a_long_chain(backend, links,
     rng = np.random.default_rng(links)
     check_grads(L, [X, W], [rng.uniform(-1, 1, 4), rng.uniform(-1, 1, (4, 3))],
                 backend=backend)
+
+
+@pytest.mark.xfail(strict=True, raises=IndexError,
+                   reason="open (issue 12): the tie count of a min whose body reads X0[n - 1 - i1] "
+                          "is evaluated at i1 = n in this fuzzer program (seed 27182)")
+def test_fuzzer_program_5789_tie_count_reads_inside_its_domain():
+    from tests.fuzz.harness import check
+    n = te.var("n")
+    X0 = te.placeholder((n,), dtype="float64", name="X0")
+    X1 = te.placeholder((3, n), dtype="float64", name="X1")
+    I0 = te.placeholder((1,), dtype="int32", name="I0")
+    k0 = te.reduce_axis((0, n), name="k0")
+    T0 = te.compute((2, n), lambda i0, i1: te.min(te.select(
+        (i1 + -1 > k0) & (X0[n - (1) - (i1)] > -0.5),
+        te.abs(te.select(2 <= n - (1), X1[te.minimum(I0[(2 * k0 + 0) % 1], 2), 2], 0.0)),
+        te.select((te.select(1 <= n - (1), X0[1], 0.0) > -0.5)
+                  & (X1[(i0 + 1) // 2, te.minimum(I0[0] % 3, n - (1))] > 0.5),
+                  te.cast(k0, 'float64') * 0.5, te.cast(i1, 'float64') * 0.5)),
+        axis=k0, where=((i1 % 2 == 0) & (i1 + 1 > 3)) | (k0 == 0)), name="T0", dtype="float64")
+    k1 = te.reduce_axis((1, 3), name="k1")
+    T1 = te.compute((1, 2, n), lambda i0, i1, i2: te.select(te.select(
+        i0 + -1 >= 0, T0[(I0[te.minimum(n - (1) - (i2), 0)] % 3) % 2, i0 + -1], 0.0) > 0.0,
+        (te.min(te.const(-1.5, 'float64'), axis=k1, where=(~(i1 + -1 < i2)) | (k1 == 1)))
+        / (1.0 + (te.cos(te.const(1.0, 'float64'))) * (te.cos(te.const(1.0, 'float64')))),
+        te.select((te.select(i1 + 2 <= n - (1), X0[i1 + 2], 0.0) > 0.5) | (i2 % 2 == 0),
+                  te.sin(te.cast(i2, 'float64') * 0.5),
+                  te.minimum(te.cast(i1, 'float64') * 0.5,
+                             te.select(1 <= n - (1), T0[i2 % 2, 1], 0.0)))),
+        name="T1", dtype="float64")
+    check(T1, [X0, X1, I0], [
+        np.array([-1.2835397703225562, 1.129668984013271, 1.3684573243586309]),
+        np.array([[0.5819011155495022, 0.7353234808311235, 0.8278979229379715],
+                  [1.4282957702909513, 0.7492221903395273, -0.2221403372522044],
+                  [0.22919855599440275, -1.4875697961136072, 0.6031845175208117]]),
+        np.array([3], dtype='int32')], second_order=False, seed=5789)

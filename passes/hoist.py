@@ -230,10 +230,11 @@ def hoist(t: Compute) -> Tuple[Compute, List[Compute]]:
         return t, []
     new: List[Compute] = []
     reads: Dict[int, Read] = {}
+    unguarded: List[Tuple[Expr, Read]] = []  # parts stored without conditions so far
     for e, conds in parts:
-        twin = next((x for x, _ in parts[:len(reads)] if same(x, e) and id(x) in reads), None)
-        if twin is not None and not conds:  # the same part written twice: stored once
-            reads[id(e)] = reads[id(twin)]
+        twin = None if conds else next((r for x, r in unguarded if same(x, e)), None)
+        if twin is not None:  # the same part written twice: stored once
+            reads[id(e)] = twin
             continue
         held = e
         if conds:
@@ -245,6 +246,8 @@ def hoist(t: Compute) -> Tuple[Compute, List[Compute]]:
         g, read = extract(held, f"{t.name}_h{len(new)}", t.origin)
         new.append(g)
         reads[id(e)] = read
+        if not conds:
+            unguarded.append((e, read))
     body = bottom_up(t.body, lambda x: x, stop=lambda x: reads.get(id(x)))
     return replace(t, body=body), new
 

@@ -44,7 +44,7 @@ from typing import Dict, List, Tuple
 
 from tensorexpr.ir import (Axis, Binary, COSTLY_OPS, Cast, Compute, Const, Expr, Read, Reduce,
                            Select, Tensor, Unary, children, is_float, postorder,
-                           same, topo_order, walk)
+                           reads, same, topo_order, walk)
 from tensorexpr.transform import bottom_up, free_axes
 
 from .extract import extract, is_box, redirect
@@ -139,10 +139,6 @@ def _contexts(t: Compute):
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 
 
-def _reads(e: Expr, uid: int) -> bool:
-    return any(isinstance(x, Read) and x.tensor.uid == uid for x in walk(e, unique=True))
-
-
 def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
     """The sub-expressions of ``t``'s body to hoist (see the module docstring), outermost
     first, each with the conditions it is evaluated under.
@@ -197,11 +193,11 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
                   and _points(missing) >= MIN_REDUNDANCY and is_box(x)
                   and not MAX_ELEMENTS < _points(free_axes(x)) < math.inf):
             continue
-        if own is not None and _reads(x, own):
+        if own is not None and any(r.tensor.uid == own for r in reads(x)):
             continue  # a recurrence's own values cannot leave its body
         if guards and (len(where[id(x)]) > 1 or any(
                 any(isinstance(y, Reduce) for y in walk(g, unique=True))
-                or (own is not None and _reads(g, own))
+                or (own is not None and any(r.tensor.uid == own for r in reads(g)))
                 or not {a.uid for a in free_axes(g)} <= used[id(x)] for g, _ in guards)):
             continue
         conds = tuple(g if p else Unary("not", g, "bool") for g, p in guards)
@@ -229,12 +225,12 @@ def hoist(t: Compute) -> Tuple[Compute, List[Compute]]:
     if not parts:
         return t, []
     new: List[Compute] = []
-    reads: Dict[int, Read] = {}
+    read_of: Dict[int, Read] = {}
     unguarded: List[Tuple[Expr, Read]] = []  # parts stored without conditions so far
     for e, conds in parts:
         twin = None if conds else next((r for x, r in unguarded if same(x, e)), None)
         if twin is not None:  # the same part written twice: stored once
-            reads[id(e)] = twin
+            read_of[id(e)] = twin
             continue
         held = e
         if conds:
@@ -245,10 +241,10 @@ def hoist(t: Compute) -> Tuple[Compute, List[Compute]]:
                           e.dtype)
         g, read = extract(held, f"{t.name}_h{len(new)}", t.origin)
         new.append(g)
-        reads[id(e)] = read
+        read_of[id(e)] = read
         if not conds:
             unguarded.append((e, read))
-    body = bottom_up(t.body, lambda x: x, stop=lambda x: reads.get(id(x)))
+    body = bottom_up(t.body, lambda x: x, stop=lambda x: read_of.get(id(x)))
     return replace(t, body=body), new
 
 

@@ -141,9 +141,13 @@ class RowSumLowering:
             self.record.note("padded lanes", pad)
         env = {ax.uid: v for ax, v in zip(outer, vars_)}
         scope_axes = tuple(outer)
-        conds = polyhedral.conjuncts(red.where)
+        # The bounds of the points (a residue's count of q, a tile's range of j) come
+        # before the reduction's own conditions: those are evaluated left to right and
+        # may read data that exists only inside the bounds (loop_nest keeps an affine
+        # condition after one that may fail out of the loop bounds, tested per point).
+        bounds: List[Expr] = []
         if sp is not None:  # x = s*q + r inside x's range
-            conds = conds + [Binary("lt", j, sp.count, "bool")]
+            bounds.append(Binary("lt", j, sp.count, "bool"))
         if tiled:
             jt = Axis(f"{j.name}_tile", Const(0, I64),
                       Binary("floordiv", Binary("add", j.hi, Const(tile - 1, I64), I64),
@@ -153,11 +157,11 @@ class RowSumLowering:
             scope_axes += (jt,)
             base: CExpr = mul(tv, Lit(tile, I64))
             start = Binary("mul", jt, Const(tile, I64), I64)
-            conds = conds + [Binary("ge", j, start, "bool"),
-                             Binary("lt", j, Binary("add", start, Const(tile, I64), I64),
-                                    "bool")]
+            bounds += [Binary("ge", j, start, "bool"),
+                       Binary("lt", j, Binary("add", start, Const(tile, I64), I64), "bool")]
         else:
             base = Lit(0, I64)
+        conds = bounds + polyhedral.conjuncts(red.where)
         # every tile is full: constant trip counts
         exact = n is not None and n % width == 0 and (
             sp is None or const_value(sp.orig.axes[-1].hi) % sp.s == 0)

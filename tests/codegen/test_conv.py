@@ -187,3 +187,26 @@ def test_taps_with_a_symbolic_outer_axis():
     for nn in (1, 5):
         x = rand((nn, 16))
         np.testing.assert_allclose(fc(x), fn(x), rtol=1e-5, atol=1e-5)
+
+
+
+@pytest.mark.parametrize("n", [7, None])
+def test_residue_rows_test_their_range_before_the_sums_condition(n):
+    # x = 2*q + r: the last q of an odd x range is outside it for r = 1. The sum's
+    # condition first reads X[I[0]] (checked: it may fail), then Y[i, x]; the range test
+    # must come before both, or Y is read at x = m (found by the fuzzer in a min's tie count).
+    m = te.var("m") if n is None else n
+    X = te.placeholder((m,), dtype="float64", name="X")
+    I = te.placeholder((1,), dtype="int32", name="I")
+    Y = te.placeholder((3, m), dtype="float64", name="Y")
+    k = te.reduce_axis((0, m), name="k")
+    D = te.compute((3, m), lambda i, x: te.sum(te.const(1.0, "float64"), axis=k, where=(
+        ((x % 2) == 0) | (k == 0)) & (X[I[0]] * k == Y[i, x])), name="D")
+    (red,) = [e for e in walk(D.body, unique=True) if isinstance(e, Reduce)]
+    assert rowsum_residues.factor(D, red) == 2
+    rng = np.random.default_rng(0)
+    y = rng.standard_normal((3, 7))
+    y[:, ::3] = 0.0  # ties with k = 0
+    fc, _ = agree([D], [X, I, Y], rng.standard_normal(7), np.array([2], "int32"), y)
+    if n is None:  # (a constant 7 is not split)
+        assert "x//2" in fc.source

@@ -1046,10 +1046,9 @@ def test_gradient_of_an_input_read_by_every_link_of_a_long_chain(backend, links,
                 backend=backend)
 
 
-@pytest.mark.xfail(strict=True, raises=IndexError,
-                   reason="open (issue 12): the tie count of a min whose body reads X0[n - 1 - i1] "
-                          "is evaluated at i1 = n in this fuzzer program (seed 27182)")
 def test_fuzzer_program_5789_tie_count_reads_inside_its_domain():
+    # The tie count is split by residues of i1 (i1 = 2*q + r): q < count(r) must be tested
+    # before the min's own condition, which reads X0[n - 1 - i1] (fuzz seed 27182).
     from tests.fuzz.harness import check
     n = te.var("n")
     X0 = te.placeholder((n,), dtype="float64", name="X0")

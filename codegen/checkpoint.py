@@ -110,14 +110,16 @@ def _bin(op: str, a: Expr, b: Expr) -> Expr:
 # {{{ analysis
 
 
-def _ranges(reader: Tensor, target: Compute, base: Expr, params) -> Optional[Tuple[int, int]]:
+def _ranges(reader: Tensor, target: Compute, base: Expr, params,
+            axis: Optional[int] = None) -> Optional[Tuple[int, int]]:
     """``(lo, hi)`` of ``carry index of a read of target - base`` over all reads of
     ``target`` (or its self handle) in ``reader``; ``()`` if none runs, None if
-    unbounded, not affine, or not analysable (scatter-adds, reads in bounds)."""
+    unbounded, not affine, or not analysable (scatter-adds, reads in bounds).
+    ``axis``: that index instead of the carried one."""
     if not isinstance(reader, Compute):
         return None
     uids = {target.uid} | ({target.self_ref.uid} if target.self_ref is not None else set())
-    c = target.carry.axis
+    c = target.carry.axis if axis is None else axis
     lo = hi = None
     found = False
     for r, guards, raxes in read_sites(reader.body):
@@ -193,6 +195,7 @@ class Segments:
     store: Optional[Tensor] = None  # the checkpoint buffer (when recomputing)
     mode: str = "segments"  # or "revolve": one step at a time, by codegen.revolve's schedule
     width: int = 1  # revolve: rows of e a checkpoint holds (max(w, back + ahead))
+    sums: List = field(default_factory=list)  # codegen.adjoint_sums plans: added per step
 
 
 @dataclass
@@ -209,7 +212,7 @@ def _ceil_div(a: Expr, k: int) -> Expr:
     return _bin("floordiv", _bin("add", a, _c(k - 1)), _c(k))
 
 
-def plan(sig, mode: str = "revolve") -> Plan:
+def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
     """Which recurrences of ``sig``'s program are kept in rings, and the
     checkpointed segments if the program has the supported shape.
 
@@ -222,7 +225,13 @@ def plan(sig, mode: str = "revolve") -> Plan:
     >>> p = plan(Signature([last], [d]))
     >>> [(r.tensor.name, r.scratch.shape) for r in p.rings.values()]
     [('e', (2, 2))]
+
+    ``sums``: the sums over an adjoint's steps (``codegen.adjoint_sums`` plans by uid),
+    which a checkpointed gradient adds a step at a time; ``steps``: the recurrences run
+    by steps (``codegen.recurrence_steps`` plans by uid), whose steps it runs as the full
+    tape does.
     """
+    sums, steps = dict(sums or {}), dict(steps or {})
     params = sig.size_names
     outputs = {t.uid for t in sig.outputs}
     order = [t for t in sig.order if not isinstance(t, Placeholder)]
@@ -239,7 +248,7 @@ def plan(sig, mode: str = "revolve") -> Plan:
             continue
         seg = None
         if e.checkpoints and out.segments is None and e.carry.step > 0:
-            seg = _segments(e, w, order, readers, outputs, params, mode)
+            seg = _segments(e, w, order, readers, outputs, params, mode, sums, steps)
         if seg is not None:
             out.segments = seg
             continue
@@ -263,8 +272,9 @@ def plan(sig, mode: str = "revolve") -> Plan:
 
 
 def _segments(e: Compute, w: int, order, readers, outputs, params,
-              mode: str = "revolve") -> Optional[Segments]:
+              mode: str = "revolve", sums=None, steps=None) -> Optional[Segments]:
     """The checkpointed plan for ``e`` and its adjoint, or None (full tape)."""
+    sums, steps = sums or {}, steps or {}
     if e.carry.axis != 0:
         return None
     T = e.dims[0]
@@ -275,7 +285,10 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
     de = des[0]
     if de.uid in outputs or de.carry.axis != 0 or not same(de.dims[0], T):
         return None
-    if _has_reduce(e) or _has_reduce(de):
+    # revolve runs a recurrence by steps one step at a time with the full tape's lowering
+    # of a step (Lowerer.step_of): its per-step sums are the same C, in the same order
+    revolve = mode == "revolve" and isinstance(T, Const)
+    if any(_has_reduce(x) and not (revolve and x.uid in steps) for x in (e, de)):
         return None
     wd = _window(de, params)
     rng = _ranges(de, e, de.axes[0], params)
@@ -283,7 +296,7 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
         return None
     need = [rng] if rng else []
     pos = {t.uid: k for k, t in enumerate(order)}
-    consumers, early = [], []
+    consumers, early, added = [], [], []
     taken = set()  # uids of the consumers and of the tensors computed after the segments
     look_d = 0
     for x in order[pos[e.uid] + 1:]:
@@ -293,6 +306,16 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
         if _reads(x, de) or (_reads(x, e) and not before):
             if before:
                 return None
+            if x.uid in sums:  # a sum over the steps, added a step at a time
+                got = _adjoint_sum(sums[x.uid], x, e, de, T, params, consumers)
+                if got is None:
+                    return None
+                re, rd = got
+                added.append(sums[x.uid])
+                taken.add(x.uid)
+                need += [re] if re else []
+                look_d = max(look_d, rd[1] if rd else 0)
+                continue
             if any(p.uid in taken for p in tensor_inputs(x)):
                 return None
             step = _step_axis(x, e, de, T, params)
@@ -315,7 +338,7 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
             taken.add(x.uid)
         else:
             early.append(x)
-    if not consumers:
+    if not consumers and not added:
         return None
     back = max([w] + [-lo for lo, _ in need])
     ahead = max([0] + [hi for _, hi in need])
@@ -325,14 +348,14 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
     k = int(k)
     if isinstance(T, Const):
         k = min(k, T.value)  # more checkpoints than steps would only cost memory
-    # revolve needs its schedule as data, made for a known T: a symbolic T runs segments
-    revolve = mode == "revolve" and isinstance(T, Const)
+    # (revolve needs its schedule as data, made for a known T: a symbolic T runs segments)
     seg = _c(1) if revolve else _bin("max", _ceil_div(T, k), _c(back))
     if not revolve and isinstance(seg, Const) and seg.value >= T.value:
         return None  # one segment (k = 1): the rings would be the whole tape
     last = max([1] + [(_last_rows(x, e, params) or 0) for x in readers.get(e.uid, [])
                       if x.uid != de.uid and x.uid not in taken])
     s = Segments(e, de, k, back, ahead, seg, consumers, early, max(wd, look_d), last, w)
+    s.sums = added
     # When de and the consumers read only e's last steps (a linear recurrence such as
     # an EWMA: its adjoint does not depend on e), nothing needs recomputing: e keeps a
     # rolling state and only de runs segment-wise.
@@ -375,6 +398,23 @@ def _step_axis(x: Tensor, e: Compute, de: Compute, T: Expr, params):
     return None
 
 
+def _adjoint_sum(p, x: Compute, e: Compute, de: Compute, T: Expr, params, consumers):
+    """``(e offsets, de offsets)`` from the step of the sum over the steps ``x`` (plan
+    ``p``), or None when a step reads what is not there yet at its turn: ``de`` or a
+    consumer at an earlier step, or ``de``'s steps are not the sum's."""
+    lo, hi = p.steps()
+    if not (isinstance(T, Const) and 0 <= lo and hi <= T.value):
+        return None
+    re, rd = _ranges(x, e, p.axis, params), _ranges(x, de, p.axis, params)
+    if re is None or rd is None or (rd and rd[0] < 0):
+        return None
+    for c, a in consumers:
+        rc = _ranges(x, c, p.axis, params, a)
+        if rc is None or (rc and rc != (0, 0)):
+            return None  # (a consumer's rows are computed at their own turn: that step only)
+    return re, rd
+
+
 def _segment_buffers(p: Plan) -> None:
     s = p.segments
     e, de = s.e, s.de
@@ -397,7 +437,7 @@ def _segment_buffers(p: Plan) -> None:
 # {{{ lowering
 
 
-def rings(sig, mode: str = "revolve") -> Optional[Plan]:
+def rings(sig, mode: str = "revolve", sums=None, steps=None) -> Optional[Plan]:
     """The rings and checkpointed segments of ``sig``'s program (a :class:`Plan`), or
     None when no recurrence qualifies (the program then keeps the full tape).
 
@@ -410,7 +450,7 @@ def rings(sig, mode: str = "revolve") -> Optional[Plan]:
     """
     if not any(isinstance(t, Compute) and t.carry is not None for t in sig.order):
         return None
-    p = plan(sig, mode)
+    p = plan(sig, mode, sums, steps)
     return p if p.rings else None
 
 
@@ -460,7 +500,8 @@ class RingProgram(RevolveSteps):
         s = self.plan.segments
         skip = set()
         if s is not None:
-            skip = {s.de.uid} | {x.uid for x, _ in s.consumers} | {x.uid for x in s.early}
+            skip = ({s.de.uid} | {x.uid for x, _ in s.consumers} | {x.uid for x in s.early}
+                    | {p.t.uid for p in s.sums})
         body: List[Stmt] = []
         for t in self.lw.lowered:  # (scratch tensors are lowered inside their users)
             t = self.logical.get(t.uid, t)
@@ -502,6 +543,15 @@ class RingProgram(RevolveSteps):
         gives statements run after each step of a recurrence's carried loop."""
         axes = list(t.axes)
         carry = t.carry.axis if t.carry is not None else None
+        p = self.lw.steps.get(t.uid)
+        if p is not None and a == carry and after_step is None:
+            # by steps, each step lowered as the full tape lowers it (Lowerer.step_of)
+            s = self.lw.fresh("s", I64)
+            ax = axes[carry]
+            return [For(s, lo if lo is not None else self.lw.size_expr(ax.lo),
+                        hi if hi is not None else self.lw.size_expr(ax.hi), 1,
+                        Block(tuple(self.lw.step_of(t, p, s))),
+                        descending=t.carry.step < 0, note=ax.name + " (steps)")]
         order = ([carry] if carry is not None else []) + [k for k in range(len(axes))
                                                           if k != carry]
         vars_ = {k: self.lw.fresh("i", I64) for k in range(len(axes))}
@@ -602,7 +652,11 @@ class RingProgram(RevolveSteps):
             inner.append(Comment(f"{x} [rows of the segment]"))
             self.lw.owner = x
             inner += self.rows(x, a, lo, hi)
-        return Block((
+        if s.sums:
+            t = self.lw.fresh("k", I64)
+            inner.append(For(t, lo, hi, 1, Block(tuple(self.add_steps(s, t))), descending=True,
+                             note="the sums' steps, last first"))
+        return Block(tuple(self.zero_sums(s)) + (
             Comment(f"checkpointed gradient of {e.name}: {s.k} segments, "
                     + ("recomputed backwards" if s.recompute else
                        f"{de.name} runs backwards a segment at a time ({e.name} is read "

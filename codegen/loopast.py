@@ -332,6 +332,85 @@ def mark_inner_simd(stmts: List[Stmt], reduction=(), only=None) -> List[Stmt]:
         return s
     return [go(x) for x in stmts]
 
+def lane_sums(stmts: List[Stmt], accs, fresh, lanes: int) -> List[Stmt]:
+    """``stmts`` with each innermost loop that adds to the float sums ``accs`` (with
+    :class:`Accumulate`) run in ``lanes`` interleaved partial sums, an order the C spells
+    out: point ``k`` adds to lane ``(k - lo) % lanes`` (the whole vectors of lanes, the
+    lane loop ``simd`` without a reduction clause), the lanes are added to the sum in
+    order, then the points past the last whole vector one by one. An ``omp simd
+    reduction`` would leave the association to the compiler, which picks it per loop
+    from its context (whether and how wide to vectorize): the same sum in two programs
+    (a full tape and a checkpointed gradient recomputing its steps) could differ in the
+    last bits. ``fresh(prefix, dtype)`` names new variables.
+
+    >>> i, t = Var("i0", "int64"), Var("t0", "float32")
+    >>> loop = For(i, Lit(0, "int64"), Lit(40, "int64"), 1,
+    ...            Block((Accumulate(t, "sum", Load("b0", i, "float32")),)))
+    >>> n = iter(range(10))
+    >>> out = lane_sums([loop], [t], lambda p, d: Var(f"{p}{next(n)}", d), 16)
+    >>> [type(x).__name__ for x in out]
+    ['Local', 'For', 'Decl', 'For', 'For', 'For']
+    """
+    names = {a.name: a for a in accs}
+
+    def adds(s) -> bool:
+        match s:
+            case Block(items):
+                return any(adds(x) for x in items)
+            case If(_, then, orelse):
+                return adds(then) or (orelse is not None and adds(orelse))
+            case Accumulate(var, "sum", _):
+                return var.name in names
+        return False
+
+    def to_lanes(s, part, lane):
+        match s:
+            case Block(items):
+                return Block(tuple(to_lanes(x, part, lane) for x in items))
+            case If(c, then, orelse):
+                return If(c, to_lanes(then, part, lane),
+                          None if orelse is None else to_lanes(orelse, part, lane))
+            case Accumulate(var, "sum", value) if var.name in part:
+                return Store(part[var.name], lane, value, add=True)
+        return s
+
+    def split(f: For) -> List[Stmt]:
+        mine = [a for a in accs if adds(f.body)]
+        part = {a.name: fresh("part", a.dtype).name for a in mine}
+        i64 = f.var.dtype
+        z, k0, lane, mid, k = (fresh("k", i64) for _ in range(5))
+        out: List[Stmt] = [Local(part[a.name], a.dtype, lanes) for a in mine]
+        out.append(For(z, Lit(0, i64), Lit(lanes, i64), 1, Block(tuple(
+            Store(part[a.name], z, Lit(0.0, a.dtype)) for a in mine)), simd=True))
+        n = Op("max", (Op("sub", (f.hi, f.lo), i64), Lit(0, i64)), i64)
+        out.append(Decl(mid, Op("add", (f.lo, Op("mul", (Op("floordiv", (n, Lit(lanes, i64)), i64),
+                                                         Lit(lanes, i64)), i64)), i64)))
+        inner = Block((Decl(f.var, Op("add", (k0, lane), i64)),) +
+                      to_lanes(f.body, part, lane).stmts)
+        out.append(For(k0, f.lo, mid, lanes, Block((
+            For(lane, Lit(0, i64), Lit(lanes, i64), 1, inner, simd=True),)), note=f.note))
+        out.append(For(k, Lit(0, i64), Lit(lanes, i64), 1, Block(tuple(
+            Accumulate(a, "sum", Load(part[a.name], k, a.dtype)) for a in mine)),
+            note="the lanes, in order"))
+        out.append(replace(f, lo=mid, simd=False, reduction=(), note=f.note + " (the rest)"))
+        return out
+
+    def go(s) -> List[Stmt]:
+        match s:
+            case Block(items):
+                return [Block(tuple(y for x in items for y in go(x)))]
+            case If(c, then, orelse):
+                return [If(c, Block(tuple(go(then)[0].stmts)),
+                           None if orelse is None else Block(tuple(go(orelse)[0].stmts)))]
+            case For():
+                if simd_safe(s.body):
+                    if s.step == 1 and not s.descending and adds(s.body):
+                        return split(s)
+                    return [s]
+                return [replace(s, body=Block(tuple(go(s.body)[0].stmts)))]
+        return [s]
+    return [y for x in stmts for y in go(x)]
+
 # }}}
 
 # {{{ kernels

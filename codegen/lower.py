@@ -118,13 +118,15 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
 
     def __init__(self, sig, title: str = "", options: Options = DEFAULT,
                  tensors: Optional[Sequence[Tensor]] = None,
-                 scratch: Sequence[Tuple[Tensor, str]] = (), padded=None, steps=None):
+                 scratch: Sequence[Tuple[Tensor, str]] = (), padded=None, steps=None,
+                 adjoint_sums=None):
         """``tensors``: the computed tensors to lower, in order, when a rewrite of the
         program (``codegen.pipeline``) changed them (default: the signature's);
         ``scratch``: ``(tensor, note)`` of the tensors a strategy computes inside another
         one's loop nest (buffers of their own, after the others); ``padded``: the sums
         that read zero-padded copies (``codegen.padcopy.rewrite``); ``steps``: the
-        recurrences run by steps (``codegen.recurrence_steps.rewrite``)."""
+        recurrences run by steps (``codegen.recurrence_steps.rewrite``); ``adjoint_sums``:
+        the sums added a step at a time (``codegen.adjoint_sums.rewrite``)."""
         self.sig = sig
         self.title = title
         self.options = options
@@ -141,6 +143,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         self.tensors += [t for t, _ in scratch]
         self.padded = dict(padded or {})
         self.steps = dict(steps or {})
+        self.adjoint_sums = dict(adjoint_sums or {})
         self.buf: Dict[int, Buffer] = {}
         self.dims: Dict[int, Tuple[Expr, ...]] = {}
         for k, t in enumerate(self.tensors):
@@ -176,6 +179,10 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         computed = self.lowered
         groups = fuse.plan(computed, self.inline) if self.options.fuse else \
             [[t] for t in computed]
+        # a sum added a step at a time (codegen.adjoint_sums) is never fused: its order is
+        # the one a checkpointed gradient follows
+        groups = [h for g in groups for h in (
+            [[t] for t in g] if any(t.uid in self.adjoint_sums for t in g) else [g])]
         for group in groups:
             nslab, blocker = fuse.decide(self, group)       # before anything is lowered
             names = tuple(t.name for t in group if t.uid not in self.inline)
@@ -269,6 +276,15 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         axes in parallel."""
         ax = t.axes[t.carry.axis]
         s = self.fresh("s", I64)
+        body = self.step_of(t, p, s)
+        return [For(s, self.size_expr(ax.lo), self.size_expr(ax.hi), 1, Block(tuple(body)),
+                    descending=t.carry.step < 0, note=ax.name + " (steps)")]
+
+    def step_of(self, t: Compute, p, s: Var) -> List[Stmt]:
+        """Step ``s`` (a C variable) of the recurrence ``t`` run by steps: the one
+        lowering of a step, shared by :meth:`compute_steps` and the checkpointed
+        gradients of ``codegen.checkpoint`` (which run steps one at a time), so that
+        both evaluate every element by the same C."""
         outer_sizes, outer_params = dict(self.sizes), self.params
         # the step is a size variable of the sums while they are lowered (isl sees it
         # as a parameter their domains bound); not a size of the kernel
@@ -285,8 +301,40 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         body.extend(self.compute_loops(p.rest, at_step=s))
         self.sizes, self.params = outer_sizes, outer_params
         self.record.note("sums per step", len(p.sums))
-        return [For(s, self.size_expr(ax.lo), self.size_expr(ax.hi), 1, Block(tuple(body)),
-                    descending=t.carry.step < 0, note=ax.name + " (steps)")]
+        return body
+
+    def compute_adjoint_sum(self, t: Compute, p) -> List[Stmt]:
+        """The sum over an adjoint's steps ``t`` a step at a time (``codegen.adjoint_sums``'
+        plan ``p``): zero, then each step's terms added, from the last step down."""
+        lo, hi = p.steps()
+        s = self.fresh("s", I64)
+        return self.adjoint_zero(p) + [
+            For(s, Lit(lo, I64), Lit(hi, I64), 1, Block(tuple(self.adjoint_step(p, s))),
+                descending=True, note=p.axis.name + " (steps, last first)")]
+
+    def adjoint_zero(self, p) -> List[Stmt]:
+        """``p.t = 0`` (a sum starts at +0.0)."""
+        t = p.t
+        zero = Compute(f"{t.name}_zero", t.dims, t.dtype, fresh_uid(), t.origin,
+                       axes=p.add.axes, body=Const(0.0, t.dtype))
+        self.buf[zero.uid], self.dims[zero.uid] = self.buf[t.uid], t.dims
+        return self.compute_loops(zero)
+
+    def adjoint_step(self, p, s: Var) -> List[Stmt]:
+        """Step ``s`` (a C variable in the sum's steps) of the sum of plan ``p``: its terms,
+        by the strategy the table picks for them, added to the running sum. The one
+        lowering of a step, shared by :meth:`compute_adjoint_sum` and the checkpointed
+        gradients of ``codegen.checkpoint``."""
+        outer_sizes, outer_params = dict(self.sizes), self.params
+        s1 = self.fresh("s", I64)  # the step plus one (isl takes sizes to be >= 1)
+        self.sizes[p.step] = s1
+        self.params = tuple(outer_params) + (p.step,)
+        self.buf[p.add.uid], self.dims[p.add.uid] = self.buf[p.t.uid], p.t.dims
+        body: List[Stmt] = [Decl(s1, add(s, Lit(1, I64))),
+                            Block((Comment(str(p.term)),) + tuple(self.compute(p.term)))]
+        body.extend(self.compute_loops(p.add))
+        self.sizes, self.params = outer_sizes, outer_params
+        return body
 
     def compute_loops(self, t: Compute, transposed: Optional[int] = None,
                       split: Optional[int] = None, at_step: Optional[Var] = None

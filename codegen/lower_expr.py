@@ -29,7 +29,7 @@ from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
 from .cexpr import I64, add, cast, checked, fold, identity, mul, wrap_int, zero
 from .loopast import (Accumulate, Assign, Block, CExpr, Decl, For, If, Lit, Load, Local, Op, Stmt,
-                      Store, Var, loads, mark_inner_simd, simd_safe)
+                      Store, Var, lane_sums, loads, mark_inner_simd, simd_safe)
 from .patterns import conj, where_form
 from .program import READ_OUT_OF_RANGE, Site
 from .scope import Scope
@@ -391,11 +391,11 @@ class ExprLowering:
             out.append(For(z, Lit(0, I64), Lit(hi - lo, I64), 1,
                            Block((Store(part, z, zero(e.dtype)),)), simd=True))
             out.extend(mark_inner_simd(nest, only=lambda f: f.var.name in lanes))
+            # (in order: a reduction clause would let the compiler pick the association)
             out.append(For(k, Lit(0, I64), Lit(hi - lo, I64), 1,
-                           Block((Accumulate(acc, "sum", Load(part, k, e.dtype)),)),
-                           simd=True, reduction=(("sum", acc),)))
-        elif e.op == "sum":  # sums may be added in any order (ir.py): lanes
-            out.extend(mark_inner_simd(nest, (("sum", acc),)))
+                           Block((Accumulate(acc, "sum", Load(part, k, e.dtype)),))))
+        elif e.op == "sum":  # sums may be added in any order (ir.py): lanes, spelled out
+            out.extend(lane_sums(nest, [acc], self.fresh, LANES))
         else:
             out.extend(nest)
         return acc

@@ -118,7 +118,7 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     B: blocks (axis=0)
     """
     # imported here, not above: a cache hit (step 2) never loads the lowering, nor isl
-    from . import checkpoint, copies, layout, padcopy, recurrence_steps, regions
+    from . import adjoint_sums, checkpoint, copies, layout, padcopy, recurrence_steps, regions
     from .lower import Lowerer
     from .patterns import inlinable
 
@@ -130,17 +130,22 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     # 4. recurrences: by steps where a step holds sums over earlier ones; rings of rows
     # and checkpointed segments where they need not all be kept
     step_sums, steps = recurrence_steps.rewrite(computed, options)
+    # sums over an adjoint's steps (weight gradients): a step at a time, last first, in
+    # every build, so that a checkpointed gradient adds them as the full tape does
+    terms, sums = adjoint_sums.rewrite(computed, options)
     mode = "segments" if options.checkpoint == "segments" else "revolve"
-    rings = checkpoint.rings(sig, mode) if options.checkpoint else None
+    rings = checkpoint.rings(sig, mode, sums, steps) if options.checkpoint else None
     if rings is not None:
-        lw = Lowerer(sig, title, options, scratch=step_sums, steps=steps)
+        lw = Lowerer(sig, title, options, scratch=step_sums + terms, steps=steps,
+                     adjoint_sums=sums)
         program = checkpoint.RingProgram(lw, rings).program()
     else:
         scratch, padded = [], {}
         if options.copies:                                           # 5. program rewrites
             computed = layout.plan(computed, inline)
             scratch, padded = padcopy.rewrite(sig, computed, inline, options)
-        lw = Lowerer(sig, title, options, computed, scratch + step_sums, padded, steps)
+        lw = Lowerer(sig, title, options, computed, scratch + step_sums + terms, padded, steps,
+                     sums)
         lw.record.copies.extend([t.name for t in computed if copies.is_copy(t)] +
                                 [t.name for t, _ in scratch])
         program = lw.program()                                       # 6. schedule, lowering

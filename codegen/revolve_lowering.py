@@ -113,6 +113,29 @@ class RevolveSteps:
         for x, a in s.consumers:
             self.lw.owner = x
             out += self.rows(x, a, t, one)
+        return out + self.add_steps(s, t)
+
+    def zero_sums(self, s) -> List[Stmt]:
+        """The sums over the steps start at +0.0, as the full tape's do."""
+        out: List[Stmt] = []
+        for p in s.sums:
+            self.lw.owner = p.t
+            out.append(Block((Comment(f"{p.t.name} = 0: its steps are added at their "
+                                      f"turns"),) + tuple(self.lw.adjoint_zero(p))))
+        return out
+
+    def add_steps(self, s, t) -> List[Stmt]:
+        """Step ``t``'s terms of each sum over the steps (``codegen.adjoint_sums``), added
+        to its running value by the full tape's lowering of a step
+        (``Lowerer.adjoint_step``), where ``t`` is one of its steps."""
+        out: List[Stmt] = []
+        for p in s.sums:
+            lo, hi = p.steps()
+            self.lw.owner = p.t
+            out.append(If(Op("and", (Op("ge", (t, Lit(lo, I64)), "bool"),
+                                     Op("lt", (t, Lit(hi, I64)), "bool")), "bool"),
+                          Block((Comment(f"{p.t.name} += the terms of this step"),)
+                                + tuple(self.lw.adjoint_step(p, t)))))
         return out
 
     def _forward(self, s) -> Stmt:
@@ -140,12 +163,14 @@ class RevolveSteps:
                                     f"revolve schedule ({s.k} checkpoints)")]
         for x in s.early:
             body.append(self._tensor(x))
+        body += self.zero_sums(s)
         last, end = Lit(T - 1, I64), Lit(T, I64)
         self.lw.owner = s.de
         body += self.rows(s.de, 0, last, end)
         for x, a in s.consumers:
             self.lw.owner = x
             body += self.rows(x, a, last, end)
+        body += self.add_steps(s, last)
         body.append(self._interpret(s, first + 1, len(codes) // 3, self.cur,
                                     ("advance", "takeshot", "restore", "youturn")))
         return Block(tuple(body))

@@ -14,6 +14,8 @@ sequential;
 ``codegen.checkpoint`` may keep it in a ring or checkpointed segments):
 
 ========================  ===================================================
+``adjoint-steps``         a sum over the steps of an adjoint (a weight gradient):
+                          a step at a time, last first (``codegen.adjoint_sums``)
 ``padded-copy``           a gather sum over a zero-padded copy of its input
                           (``codegen.padcopy``), the plain sum kept for
                           non-finite weights
@@ -43,8 +45,8 @@ A scatter-add runs ``scatter-rows`` (a contiguous target row per source row)
 or ``scatter``.
 
 >>> [s.name for s in TABLE]  # doctest: +NORMALIZE_WHITESPACE
-['padded-copy', 'rows', 'jam', 'taps', 'gather-rows', 'pieces', 'blocks', 'split', 'steps',
- 'interchange', 'loops', 'scatter-rows', 'scatter']
+['adjoint-steps', 'padded-copy', 'rows', 'jam', 'taps', 'gather-rows', 'pieces', 'blocks',
+ 'split', 'steps', 'interchange', 'loops', 'scatter-rows', 'scatter']
 """
 from __future__ import annotations
 
@@ -140,6 +142,13 @@ def _steps(lw, t):
     return p if p is not None and p.t is t else None
 
 
+def _adjoint_steps(lw, t):
+    # planned with the program rewrite that gave the per-step terms their buffers
+    # (codegen.adjoint_sums.rewrite), for the sum as written
+    p = lw.adjoint_sums.get(t.uid)
+    return p if p is not None and p.t is t else None
+
+
 def _interchange(lw, t):
     # a ring of rows (codegen.checkpoint) is filled step by step: kept in ``loops``
     if t.carry is None or t.uid in lw.rings:
@@ -161,6 +170,11 @@ def _outer_axes(lw, t, plan) -> int:
 
 
 TABLE: Tuple[Strategy, ...] = (
+    # first: the order of a sum over an adjoint's steps is the one a checkpointed
+    # gradient can follow (codegen.adjoint_sums), whatever else would apply
+    Strategy("adjoint-steps", Compute, _adjoint_steps,
+             lambda lw, t, p: lw.compute_adjoint_sum(t, p),
+             lambda p: (("step", p.axis.name),)),
     Strategy("padded-copy", Compute, _padded_copy,
              lambda lw, t, p: lw.compute_padded_copy(t, *p),
              lambda p: (("copy", p[1].fill.name),)),

@@ -21,9 +21,13 @@ from typing import List, Optional
 from tensorexpr.ir import Compute, Reduce
 
 from .cexpr import I64, add, cast, fold, identity, mul
-from .loopast import Accumulate, Block, CExpr, Decl, For, Lit, Stmt, Store, Var, mark_inner_simd
+from .loopast import Accumulate, Block, CExpr, Decl, For, Lit, Stmt, Store, Var, lane_sums
 from .patterns import JAM, row_block_axis
 from .scope import Scope
+
+#: lanes of each accumulator's partial sums (``JAM * JAM`` of them: 16 x 8 floats fill the
+#: vector registers of an AVX-512 machine without spilling)
+JAM_LANES = 8
 
 
 class JamLowering:
@@ -63,7 +67,8 @@ class JamLowering:
 
             nest: List[Stmt] = []
             self.loops(red.axes, red.where, scope, point, nest)
-            out.extend(mark_inner_simd(nest, tuple(("sum", a) for a in accs)))
+            # each accumulator in lanes whose order the C spells out (loopast.lane_sums)
+            out.extend(lane_sums(nest, accs, self.fresh, JAM_LANES))
             for a, (r, c) in zip(accs, pairs):
                 es = at(scope, r, c)
                 es.memo[red] = a

@@ -78,13 +78,22 @@ def _split():
     return [Y], [X, P], [rand((3, 8)), rand((3, 4), seed=1)]
 
 
-def _steps():
+def _steps(checkpoints=None):
     W = te.placeholder((16, 16), name="W")
     x = te.placeholder((6, 3, 16), name="x")
     k = te.reduce_axis(16, name="k")
     h = te.recurrence((6, 3, 16), lambda h, t, b, j: te.tanh(x[t, b, j] + te.select(
-        t == 0, 0.0, te.sum(h[t - 1, b, k] * W[k, j], axis=k))), name="h")
+        t == 0, 0.0, te.sum(h[t - 1, b, k] * W[k, j], axis=k))), name="h",
+        checkpoints=checkpoints)
     return [h], [x, W], [rand((6, 3, 16)), rand((16, 16), seed=1) * 0.3]
+
+
+def _adjoint_steps():
+    # the weight gradient of a checkpointed tanh RNN: a step at a time, last step first
+    (h,), (x, W), arrays = _steps(checkpoints=2)
+    H = te.placeholder(h.shape, name="H")
+    dW, = te.differentiate(h, [W], head=H)
+    return [dW], [x, W, H], arrays + [rand((6, 3, 16), seed=2)]
 
 
 def _interchange():
@@ -118,7 +127,8 @@ def _scatter():
     return [dE], [H, idx], [rand(4), np.array([3, 0, 9, 3], np.int32)]
 
 
-PROGRAMS = {"rows": _matmul, "jam": _dot_rows, "taps": _conv_weight_gradient,
+PROGRAMS = {"adjoint-steps": _adjoint_steps, "rows": _matmul, "jam": _dot_rows,
+            "taps": _conv_weight_gradient,
             "padded-copy": _padded_gradient, "gather-rows": _gather_rows, "pieces": _pieces,
             "blocks": _blocks, "split": _split, "steps": _steps, "interchange": _interchange,
             "loops": _loops,
@@ -143,7 +153,8 @@ def test_each_strategy_is_chosen_for_its_program_and_agrees_with_numpy(name):
 
 
 @pytest.mark.parametrize("name", ["rows", "jam", "taps", "blocks", "split", "pieces",
-                                  "gather-rows", "padded-copy", "steps", "interchange"])
+                                  "gather-rows", "padded-copy", "steps", "interchange",
+                                  "adjoint-steps"])
 def test_forcing_plain_loops_gives_the_same_values(name):
     outs, ins, arrays = PROGRAMS[name]()
     t = outs[0].name
@@ -164,7 +175,7 @@ def test_forcing_a_strategy_that_does_not_apply_names_the_tensor_and_the_choices
 
 def test_an_unknown_strategy_is_refused_with_the_list():
     outs, ins, _ = _loops()
-    with pytest.raises(ValueError, match="the strategies are padded-copy, rows, jam"):
+    with pytest.raises(ValueError, match="the strategies are adjoint-steps, padded-copy, rows, jam"):
         te.build(outs, ins, options=te.ScheduleOptions(force={"Y": "fast"}))
 
 

@@ -31,6 +31,8 @@ axis of a tensor computed from one that reads it at that axis (:func:`step_axes`
 >>> p.axis.name, str(p.term.body)  # doctest: +NORMALIZE_WHITESPACE
 ('t', '(sum_{b in [0, 2) if ((S__step - 1) >= 0) & ((S__step - 1) < 4)}
        (dx[S__step - 1, b] * 2.0))')
+>>> p.params()  # in the build's schedule
+(('step', 't'),)
 """
 from __future__ import annotations
 
@@ -58,6 +60,11 @@ class Plan:
     def steps(self) -> Tuple[int, int]:
         """``(lo, hi)``: the steps the sum adds (constant bounds)."""
         return int(self.axis.lo.value), int(self.axis.hi.value)
+
+    def params(self) -> Tuple[Tuple[str, str], ...]:
+        """The sum's parameters in a build's schedule (its step axis), whether the full
+        tape adds the steps in one loop or a checkpointed gradient at its turns."""
+        return (("step", self.axis.name),)
 
 
 def step_axes(order: Sequence[Tensor]) -> Dict[int, int]:

@@ -116,9 +116,13 @@ class RevolveSteps:
         return out + self.add_steps(s, t)
 
     def zero_sums(self, s) -> List[Stmt]:
-        """The sums over the steps start at +0.0, as the full tape's do."""
+        """The sums over the steps start at +0.0, as the full tape's do (and are recorded
+        in the schedule as the ``adjoint-steps`` their steps run)."""
         out: List[Stmt] = []
         for p in s.sums:
+            self.lw.record.choose(p.t.name, "adjoint-steps",
+                                  p.params() + (("added", "at the checkpointed turns"),))
+            self.lw.record.done()
             self.lw.owner = p.t
             out.append(Block((Comment(f"{p.t.name} = 0: its steps are added at their "
                                       f"turns"),) + tuple(self.lw.adjoint_zero(p))))

@@ -174,7 +174,7 @@ TABLE: Tuple[Strategy, ...] = (
     # gradient can follow (codegen.adjoint_sums), whatever else would apply
     Strategy("adjoint-steps", Compute, _adjoint_steps,
              lambda lw, t, p: lw.compute_adjoint_sum(t, p),
-             lambda p: (("step", p.axis.name),)),
+             lambda p: p.params()),
     Strategy("padded-copy", Compute, _padded_copy,
              lambda lw, t, p: lw.compute_padded_copy(t, *p),
              lambda p: (("copy", p[1].fill.name),)),

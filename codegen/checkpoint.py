@@ -56,17 +56,26 @@ Checkpointed gradient by segments
     state and only ``de`` and the consumers run segment by segment
     (``O((S + windows) * R)``). ``k`` is capped at ``T`` when ``T`` is constant.
 
-    Not supported, in either mode (full tape instead, still exact): consumers that
-    reduce over the steps (an RNN's weight gradient ``dW = sum_t ...``: accumulating
-    it per step would change the order of the sum), any reduction in the bodies of
-    ``e``, ``de`` or the consumers (the C backend vectorizes some sums, and the order
-    of a vectorized sum may depend on the alignment of the rows it reads, which
-    a ring changes: bit-identity could not be promised; a step-at-a-time lowering of
-    RNN bodies measured 1-2 ulp away from the full tape), consumers reading ``de``
-    at earlier steps, tensors before ``de`` reading ``e`` at other than its last
-    steps, a consumer reading another consumer, ``e`` or ``de`` being outputs, scatter-adds reading them,
-    carried axes other than the first, and more than one checkpointed
-    recurrence per program (the first one found is checkpointed). The numpy
+    Sums over the steps (an RNN's weight gradient ``dW = sum_t ...``) are added a step at
+    a time, last first, at each step's turn (``codegen.adjoint_sums``; the full tape of
+    such a program adds them in the same order), and recurrences whose steps hold sums
+    over the previous step (``codegen.recurrence_steps``) run each step with the full
+    tape's lowering of a step, so both stay bit-identical to the full tape. Everything
+    run inside the segments (``de``, the consumers, those sums) counts for the rows of
+    ``e`` kept: with a head over every step, the rows a sum reads are among them.
+
+    Not supported, in either mode (full tape instead, still exact): reductions in the
+    bodies of consumers, or in ``e`` or ``de`` when they do not run by steps (the C
+    backend vectorizes some sums, and the order of a vectorized sum may depend on the
+    alignment of the rows it reads, which a ring changes: bit-identity could not be
+    promised); a sum over the steps reading a consumer at another step, ``de`` at an
+    earlier one, or a tensor computed after the segments; an adjoint that reads ``e``
+    only through other tensors (a GRU whose invariants ``passes.hoist`` moved out of
+    ``de``'s sum); consumers reading ``de`` at earlier steps, tensors before ``de``
+    reading ``e`` at other than its last steps, a consumer reading another consumer,
+    ``e`` or ``de`` being outputs, scatter-adds reading them, carried axes other than
+    the first, and more than one checkpointed recurrence per program (the first one
+    found is checkpointed; in a stacked RNN, the first layer). The numpy
     backend always keeps the full tape (it is the reference).
 
 Ring and checkpoint buffers are ordinary program buffers of their reduced
@@ -285,10 +294,10 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
     de = des[0]
     if de.uid in outputs or de.carry.axis != 0 or not same(de.dims[0], T):
         return None
-    # revolve runs a recurrence by steps one step at a time with the full tape's lowering
-    # of a step (Lowerer.step_of): its per-step sums are the same C, in the same order
+    # a recurrence by steps runs each step with the full tape's lowering of a step
+    # (Lowerer.step_of), in either mode: its per-step sums are the same C, in the same order
     revolve = mode == "revolve" and isinstance(T, Const)
-    if any(_has_reduce(x) and not (revolve and x.uid in steps) for x in (e, de)):
+    if any(_has_reduce(x) and x.uid not in steps for x in (e, de)):
         return None
     wd = _window(de, params)
     rng = _ranges(de, e, de.axes[0], params)
@@ -307,7 +316,7 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
             if before:
                 return None
             if x.uid in sums:  # a sum over the steps, added a step at a time
-                got = _adjoint_sum(sums[x.uid], x, e, de, T, params, consumers)
+                got = _adjoint_sum(sums[x.uid], x, e, de, T, params, consumers, taken)
                 if got is None:
                     return None
                 re, rd = got
@@ -356,10 +365,12 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
                       if x.uid != de.uid and x.uid not in taken])
     s = Segments(e, de, k, back, ahead, seg, consumers, early, max(wd, look_d), last, w)
     s.sums = added
-    # When de and the consumers read only e's last steps (a linear recurrence such as
-    # an EWMA: its adjoint does not depend on e), nothing needs recomputing: e keeps a
-    # rolling state and only de runs segment-wise.
-    tail = [_last_rows(x, e, params) for x in [de] + [c for c, _ in consumers]]
+    # When everything run inside the segments (de, the consumers, the sums added a step
+    # at a time) reads only e's last steps (a linear recurrence such as an EWMA: its
+    # adjoint does not depend on e), nothing needs recomputing: e keeps a rolling state
+    # of those last steps and only de runs segment-wise.
+    inside = [de] + [c for c, _ in consumers] + [p.t for p in added]
+    tail = [_last_rows(x, e, params) for x in inside]
     # (with a constant T every read is "in the last T steps": demand a ring smaller
     # than the one recomputation needs)
     width = max(w, back + ahead)
@@ -398,12 +409,17 @@ def _step_axis(x: Tensor, e: Compute, de: Compute, T: Expr, params):
     return None
 
 
-def _adjoint_sum(p, x: Compute, e: Compute, de: Compute, T: Expr, params, consumers):
+def _adjoint_sum(p, x: Compute, e: Compute, de: Compute, T: Expr, params, consumers,
+                 taken) -> Optional[Tuple[Tuple[int, int], Tuple[int, int]]]:
     """``(e offsets, de offsets)`` from the step of the sum over the steps ``x`` (plan
     ``p``), or None when a step reads what is not there yet at its turn: ``de`` or a
-    consumer at an earlier step, or ``de``'s steps are not the sum's."""
+    consumer at an earlier step, a tensor computed after the segments (``taken``, not a
+    consumer), or ``de``'s steps are not the sum's."""
     lo, hi = p.steps()
     if not (isinstance(T, Const) and 0 <= lo and hi <= T.value):
+        return None
+    per_step = {c.uid for c, _ in consumers}
+    if any(q.uid in taken and q.uid not in per_step for q in tensor_inputs(x)):
         return None
     re, rd = _ranges(x, e, p.axis, params), _ranges(x, de, p.axis, params)
     if re is None or rd is None or (rd and rd[0] < 0):
@@ -544,14 +560,15 @@ class RingProgram(RevolveSteps):
         axes = list(t.axes)
         carry = t.carry.axis if t.carry is not None else None
         p = self.lw.steps.get(t.uid)
-        if p is not None and a == carry and after_step is None:
+        if p is not None and a == carry:
             # by steps, each step lowered as the full tape lowers it (Lowerer.step_of)
             s = self.lw.fresh("s", I64)
             ax = axes[carry]
+            step = self.lw.step_of(t, p, s) + (after_step(s) if after_step else [])
             return [For(s, lo if lo is not None else self.lw.size_expr(ax.lo),
                         hi if hi is not None else self.lw.size_expr(ax.hi), 1,
-                        Block(tuple(self.lw.step_of(t, p, s))),
-                        descending=t.carry.step < 0, note=ax.name + " (steps)")]
+                        Block(tuple(step)), descending=t.carry.step < 0,
+                        note=ax.name + " (steps)")]
         order = ([carry] if carry is not None else []) + [k for k in range(len(axes))
                                                           if k != carry]
         vars_ = {k: self.lw.fresh("i", I64) for k in range(len(axes))}

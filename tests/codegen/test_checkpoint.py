@@ -404,18 +404,124 @@ def test_a_head_over_every_step_agrees_with_numpy(make, T, k):
 # {{{ recurrences with sums over the previous step, and sums over the steps (issue 15)
 
 
-def _rnn(T, B, H, k, dtype="float32"):
-    """A tanh RNN's gradients w.r.t. its inputs and its weights (a sum over the steps)."""
-    x = te.placeholder((T, B, H), dtype, "x")
-    W = te.placeholder((H, H), dtype, "W")
-    kk = te.reduce_axis(H, "k")
-    h = te.recurrence((T, B, H), lambda h, t, b, j: te.tanh(x[t, b, j] + te.select(
-        t == 0, 0.0, te.sum(h[t - 1, b, kk] * W[kk, j], axis=kk))), name="h", dtype=dtype,
-        checkpoints=k)
+def _with_head(h, ins, head):
+    """``(inputs, gradients of ins)`` through the recurrence ``h`` (steps, rows, units):
+    of ``sum(h[T - 1] ** 2)`` (``head="last"``) or with a head ``Hd`` over every step
+    (``head="every"``: every step's adjoint reads it, an input of the gradient)."""
+    T, B, H = h.shape
+    if head == "every":
+        Hd = te.placeholder(h.shape, h.dtype, "Hd")
+        return ins + [Hd], list(te.differentiate(h, ins, head=Hd))
     r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
     L = te.compute((), lambda: te.sum(h[T - 1, r1, r2] * h[T - 1, r1, r2], axis=[r1, r2]),
                    name="L")
-    return [x, W], list(te.differentiate(L, [x, W]))
+    return ins, list(te.differentiate(L, ins))
+
+
+def _tanh_layer(x, W, k, name):
+    """``name[t] = tanh(x[t] + name[t - 1] @ W)``: a sum over the previous step."""
+    T, B, H = x.shape
+    kk = te.reduce_axis(H, "k")
+    return te.recurrence((T, B, H), lambda h, t, b, j: te.tanh(x[t, b, j] + te.select(
+        t == 0, 0.0, te.sum(h[t - 1, b, kk] * W[kk, j], axis=kk))), name=name, dtype=x.dtype,
+        checkpoints=k)
+
+
+def _rnn(T, B, H, k, dtype="float32", head="last"):
+    """A tanh RNN's gradients w.r.t. its inputs and its weights (a sum over the steps)."""
+    x = te.placeholder((T, B, H), dtype, "x")
+    W = te.placeholder((H, H), dtype, "W")
+    return _with_head(_tanh_layer(x, W, k, "h"), [x, W], head)
+
+
+def _stacked(T, B, H, k, head="last"):
+    """Two tanh layers, the second reading the first at every step."""
+    x = te.placeholder((T, B, H), "float32", "x")
+    W, V = (te.placeholder((H, H), "float32", n) for n in ("W", "V"))
+    h = _tanh_layer(x, W, k, "h")
+    return _with_head(_tanh_layer(h, V, k, "g"), [x, W, V], head)
+
+
+def _arrays(ins, seed, shapes=None):
+    # inputs in [-1, 1), square weights scaled by 1 / sqrt(H): tanh stays off saturation;
+    # ``shapes``: name -> shape where a placeholder's is symbolic
+    rng = np.random.default_rng(seed)
+    out = []
+    for p in ins:
+        shape = tuple((shapes or {}).get(p.name, p.shape))
+        a = (rng.standard_normal(shape) / np.sqrt(shape[0]) if len(shape) == 2
+             else rng.uniform(-1.0, 1.0, shape))
+        out.append(a.astype(p.dtype))
+    return out
+
+
+def _agrees_with_its_full_tape(ins, grads, mode, seed=0, shapes=None):
+    """The build of ``grads`` with ``ScheduleOptions(checkpoint=mode)``, after checking it
+    bit-identical to the full tape of the same program and close to the numpy backend
+    (each build's first call: no buffer of an earlier call can hide a missing value)."""
+    arrays = _arrays(ins, seed, shapes)
+    ck = te.build(grads, inputs=ins, options=te.ScheduleOptions(checkpoint=mode))
+    full = te.build(grads, inputs=ins, options=te.ScheduleOptions(checkpoint=False))
+    ref = te.build(grads, inputs=ins, backend="numpy")
+    got, want, r = (list(f(*arrays)) if len(grads) > 1 else [f(*arrays)]
+                    for f in (ck, full, ref))
+    for a, b, c in zip(got, want, r):
+        assert np.array_equal(a, b)
+        np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-5)
+    return ck
+
+
+HEADS_MODES = pytest.mark.parametrize("head,mode", [(h, m) for h in ("last", "every")
+                                                    for m in (True, "segments")])
+# T not a multiple of k, k = 1, k >= T, T = 1, and a T the no-recompute ring covers
+STEPS = [(13, 3), (7, 1), (4, 9), (1, 1), (6, 2)]
+
+
+def _checkpointed(T, k, mode) -> bool:
+    # one step has nothing to checkpoint; one segment (k = 1) would be the whole tape
+    return T > 1 and not (mode == "segments" and k == 1)
+
+
+@HEADS_MODES
+@pytest.mark.parametrize("T,k", STEPS)
+def test_rnn_checkpointed_gradient_is_its_full_tape_bit_for_bit(T, k, head, mode):
+    # the head over every step is the shape a branch got wrong (dW off by 4): the sums
+    # over the steps read h at every step, and the no-recompute ring held too few rows
+    ins, g = _rnn(T, 3, 5, k, head=head)
+    ck = _agrees_with_its_full_tape(ins, g, mode, seed=T * 10 + k)
+    assert ("checkpointed gradient" in ck.source) == _checkpointed(T, k, mode)
+
+
+@pytest.mark.parametrize("mode", [True, "segments"])
+@pytest.mark.parametrize("T,k", STEPS)
+def test_rnn_weight_gradient_alone_with_a_head_over_every_step(T, k, mode):
+    # the reproducer of that wrong dW: dW alone (no dx, whose rows read h at every step
+    # too), so that the sum over the steps is what reads h's first rows
+    x, W = (te.placeholder(s, "float32", n) for s, n in (((T, 3, 16), "x"), ((16, 16), "W")))
+    h = _tanh_layer(x, W, k, "h")
+    Hd = te.placeholder(h.shape, "float32", "Hd")
+    (dW,) = te.differentiate(h, [W], head=Hd)
+    ck = _agrees_with_its_full_tape([x, W, Hd], [dW], mode, seed=T)
+    assert ("checkpointed gradient" in ck.source) == _checkpointed(T, k, mode)
+    if (T, k, mode) == (6, 2, True):
+        # nothing recomputed: h's ring holds every row dW's steps read, h[t - 1] and h[t]
+        assert "h (ring of 6 rows)" in ck.schedule.checkpoint
+
+
+def test_rnn_of_symbolic_length_runs_segments():
+    # revolve needs T: a symbolic one runs segments, each step as the full tape's; the
+    # weight gradient's steps have no constant bounds to add at the turns: full tape
+    n = te.var("n")
+    x, W = te.placeholder((n, 2, 5), "float32", "x"), te.placeholder((5, 5), "float32", "W")
+    h = _tanh_layer(x, W, 3, "h")
+    r1, r2 = te.reduce_axis(2), te.reduce_axis(5)
+    L = te.compute((), lambda: te.sum(h[n - 1, r1, r2] * h[n - 1, r1, r2], axis=[r1, r2]),
+                   name="L")
+    for wrt, kept in (([x], True), ([x, W], False)):
+        g = list(te.differentiate(L, wrt))
+        for T in (1, 7, 12):
+            ck = _agrees_with_its_full_tape([x, W], g, True, T, {"x": (T, 2, 5)})
+            assert ("segments: 3 checkpoints" in " ".join(ck.schedule.checkpoint)) == kept
 
 
 @pytest.mark.parametrize("T,k,H", [(13, 3, 3), (7, 1, 3), (4, 9, 3), (5, 5, 3), (1, 1, 3),
@@ -465,7 +571,7 @@ def test_second_order_through_a_checkpointed_rnn():
     check_grads(L2, ins, arrays, backend="c")
 
 
-def _gru(T, B, H, k):
+def _gru(T, B, H, k, head="last"):
     kk = te.reduce_axis(H, "k")
     u, xz, xr = (te.placeholder((T, B, H), "float32", n) for n in ("u", "xz", "xr"))
     W, Uz, Ur = (te.placeholder((H, H), "float32", n) for n in ("W", "Uz", "Ur"))
@@ -479,11 +585,7 @@ def _gru(T, B, H, k):
         n = te.tanh(u[t, b, j] + r * prev(h, t, b, j, W))
         return (1.0 - z) * n + z * te.select(t == 0, 0.0, h[t - 1, b, j])
     h = te.recurrence((T, B, H), fn, name="h", dtype="float32", checkpoints=k)
-    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
-    L = te.compute((), lambda: te.sum(h[T - 1, r1, r2] * h[T - 1, r1, r2], axis=[r1, r2]),
-                   name="L")
-    ins = [u, xz, xr, W, Uz, Ur]
-    return ins, list(te.differentiate(L, ins))
+    return _with_head(h, [u, xz, xr, W, Uz, Ur], head)
 
 
 @pytest.mark.parametrize("T,k", [(7, 3), (5, 1)])
@@ -503,5 +605,59 @@ def test_gru_by_revolve_is_bit_identical_to_the_full_tape(T, k):
         assert np.array_equal(a, b)
     for a, b in zip(ck(*arrays), te.build(g0, inputs=ins0)(*arrays)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@HEADS_MODES
+@pytest.mark.parametrize("T,k", STEPS)
+def test_gru_checkpointed_gradient_is_its_full_tape_bit_for_bit(T, k, head, mode):
+    ins, g = _gru(T, 2, 3, k, head=head)
+    ck = _agrees_with_its_full_tape(ins, g, mode, seed=T * 10 + k)
+    assert ("checkpointed gradient" in ck.source) == _checkpointed(T, k, mode)
+
+
+@pytest.mark.parametrize("head", ["last", "every"])
+def test_a_gru_whose_adjoint_reads_h_through_hoisted_tensors_keeps_h_whole(head):
+    # from 5 units on, passes.hoist moves the gates out of dh's sum over the units into
+    # tensors computed before dh at every step: with a head over every step dh reads h
+    # only through them (not a shape the segments have: the full tape); with the loss
+    # of the last step, h's ring keeps all its rows for them
+    T = 9
+    ins, g = _gru(T, 2, 8, 3, head=head)
+    ck = _agrees_with_its_full_tape(ins, g, True)
+    assert "dh_h0[t, b, j] from dh" in ck.schedule.hoisted
+    if head == "every":
+        assert "checkpointed gradient" not in ck.source
+    else:
+        assert f"h (ring of {T} rows)" in ck.schedule.checkpoint
+
+
+@pytest.mark.parametrize("mode", [True, "segments"])
+@pytest.mark.parametrize("T,k", [(13, 4), (6, 2)])
+def test_stacked_rnn_checkpoints_its_first_layer(T, k, mode):
+    # one checkpointed recurrence per program: the first layer h; the second, g, reads h
+    # at every step and keeps its full tape (so does h's ring: every row is read)
+    ins, grads = _stacked(T, 2, 4, k, head="every")
+    ck = _agrees_with_its_full_tape(ins, grads, mode, seed=T)
+    kept = " ".join(ck.schedule.checkpoint)
+    assert "checkpointed gradient of h" in ck.source and f"h (ring of {T} rows)" in kept
+    assert "checkpointed gradient of g" not in ck.source and "g (" not in kept
+
+
+@pytest.mark.parametrize("mode", [True, "segments"])
+def test_a_sum_over_the_steps_reading_what_the_segments_precede_keeps_the_full_tape(mode):
+    # S sums over the steps a tensor computed after the segments (dx2, read from the
+    # consumer dx): at a step's turn it is not there yet. (Added at the turns, S matched
+    # numpy only from a second call on, reading the buffer the first call left.)
+    T, H = 9, 4
+    ins, (dx, dW) = _rnn(T, 2, H, 3, "float64")
+    i = te.reduce_axis(H, "i")
+    dx2 = te.compute((T, 2, H), lambda t, b, j: te.sum(dx[t, b, i] * ins[1][i, j], axis=i),
+                     name="dx2")
+    t, b = te.reduce_axis(T, "t"), te.reduce_axis(2, "b")
+    h = next(p for p in te.ir.topo_order([dx]) if p.name == "h")
+    S = te.compute((H,), lambda j: te.sum(dx2[t, b, j] * h[t, b, j], axis=[t, b]), name="S")
+    ck = _agrees_with_its_full_tape(ins, [S, dW], mode)
+    assert "checkpointed gradient" not in ck.source
+
 
 # }}}

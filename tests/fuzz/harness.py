@@ -13,6 +13,7 @@ them in *one* C build (the C compiler is the expensive part). A failure raises
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -184,6 +185,23 @@ def _staged(stage: str, fn, *args):
         raise
 
 
+def _compare_full_tape(cases, where, f_c, res_c, outputs, inputs, arrays) -> None:
+    """Where the C build checkpointed a recurrence (``checkpoints=k``), every output is
+    its full tape's (``ScheduleOptions(checkpoint=False)``) bit for bit."""
+    if not any("checkpoints" in c for c in f_c.schedule.checkpoint):
+        return
+    full = te.build(outputs, inputs, "c", options=te.ScheduleOptions(checkpoint=False))
+    res_full = full(*arrays)
+    if len(outputs) == 1:
+        res_full = (res_full,)
+    for j, (got, want) in enumerate(zip(res_c, res_full)):
+        if not np.array_equal(got, want, equal_nan=True):
+            case = cases[max(k for k, start in enumerate(where) if start <= j)]
+            _fail(case, "checkpointed gradient", f"output {outputs[j].name} differs from the "
+                  f"full tape's ({'; '.join(f_c.schedule.checkpoint)})\nC: {got!r}\n"
+                  f"full tape: {want!r}")
+
+
 def run_cases(cases, backend: str = "c", upto: str = "second") -> None:
     """Build every case's outputs and gradients in one build per backend, and check them.
 
@@ -202,13 +220,19 @@ def run_cases(cases, backend: str = "c", upto: str = "second") -> None:
         start = len(outputs)
         outputs += [case.Y, *case.grads, *case.grads2]
         where.append(start)
-    f_c = _staged("build", te.build, outputs, inputs, backend)
+    # checkpointed gradients (recurrences with checkpoints=k) in either mode, by the
+    # first program's seed
+    mode = "segments" if cases[0].seed % 2 else True
+    f_c = _staged("build", partial(te.build, options=te.ScheduleOptions(checkpoint=mode)),
+                  outputs, inputs, backend)
     f_np = _staged("build", te.build, outputs, inputs, "numpy")
     if last < 1:
         return
     res_c, res_np = _staged("forward", f_c, *arrays), _staged("forward", f_np, *arrays)
     if len(outputs) == 1:
         res_c, res_np = (res_c,), (res_np,)
+    if last >= 2 and backend == "c":
+        _staged("vjp", _compare_full_tape, cases, where, f_c, res_c, outputs, inputs, arrays)
     for case, start in zip(cases, where):
         ng = len(case.grads)
         y_c, y_np = res_c[start], res_np[start]

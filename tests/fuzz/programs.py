@@ -61,6 +61,7 @@ class Def:
     ``raxes`` are the reduce axes this definition creates: ``(name, lo, hi)``, ``hi``
     an int or ``"n"``. ``chain > 0`` makes it a chain of that many computes, each
     reading the previous one as ``P`` (starting from the definition before it).
+    ``checkpoints``: a recurrence's ``checkpoints=k`` (its gradient may be checkpointed).
     """
     name: str
     shape: tuple
@@ -69,6 +70,7 @@ class Def:
     body: tuple
     carry: Optional[int]
     chain: int = 0
+    checkpoints: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,12 @@ def to_source(prog: Program, prefix: str = "") -> str:
     p1_X0 = te.placeholder((p1_n,), dtype="float32", name="p1_X0")
     p1_k0 = te.reduce_axis((0, p1_n), name="p1_k0")
     p1_T0 = te.compute((), lambda : te.max(p1_X0[p1_k0], axis=p1_k0), name="p1_T0", dtype="float32")
+    >>> prev = ("self", "S", (("sub", ("ax", "i0"), ("c", 1)),), (("cmp", ">=", ("ax", "i0"), ("c", 1)),))
+    >>> r = Program("float64", None, (Input("X0", (4,), "float", 0),),
+    ...             (Def("T0", (4,), ("i0",), (), ("bin", "add", ("read", "X0", (("ax", "i0"),), ()),
+    ...                  prev), 0, checkpoints=2),))
+    >>> print(to_source(r).splitlines()[-1])
+    T0 = te.recurrence((4,), lambda S, i0: X0[i0] + te.select(i0 >= 1, S[i0 - (1)], 0.0), name="T0", dtype="float64", checkpoints=2)
     """
     p = prefix
     lines = []
@@ -250,8 +258,9 @@ def to_source(prog: Program, prefix: str = "") -> str:
                          f'name="{p}{d.name}", dtype="{prog.dtype}")')
         else:
             params = ", ".join(("S",) + d.axes)
+            ck = "" if d.checkpoints is None else f", checkpoints={d.checkpoints}"
             lines.append(f'{p}{d.name} = te.recurrence({shp(d.shape)}, lambda {params}: {body}, '
-                         f'name="{p}{d.name}", dtype="{prog.dtype}")')
+                         f'name="{p}{d.name}", dtype="{prog.dtype}"{ck})')
     return "\n".join(lines)
 
 
@@ -578,6 +587,19 @@ def gen_expr(draw, ctx: _Ctx, depth: int):
     return gen_reduce(draw, ctx, depth)
 
 
+def _reads_tensor(e, name: str) -> bool:
+    """Does the expression tree ``e`` read tensor ``name`` (anywhere, indices too)?
+
+    >>> _reads_tensor(("un", "tanh", ("read", "T0", (("ax", "i0"),), ())), "T0")
+    True
+    """
+    if isinstance(e, tuple):
+        if len(e) >= 2 and e[0] in ("read", "data") and e[1] == name:
+            return True
+        return any(_reads_tensor(x, name) for x in e)
+    return False
+
+
 def _dims(draw, has_n, rank, size_max=4):
     dims = [draw(st.integers(1, size_max)) for _ in range(rank)]
     if has_n and rank and draw(st.booleans()):
@@ -619,6 +641,7 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
         ctx.ranges = {a: (0, 0, -1, 1) if d == SYM else (0, 0, d - 1, 0) for a, d in zip(axes, shape)}
         carry = None
         chain = 0
+        checkpoints = None
         if defs and draw(st.integers(0, 99)) == 37:
             # a long chain of computes (deep graphs: recursion in passes), about 1 in 100
             # (hypothesis draws the ends of a range far more often than 1 in 100)
@@ -633,9 +656,17 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
                     ("bin", "mul", ("const", 0.1), gen_expr(draw, ctx, 1)))
         elif rank and draw(st.integers(0, 3)) == 0:
             static = [j for j, d in enumerate(shape) if d != SYM] or list(range(rank))
-            carry = _pick(draw, static)
+            if draw(st.integers(0, 2)) == 2:  # a third: its gradient may be checkpointed
+                checkpoints = draw(st.integers(1, 4))
+            # (checkpoints apply to a carry along the first axis, of a few steps)
+            carry = 0 if checkpoints and 0 in static else _pick(draw, static)
+            if checkpoints and shape[carry] != SYM and shape[carry] < 3:
+                shape = shape[:carry] + (shape[carry] + 3,) + shape[carry + 1:]
+                ctx.ranges[axes[carry]] = (0, 0, shape[carry] - 1, 0)
             ctx.self_def = (shape, carry)
             body = gen_expr(draw, ctx, max_depth - 1)
+            if checkpoints:  # reading an earlier tensor at each step: it has a gradient
+                body = ("bin", "add", gen_read(draw, ctx), body)
             for order in range(1, draw(st.integers(1, 3)) + 1):
                 term = gen_self(draw, ctx, order)
                 wrap = _pick(draw, ["id", "tanh", "reduce"])
@@ -661,8 +692,17 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
             body = gen_expr(draw, ctx, max_depth)
         ctx.self_def = None
         name = f"T{k}"
-        defs.append(Def(name, shape, axes, tuple(ctx.raxes), body, carry, chain))
+        defs.append(Def(name, shape, axes, tuple(ctx.raxes), body, carry, chain, checkpoints))
         tensors[name] = Input(name, shape, "float", 0)
+    ck = [d for d in defs if d.checkpoints]
+    if ck and (ck[-1] is defs[-1] or not _reads_tensor(defs[-1].body, ck[-1].name)):
+        # the output (kept whole: never checkpointed) reads the checkpointed recurrence at
+        # every step, with what it read (its gradient has a head over every step)
+        read = ("read", ck[-1].name, tuple(("ax", a) for a in ck[-1].axes), ())
+        body = ("un", "half", read)
+        if ck[-1] is not defs[-1] and defs[-1].chain == 0 and defs[-1].shape == ck[-1].shape:
+            body = ("bin", "add", body, ("read", defs[-1].name, read[2], ()))
+        defs.append(Def(f"T{len(defs)}", ck[-1].shape, ck[-1].axes, (), body, None))
     second = dtype == "float64" and draw(st.integers(0, 4)) == 0
     return Program(dtype, n_val, tuple(inputs), tuple(defs), second, draw(st.integers(0, 2**16)))
 

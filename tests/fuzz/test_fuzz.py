@@ -62,7 +62,8 @@ def test_the_generator_covers_the_language():
                       "S[i0 - (1)", "S[i0 - (2)", "S[i0 - (3)", "reduce_axis((1,",
                       "reduce_axis((0, n)", "~(", ") | (", ") & (", "te.exp(", "te.log(",
                       "te.sqrt(", "te.tanh(", "te.sigmoid(", "te.sin(", "te.cos(", "te.abs(",
-                      "te.floor(", "te.ceil(", "** 2", "float32", "float64", "2 * i", "- (i0)"]:
+                      "te.floor(", "te.ceil(", "** 2", "float32", "float64", "2 * i", "- (i0)",
+                      "checkpoints="]:
         assert construct in seen, construct
     # the carry of a recurrence is not always its first dimension
     assert any(d.carry not in (None, 0) for p in _sample(200) for d in p.defs)
@@ -112,6 +113,29 @@ def test_a_wrong_forward_value_is_caught():
         harness._compare_forward(case, np.array([1.0, 1.0 + 1e-6]), np.array([1.0, 1.0]))
     with pytest.raises(AssertionError, match="NaN patterns differ"):
         harness._compare_forward(case, np.array([1.0, np.nan]), np.array([1.0, 1.0]))
+
+
+def test_a_checkpointed_gradient_is_compared_with_its_full_tape():
+    """A recurrence with ``checkpoints=k`` read at every step (dW sums over its steps):
+    the checkpointed C build passes the checks, and is compared bit for bit with its
+    full tape (a last-bit difference is caught)."""
+    X, W = te.placeholder((6, 2), "float64", "X"), te.placeholder((2,), "float64", "W")
+    R = te.recurrence((6, 2), lambda S, t, r: te.tanh(X[t, r] + W[r] * te.select(
+        t >= 1, S[t - 1, r], 0.0)), name="R", dtype="float64", checkpoints=2)
+    Y = te.compute((6, 2), lambda t, r: 0.5 * R[t, r], name="Y")
+    rng = np.random.default_rng(0)
+    arrays = [rng.uniform(-1, 1, (6, 2)), rng.uniform(-1, 1, 2)]
+    check(Y, [X, W], arrays)
+    case = Case("", Y, [X, W], arrays, False, 0)
+    harness.prepare(case)
+    outputs, (ins, arrs) = [Y, *case.grads], harness._all_inputs(case)
+    f = te.build(outputs, ins)
+    assert any("checkpoints" in c for c in f.schedule.checkpoint)
+    res = list(f(*arrs))
+    harness._compare_full_tape([case], [0], f, res, outputs, ins, arrs)
+    res[2] = np.nextafter(res[2], np.inf)
+    with pytest.raises(AssertionError, match="differs from the full tape"):
+        harness._compare_full_tape([case], [0], f, res, outputs, ins, arrs)
 
 
 def test_check_on_a_user_program():

@@ -79,7 +79,7 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Placeholder, Redu
                            Tensor, fresh_uid, walk)
 from tensorexpr.transform import const_value
 
-from . import fuse, padcopy, strategies, tapsum
+from . import fuse, padcopy, piecewise, strategies, tapsum
 from .cexpr import I64, add, cast, fold, mul
 from .loopast import (Block, Buffer, CExpr, Comment, Decl, For, Kernel, Lit, Op, Stmt, Store, Var,
                       simd_safe)
@@ -146,6 +146,9 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         self.adjoint_sums = dict(adjoint_sums or {})
         self.buf: Dict[int, Buffer] = {}
         self.dims: Dict[int, Tuple[Expr, ...]] = {}
+        #: tensor uid -> per-axis offsets: a part of another tensor's buffer (a piece of
+        #: ``compute_pieces`` lowered as a tensor of its own) stores element x at x + shift
+        self.shifts: Dict[int, Tuple[int, ...]] = {}
         for k, t in enumerate(self.tensors):
             b = Buffer(f"b{k}", t.dtype, isinstance(t, Placeholder), notes.get(
                 t.uid, f"{t.name}{' (input)' if isinstance(t, Placeholder) else ''}"))
@@ -219,6 +222,8 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         dims = self.dims[uid]
         if not idx:
             return Lit(0, I64)
+        if uid in self.shifts:
+            idx = [x if d == 0 else add(x, Lit(d, I64)) for x, d in zip(idx, self.shifts[uid])]
         ring = self.rings.get(uid)
         if ring is not None:
             c, rows = ring
@@ -244,6 +249,9 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         >>> Lowerer(Signature([B], [A])).stored_at(A.uid, B.body.a.indices)[1]
         (4, 3)
         """
+        if uid in self.shifts:
+            indices = [x if d == 0 else Binary("add", x, Const(d, I64), I64)
+                       for x, d in zip(indices, self.shifts[uid])]
         ring = self.rings.get(uid)
         if ring is None or not indices:
             return tuple(indices), tuple(self.dims[uid])
@@ -403,6 +411,8 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         """``t`` (no recurrence) with its innermost loop cut into ``cut``'s pieces
         (``codegen.piecewise``): one loop per piece, over that piece's body. The outermost
         axis is threaded; for a 1-d tensor that is the longest piece's loop."""
+        if piecewise.holds_sums(cut):
+            return self.compute_piece_tensors(t, cut)
         axes = list(t.axes)
         j = axes[-1]
         outer = [self.fresh("i", I64) for _ in axes[:-1]]
@@ -423,6 +433,20 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
                              parallel=parallel, work=work if parallel else None,
                              note=f"{j.name} in [{lo}, {hi})"))
         return self.outer_loops(axes[:-1], outer, loops, work)
+
+    def compute_piece_tensors(self, t: Compute, cut: List[Tuple[int, int, Expr]]) -> List[Stmt]:
+        """``t``'s pieces (``codegen.piecewise``) when they hold sums: each a tensor of its
+        own over its part of the innermost axis, stored into ``t``'s buffer there and
+        lowered by the strategy the table picks for it (the gradient of a weight read
+        as three gates ``W[k, g * H + j]`` is three contractions, each then row-tiled,
+        not one dot product per element)."""
+        out: List[Stmt] = []
+        for sub, lo in piecewise.piece_tensors(t, cut):
+            self.buf[sub.uid] = self.buf[t.uid]
+            self.dims[sub.uid] = t.dims
+            self.shifts[sub.uid] = (0,) * (t.ndim - 1) + (lo,)
+            out.append(Block((Comment(str(sub)),) + tuple(self.compute(sub))))
+        return out
 
     def outer_loops(self, axes: Sequence[Axis], vars_: Sequence[Var], body: List[Stmt],
                     work) -> List[Stmt]:

@@ -27,6 +27,7 @@ from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Read, Reduc
 from tensorexpr.transform import const_value, flat_index, free_axes
 from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint
 
+from . import target
 from .cexpr import I64, add, cast, checked, fold, identity, mul, wrap_int, zero
 from .loopast import (Accumulate, Assign, Block, CExpr, Decl, For, If, Lit, Load, Local, Op, Stmt,
                       Store, Var, lane_sums, loads, mark_inner_simd, simd_safe)
@@ -366,6 +367,19 @@ class ExprLowering:
         hi = const_value(last.hi) if last is not None else None
         split = (e.op == "sum" and is_float(e.dtype) and len(e.axes) >= 2 and lo is not None
                  and hi is not None and 0 < hi - lo <= PARTIAL_SUMS)
+        if split:
+            # ... unless the last axis's loop runs fewer points than a vector holds (a
+            # window of 2 in a bilinear upsampling's gradient): then no pass fills a
+            # vector, and zeroing and adding up hi - lo partial sums per element costs
+            # more than the points (15x the peers); such a loop is not worth lanes either
+            outer = scope.unbind(e.axes)
+            run = polyhedral.span(outer.axes + tuple(e.axes),
+                                  outer.guards + ((e.where,) if e.where is not None else ()),
+                                  last)
+            short = run is not None and run < target.current().lanes(e.dtype)
+            split = not short
+        else:
+            short = False
         if (e.op in ("max", "min") and is_float(e.dtype) and len(e.axes) == 1
                 and e.where is None and lo is not None and hi is not None
                 and hi - lo >= 4 * LANES):
@@ -394,7 +408,7 @@ class ExprLowering:
             # (in order: a reduction clause would let the compiler pick the association)
             out.append(For(k, Lit(0, I64), Lit(hi - lo, I64), 1,
                            Block((Accumulate(acc, "sum", Load(part, k, e.dtype)),))))
-        elif e.op == "sum":  # sums may be added in any order (ir.py): lanes, spelled out
+        elif e.op == "sum" and not short:  # any order (ir.py): lanes, spelled out
             out.extend(lane_sums(nest, [acc], self.fresh, LANES))
         else:
             out.extend(nest)

@@ -26,8 +26,8 @@ from typing import List, Optional, Tuple
 
 from passes.simplify import simplify
 from tensorexpr import polyhedral
-from tensorexpr.ir import (BINARY_CMP, Axis, Binary, Const, Expr, Read, SizeVar, is_float,
-                           walk)
+from tensorexpr.ir import (BINARY_CMP, Axis, Binary, Compute, Const, Expr, INDEX_DTYPE, Read,
+                           Reduce, SizeVar, fresh_uid, is_float, walk)
 from tensorexpr.transform import const_value, eval_int, replace_subexpr, substitute
 
 #: at most this many pieces per loop (each is one more loop in the generated code)
@@ -116,3 +116,39 @@ def _same_values(xs: tuple, ys: tuple) -> bool:
     """Do two rows of test values (constants or picked sides) agree?"""
     return all(x is y or (isinstance(x, Const) and isinstance(y, Const) and x.value == y.value)
                for x, y in zip(xs, ys))
+
+
+def holds_sums(cut: List[Tuple[int, int, Expr]]) -> bool:
+    """Does a piece of ``cut`` (:func:`pieces`) hold a reduction? Then each piece is
+    lowered as a tensor of its own (:func:`piece_tensors`).
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((10,), name="X")
+    >>> Y = te.compute((10,), lambda i: X[te.maximum(i - 1, 0)] + X[i], name="Y")
+    >>> holds_sums(pieces(Y.body, Y.axes[0]))
+    False
+    """
+    return any(isinstance(x, Reduce) for _, _, body in cut for x in walk(body, unique=True))
+
+
+def piece_tensors(t: Compute, cut: List[Tuple[int, int, Expr]]) -> List[Tuple[Compute, int]]:
+    """``(tensor, lo)`` per piece ``(lo, hi, body)`` of ``cut``: ``t`` over ``[lo, hi)`` of
+    its innermost axis, shifted to start at 0 (its element ``x`` is ``t``'s ``x + lo``).
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((10,), name="X")
+    >>> Y = te.compute((10,), lambda i: X[te.maximum(i - 1, 0)] + X[i], name="Y")
+    >>> for p, lo in piece_tensors(Y, pieces(Y.body, Y.axes[0])): print(lo, p)
+    0 Y[0:1][i] = X[0] + X[i]    for i in [0, 1)    float32
+    1 Y[1:10][i] = X[(i + 1) - 1] + X[i + 1]    for i in [0, 9)    float32
+    """
+    j = t.axes[-1]
+    out = []
+    for lo, hi, body in cut:
+        jj = Axis(j.name, Const(0, INDEX_DTYPE), Const(hi - lo, INDEX_DTYPE), fresh_uid())
+        at = jj if lo == 0 else Binary("add", jj, Const(lo, INDEX_DTYPE), INDEX_DTYPE)
+        sub = Compute(f"{t.name}[{lo}:{hi}]", tuple(t.dims[:-1]) + (jj.hi,), t.dtype,
+                      fresh_uid(), t.origin, axes=tuple(t.axes[:-1]) + (jj,),
+                      body=simplify(substitute(body, {j: at})))
+        out.append((sub, lo))
+    return out

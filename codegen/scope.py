@@ -83,7 +83,7 @@ class Scope:
         if not self.axes:
             return False
         if self._points is None:
-            self._points = polyhedral.PointSet(self.axes, self.guards, params)
+            self._points = polyhedral.PointSet.of(self.axes, self.guards, params)
         return self._points.within(e, Const(1 << 62, I64))
 
     def proves_inside(self, index: Expr, size: Expr, params: Sequence[str]) -> bool:
@@ -94,5 +94,5 @@ class Scope:
                                                (hi is not None and n is not None and hi <= n)):
                 return True
         if self._points is None:
-            self._points = polyhedral.PointSet(self.axes, self.guards, params)
+            self._points = polyhedral.PointSet.of(self.axes, self.guards, params)
         return self._points.within(index, size)

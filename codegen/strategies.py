@@ -187,9 +187,10 @@ TABLE: Tuple[Strategy, ...] = (
     Strategy("gather-rows", Compute, _gather_rows,
              lambda lw, t, hoist: lw.compute_gather_rows(t, hoist),
              lambda hoist: (("hoisted", len(hoist)),), leads=_outer_axes),
+    # pieces holding sums are tensors of their own, each with its own loop nest
     Strategy("pieces", Compute, _pieces, lambda lw, t, cut: lw.compute_pieces(t, cut),
              lambda cut: (("pieces", tuple((lo, hi) for lo, hi, _ in cut)),),
-             leads=_outer_axes),
+             leads=lambda lw, t, cut: 0 if piecewise.holds_sums(cut) else t.ndim - 1),
     # square blocks of the transposed axis and the innermost: the axes before it in order
     Strategy("blocks", Compute, _blocks, lambda lw, t, a: lw.compute_loops(t, transposed=a),
              lambda a: (("axis", a),), leads=lambda lw, t, a: a),

@@ -42,9 +42,10 @@ def _extent(a: Axis) -> Expr:
     return a.hi - a.lo
 
 
-def extract(e: Expr, name: str, origin: str) -> Tuple[Compute, Read]:
+def extract(e: Expr, name: str, origin: str, order=None) -> Tuple[Compute, Read]:
     """A tensor computing ``e`` over the box of its free axes (:func:`is_box` must
-    hold), and the read of it that equals ``e`` where ``e`` is evaluated.
+    hold), in the order of ``order`` (the same axes; default: first use in ``e``), and
+    the read of it that equals ``e`` where ``e`` is evaluated.
 
     >>> import tensorexpr as te
     >>> X = te.placeholder((8,), name="X")
@@ -55,6 +56,9 @@ def extract(e: Expr, name: str, origin: str) -> Tuple[Compute, Read]:
     G[t - 1]
     """
     free = free_axes(e)
+    if order is not None:
+        assert {a.uid for a in order} == {a.uid for a in free}, "order must hold the free axes"
+        free = list(order)
     axes = [Axis(a.name, Const(0, INDEX_DTYPE), _extent(a), fresh_uid()) for a in free]
     shift = {a: (n if _zero(a.lo) else n + a.lo) for a, n in zip(free, axes)}
     at = tuple(a if _zero(a.lo) else a - a.lo for a in free)

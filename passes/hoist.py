@@ -207,6 +207,109 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
     return found
 
 
+#: the most factors of one product :func:`regroup` reorders
+MAX_FACTORS = 16
+
+
+def _factors(x: Expr) -> Tuple[List[Expr], List[frozenset]]:
+    """The operands of the product chain ``x`` (``a * (b * c)``: a, b, c), left to right
+    (nested products of another type end it), and for each product inside the chain,
+    the ids of the operands it multiplies (``{id(b), id(c)}``)."""
+    out: List[Expr] = []
+    spans: List[Tuple[int, int]] = []  # each inner product's operands: out[lo:hi]
+    stack: list = [(x, False)]
+    starts: List[int] = []
+    while stack:
+        y, closing = stack.pop()
+        if closing:
+            spans.append((starts.pop(), len(out)))
+        elif (isinstance(y, Binary) and y.op == "mul" and y.dtype == x.dtype
+              and len(out) + len(stack) < MAX_FACTORS):
+            starts.append(len(out))
+            stack += [(y, True), (y.b, False), (y.a, False)]
+        else:
+            out.append(y)
+    return out, [frozenset(id(f) for f in out[lo:hi]) for lo, hi in spans if hi - lo < len(out)]
+
+
+def regroup(t: Compute) -> Compute:
+    """``t`` with each product whose costly factors miss axes that the other factors use
+    reordered so that those factors form a sub-product: ``dh[t, b, j] * (P[t, b, j] *
+    h[t - 1, b, k])``, as the adjoint of ``sum_k h[t - 1, b, k] * U[k, j]`` is written,
+    becomes ``(dh[t, b, j] * P[t, b, j]) * h[t - 1, b, k]``, whose first factor
+    :func:`invariant_parts` can store once per ``(t, b, j)`` (a GRU's weight gradient then
+    contracts two stored tensors). Factors are grouped by the axes they use, groups
+    using fewer axes first. Float products are reassociated (their last bits may
+    change), so never where a value is compared (a max's tie test must see the bits
+    its forward computed).
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((8, 8), name="A"); B = te.placeholder((8, 8), name="B")
+    >>> k = te.reduce_axis(8, name="k")
+    >>> Y = te.compute((8, 8), lambda i, j: te.sum((te.exp(A[i, k]) * B[k, j]) * B[k, i],
+    ...                axis=k), name="Y")
+    >>> print(regroup(Y).body)
+    (sum_{k in [0, 8)} ((exp(A[i, k]) * B[k, i]) * B[k, j]))
+    """
+    if t.body is None:
+        return t
+    used, costly = _uses(t.body)
+    bounds: Dict[int, set] = {}
+    compared = set()
+    for x, bound, _, cmp in _contexts(t):
+        bounds.setdefault(id(x), set()).add(frozenset(bound))
+        if cmp:
+            compared.add(id(x))
+    inner = set()  # products that are an operand of another product of their type
+    nodes = [x for x in postorder(t.body, _children)
+             if isinstance(x, Binary) and x.op == "mul" and is_float(x.dtype)]
+    for x in nodes:
+        inner |= {id(c) for c in (x.a, x.b) if isinstance(c, Binary) and c.op == "mul"
+                  and c.dtype == x.dtype}
+    new: Dict[int, Expr] = {}
+    for x in nodes:
+        if id(x) in inner or id(x) in compared or len(bounds.get(id(x), ())) != 1:
+            continue
+        (bound,) = bounds[id(x)]
+        leaves, inner_sets = _factors(x)
+        if len(leaves) < 3 or any(f.dtype != x.dtype for f in leaves):
+            continue
+        groups: Dict[frozenset, List[Expr]] = {}
+        for f in leaves:
+            groups.setdefault(used[id(f)], []).append(f)
+        # the costly group using fewest axes first, then each time the group adding
+        # fewest axes to those used so far (costly ones first among equals)
+        hot = {g: any(costly[id(f)] for f in groups[g]) for g in groups}
+        order, left, have = [], set(groups), frozenset()
+        while left:
+            g = min(left, key=lambda g: (len(g - have), not hot[g], len(g), sorted(g)))
+            order.append(g)
+            left.remove(g)
+            have |= g
+        # worth it: a first few groups hold costly work and miss axes the rest use
+        # (the longest such prefix: the part invariant_parts will take; none, or one the
+        # product already holds as a sub-product, leaves the product as written)
+        seen: frozenset = frozenset()
+        part = None
+        for k, g in enumerate(order[:-1]):
+            seen |= g
+            if any(hot[h] for h in order[:k + 1]):
+                rest = used[id(x)] - seen
+                axes = [a for a in free_axes(x) if a.uid in rest and a.uid in bound]
+                if axes and _points(axes) >= MIN_REDUNDANCY:
+                    part = frozenset(id(f) for h in order[:k + 1] for f in groups[h])
+        if part is None or part in inner_sets or len(part) == 1:
+            continue
+        out = None
+        for g in order:
+            for f in groups[g]:
+                out = f if out is None else Binary("mul", out, f, x.dtype)
+        new[id(x)] = out
+    if not new:
+        return t
+    return replace(t, body=bottom_up(t.body, lambda y: y, stop=lambda y: new.get(id(y))))
+
+
 def hoist(t: Compute) -> Tuple[Compute, List[Compute]]:
     """``t`` reading the tensors its :func:`invariant_parts` became, and those tensors
     (named ``t.name + "_h" + n``); ``t`` itself and ``[]`` if there is none. A part
@@ -221,6 +324,7 @@ def hoist(t: Compute) -> Tuple[Compute, List[Compute]]:
     Y_h0[i, k] = exp(X[i, k])    for i in [0, 16), k in [0, 8)    float32
     Y[i, j] = sum_{k in [0, 8)} (Y_h0[i, k] * W[k, j])    for i in [0, 16), j in [0, 8)    float32
     """
+    t = regroup(t)
     parts = invariant_parts(t)
     if not parts:
         return t, []
@@ -239,7 +343,8 @@ def hoist(t: Compute) -> Tuple[Compute, List[Compute]]:
                 cond = Binary("and", cond, c, "bool")
             held = Select(cond, e, Const(0.0, e.dtype) if is_float(e.dtype) else Const(0, e.dtype),
                           e.dtype)
-        g, read = extract(held, f"{t.name}_h{len(new)}", t.origin)
+        # axes in the order the part itself uses them (its reads' layout), not its guards'
+        g, read = extract(held, f"{t.name}_h{len(new)}", t.origin, order=free_axes(e))
         new.append(g)
         read_of[id(e)] = read
         if not conds:

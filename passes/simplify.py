@@ -123,4 +123,9 @@ def _rule(e: Expr) -> Expr:
             return a
         case Reduce("sum", body, _, _, dt) if _is(body, 0):
             return _c(0, dt)
+        case Reduce(op, _, _, Const(False, "bool"), dt) if op == "sum" or is_float(dt):
+            # no point: the identity (a piece of a gradient where another piece's sum is)
+            return _c(0 if op == "sum" else (-np.inf if op == "max" else np.inf), dt)
+        case Reduce(op, body, axes, Const(True, "bool"), dt):
+            return Reduce(op, body, axes, None, dt)
     return e

@@ -8,9 +8,9 @@ from typing import List, Optional, Sequence, Tuple
 
 import islpy as isl
 
-from ..ir import Axis, Const, Expr, binary  # noqa: F401 - binary: the example
+from ..ir import Axis, Const, Expr, binary, fresh_uid  # noqa: F401 - binary: the example
 from ..ir import const as const_expr
-from ..transform import free_axes
+from ..transform import free_axes, substitute
 from .spaces import NotAffine, params_of, Space
 from .fibers import align_like, set_expr
 from .loops import conjuncts, PointSet
@@ -55,6 +55,30 @@ def offset_range(axes: Sequence[Axis], guards: Sequence[Expr], index: Expr, base
         return s.sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
 
     return end(vals.lexmin()), end(vals.lexmax())
+
+
+
+def span(axes: Sequence[Axis], guards: Sequence[Expr], axis: Axis,
+         params: Sequence[str] = ()) -> Optional[int]:
+    """The most values ``axis`` (one of ``axes``) takes while the other axes stay fixed,
+    over the points of the boxes where the affine conjuncts of ``guards`` hold: the
+    longest trip count of a loop over ``axis`` innermost. An upper bound (dropped
+    non-affine guards only enlarge the set); 0 when there is no point, None when
+    unbounded.
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(32, "int64"), 5)
+    >>> y = Axis("y", Const(0, "int64"), Const(64, "int64"), 6)
+    >>> span([i, y], [y >= 2 * i, y <= 2 * i + 1], y), span([i, y], [], y)
+    (2, 64)
+    """
+    # the largest y' - y over pairs of points that differ in y alone
+    twin = Axis(f"{axis.name}'", axis.lo, axis.hi, fresh_uid())
+    moved = [substitute(g, {axis: twin}) for g in guards]
+    r = offset_range(list(axes) + [twin], list(guards) + moved, twin, axis, params)
+    if r is None:
+        return None
+    return 0 if r == () else r[1] + 1
 
 # }}}
 

@@ -349,3 +349,20 @@ def test_a_work_estimate_past_int64_is_capped():
     lw = Lowerer(Signature([te.compute((4,), lambda i: A[i] + 1.0, name="B")], [A]))
     big = lw.work_of([Const(1 << 40, "int64"), Const(1 << 40, "int64")])
     assert big.value == WORK_CAP < (1 << 62)
+
+
+def test_short_windows_sum_without_partial_sums():
+    # A 2x2 window per output (bilinear upsampling's gradient): the last axis's loop runs
+    # 2 points, so no row of partial sums is zeroed and added up per element (15x slower);
+    # a window as long as a vector keeps them (a row's sum over 16 lanes).
+    X = te.placeholder((2, 6, 6), name="X")
+    y, x = te.reduce_axis((0, 12), name="y"), te.reduce_axis((0, 12), name="x")
+    D = te.compute((2, 6, 6), lambda n, i, j: te.sum(X[n, y // 2, x // 2] * 0.25, axis=[y, x],
+                   where=(y // 2 == i) & (x // 2 == j)), name="D")
+    r, c = te.reduce_axis((0, 16), name="r"), te.reduce_axis((0, 16), name="c")
+    W = te.placeholder((4, 16, 16), name="W")
+    S = te.compute((4,), lambda b: te.sum(W[b, r, c], axis=[r, c]), name="S")
+    fd, _ = agree([D], [X], rand((2, 6, 6)))
+    fs, _ = agree([S], [W], rand((4, 16, 16)))
+    assert "part" not in without_comments(fd.source)
+    assert "part" in without_comments(fs.source)

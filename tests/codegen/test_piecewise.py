@@ -128,3 +128,22 @@ def test_random_tests_on_the_index_agree_with_numpy(spec):
     x = np.round(rand((n,)) * 2).astype(np.float32) / 2
     h = np.round(rand((n,), seed=1) * 2).astype(np.float32) / 2
     agree([Y, dX], [X, H], x, h, rtol=0, atol=0)
+
+
+def test_pieces_holding_sums_are_tensors_lowered_by_the_table():
+    # the gradient of a weight read as gates W[k, g*H + j]: one contraction per gate,
+    # each row-tiled, written into its part of dW (not a dot product per element)
+    B, K, H = 24, 16, 40
+    X = te.placeholder((B, K), name="X")
+    W = te.placeholder((K, 3 * H), name="W")
+    k = te.reduce_axis(K, name="k")
+    Y = te.compute((B, H), lambda b, j: te.sigmoid(te.sum(X[b, k] * W[k, j], axis=k))
+                   * te.tanh(te.sum(X[b, k] * W[k, H + j], axis=k))
+                   + te.sum(X[b, k] * W[k, 2 * H + j], axis=k), name="Y")
+    Hd = te.placeholder(Y.shape, name="Hd")
+    (dW,) = te.differentiate(Y, [W], head=Hd)
+    f, _ = agree([dW], [X, W, Hd], rand((B, K)), rand((K, 3 * H), seed=1),
+                 rand((B, H), seed=2), rtol=1e-4)
+    parts = [c for c in f.schedule.choices if c.tensor.startswith("dW[")]
+    assert [c.tensor for c in parts] == ["dW[0:40]", "dW[40:80]", "dW[80:120]"]
+    assert all(c.strategy == "rows" for c in parts), parts

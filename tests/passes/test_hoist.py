@@ -216,3 +216,34 @@ def test_a_sum_whose_value_is_compared_stays_where_it_is_written():
     xs = np.random.default_rng(7).standard_normal(4)
     np.testing.assert_allclose(te.build(M, [X])(xs), te.build(M, [X], backend="numpy")(xs),
                                rtol=1e-14)
+
+
+def test_a_product_is_regrouped_so_the_head_is_stored_with_the_partials():
+    # dWh[k, c] of a GRU-like cell with gates read from one weight W[k, g*D + j]: the
+    # adjoint writes dh * (P * h[t - 1, b, k]); regrouped as (dh * P) * h[t - 1, b, k],
+    # the stored part holds the head too, laid out as its reads ([t, b, j]), and each
+    # gate's piece of dWh is a contraction of two stored tensors
+    T, B, D = 4, 3, 8
+    x = te.placeholder((T, B, 2 * D), "float64", "x")
+    W = te.placeholder((D, 2 * D), "float64", "W")
+
+    def cell(h, t, b, j):
+        def hw(g):
+            k = te.reduce_axis(D, "k")
+            return te.select(t == 0, 0.0, te.sum(h[t - 1, b, k] * W[k, g * D + j], axis=k))
+        z = te.sigmoid(x[t, b, j] + hw(0))
+        return z * te.tanh(x[t, b, D + j] + hw(1))
+    h = te.recurrence((T, B, D), cell, name="h", dtype="float64")
+    Hd = te.placeholder((T, B, D), "float64", "Hd")
+    (dW,) = te.differentiate(h, [W], head=Hd)
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal((T, B, 2 * D)), rng.standard_normal((D, 2 * D)) * 0.4,
+              rng.standard_normal((T, B, D))]
+    f = _both([dW], [x, W, Hd], arrays)
+    parts = [line for line in f.schedule.hoisted if line.startswith("dW_h")]
+    assert parts and all("[t, b, j]" in line or "[t, b, i1]" in line for line in parts), parts
+    assert [c.strategy for c in f.schedule.choices if c.tensor.startswith("dW[")] == ["rows"] * 2
+    r = [te.reduce_axis(n) for n in (T, B, D)]
+    L = te.compute((), lambda: te.sum(h[r[0], r[1], r[2]] ** 2, axis=r), name="L",
+                   dtype="float64")
+    check_grads(L, [x, W], arrays[:2], backend="c", tol=1e-6)

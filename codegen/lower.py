@@ -80,7 +80,7 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Placeholder, Redu
 from tensorexpr.transform import const_value
 
 from . import fuse, padcopy, piecewise, strategies, tapsum
-from .cexpr import I64, add, cast, fold, mul
+from .cexpr import I64, add, cast, fold, mul, ring_row
 from .loopast import (Block, Buffer, CExpr, Comment, Decl, For, Kernel, Lit, Op, Stmt, Store, Var,
                       simd_safe)
 from .patterns import TRANSPOSE_BLOCK, inlinable
@@ -229,7 +229,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
             c, rows = ring
             dims, idx = list(dims), list(idx)
             dims[c] = rows
-            idx[c] = fold("mod", idx[c], self.size_expr(rows), I64)
+            idx[c] = ring_row(idx[c], self.size_expr(rows))
         out = idx[0]
         for d, x in zip(dims[1:], idx[1:]):
             out = add(mul(out, self.size_expr(d)), x)

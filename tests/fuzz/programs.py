@@ -656,7 +656,7 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
                     ("bin", "mul", ("const", 0.1), gen_expr(draw, ctx, 1)))
         elif rank and draw(st.integers(0, 3)) == 0:
             static = [j for j, d in enumerate(shape) if d != SYM] or list(range(rank))
-            if draw(st.integers(0, 2)) == 2:  # a third: its gradient may be checkpointed
+            if draw(st.booleans()):  # half of them: their gradients may be checkpointed
                 checkpoints = draw(st.integers(1, 4))
             # (checkpoints apply to a carry along the first axis, of a few steps)
             carry = 0 if checkpoints and 0 in static else _pick(draw, static)

@@ -146,6 +146,8 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         #: tensor uid -> per-axis offsets: a part of another tensor's buffer (a piece of
         #: ``compute_pieces`` lowered as a tensor of its own) stores element x at x + shift
         self.shifts: Dict[int, Tuple[int, ...]] = {}
+        #: the strategy table's plans per tensor (``codegen.strategies.candidates``)
+        self.plans: Dict[tuple, tuple] = {}
         for k, t in enumerate(self.tensors):
             b = Buffer(f"b{k}", t.dtype, isinstance(t, Placeholder), notes.get(
                 t.uid, f"{t.name}{' (input)' if isinstance(t, Placeholder) else ''}"))

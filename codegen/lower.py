@@ -76,14 +76,14 @@ from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Placeholder, Reduce, ScatterAdd,
-                           Tensor, fresh_uid, walk)
+                           Tensor, fresh_uid, tensor_exprs, walk)
 from tensorexpr.transform import const_value
 
 from . import fuse, padcopy, piecewise, strategies, tapsum
 from .cexpr import I64, add, cast, fold, mul
 from .loopast import (Block, Buffer, CExpr, Comment, Decl, For, Kernel, Lit, Op, Stmt, Store, Var,
                       simd_safe)
-from .patterns import TRANSPOSE_BLOCK, inlinable
+from .patterns import TRANSPOSE_BLOCK, compared_sums, inlinable
 from .program import Program, Site
 from .schedule import DEFAULT, Options, Recorder
 from .scope import Scope
@@ -167,6 +167,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         #: cheap elementwise intermediates evaluated where they are read, never stored
         self.inline = inlinable(sig)
         ExprLowering.__init__(self)
+        self.compared = compared_sums([e for t in self.tensors for e in tensor_exprs(t)])
 
     def fresh(self, prefix: str, dtype: str) -> Var:
         k = self.counters.get(prefix, 0)

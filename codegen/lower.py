@@ -396,10 +396,12 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         as three gates ``W[k, g * H + j]`` is three contractions, each then row-tiled,
         not one dot product per element)."""
         out: List[Stmt] = []
+        # (``t`` may itself be a piece: its own shift and its parent's buffer carry over)
+        base = self.shifts.get(t.uid, (0,) * t.ndim)
         for sub, lo in piecewise.piece_tensors(t, cut):
             self.buf[sub.uid] = self.buf[t.uid]
-            self.dims[sub.uid] = t.dims
-            self.shifts[sub.uid] = (0,) * (t.ndim - 1) + (lo,)
+            self.dims[sub.uid] = self.dims[t.uid]
+            self.shifts[sub.uid] = base[:-1] + (base[-1] + lo,)
             out.append(Block((Comment(str(sub)),) + tuple(self.compute(sub))))
         return out
 

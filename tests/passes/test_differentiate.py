@@ -1108,3 +1108,17 @@ def test_fuzzer_program_15010_a_sum_inside_a_min_is_added_as_in_the_forward():
         np.array([[1.4406866241535683], [0.4570847010735055], [-0.3937668769910072], [1.043057275446297]], dtype='float64'),
         np.array([0, 1], dtype='int32')],
           second_order=True, seed=15010)
+
+
+def test_fuzzer_program_8145_nested_pieces_of_a_max():
+    # T1_max is cut into pieces holding sums (max reductions), one of them again: the
+    # inner pieces were stored without the outer piece's offset (fuzz seed 61001)
+    from tests.fuzz.harness import check
+    X0 = te.placeholder((1, 2), dtype="float64", name="X0")
+    T0 = te.compute((1,), lambda i0: te.const(1.0, 'float64'), name="T0", dtype="float64")
+    k0 = te.reduce_axis((0, 3), name="k0")
+    k1 = te.reduce_axis((0, 1), name="k1")
+    T1 = te.compute((), lambda : te.minimum(-(te.select((X0[0, 0] > 0.0) & (T0[0] > 0.0), te.const(1.0, 'float64'), X0[0, 0])), te.min(te.max(T0[te.minimum(k0, 0)], axis=k1, where=(k0 < 0) | (k1 == 0)), axis=k0, where=((k0 + 0 < k0) & (k0 % 2 == 0)) | (k0 == 0))), name="T1", dtype="float64")
+    check(T1, [X0], [
+        np.array([[-0.10006605901089083, -1.330559919816365]], dtype='float64')],
+          second_order=True, seed=8145)

@@ -76,14 +76,14 @@ from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Placeholder, Reduce, ScatterAdd,
-                           Tensor, fresh_uid, walk)
+                           Tensor, fresh_uid, tensor_exprs, walk)
 from tensorexpr.transform import const_value
 
 from . import fuse, padcopy, piecewise, strategies, tapsum
 from .cexpr import I64, add, cast, fold, mul, ring_row
 from .loopast import (Block, Buffer, CExpr, Comment, Decl, For, Kernel, Lit, Op, Stmt, Store, Var,
                       simd_safe)
-from .patterns import TRANSPOSE_BLOCK, inlinable
+from .patterns import TRANSPOSE_BLOCK, compared_sums, inlinable
 from .program import Program, Site
 from .schedule import DEFAULT, Options, Recorder
 from .scope import Scope
@@ -149,6 +149,8 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         #: tensor uid -> per-axis offsets: a part of another tensor's buffer (a piece of
         #: ``compute_pieces`` lowered as a tensor of its own) stores element x at x + shift
         self.shifts: Dict[int, Tuple[int, ...]] = {}
+        #: the strategy table's plans per tensor (``codegen.strategies.candidates``)
+        self.plans: Dict[tuple, tuple] = {}
         for k, t in enumerate(self.tensors):
             b = Buffer(f"b{k}", t.dtype, isinstance(t, Placeholder), notes.get(
                 t.uid, f"{t.name}{' (input)' if isinstance(t, Placeholder) else ''}"))
@@ -168,6 +170,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         #: cheap elementwise intermediates evaluated where they are read, never stored
         self.inline = inlinable(sig)
         ExprLowering.__init__(self)
+        self.compared = compared_sums([e for t in self.tensors for e in tensor_exprs(t)])
 
     def fresh(self, prefix: str, dtype: str) -> Var:
         k = self.counters.get(prefix, 0)
@@ -441,10 +444,12 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         as three gates ``W[k, g * H + j]`` is three contractions, each then row-tiled,
         not one dot product per element)."""
         out: List[Stmt] = []
+        # (``t`` may itself be a piece: its own shift and its parent's buffer carry over)
+        base = self.shifts.get(t.uid, (0,) * t.ndim)
         for sub, lo in piecewise.piece_tensors(t, cut):
             self.buf[sub.uid] = self.buf[t.uid]
-            self.dims[sub.uid] = t.dims
-            self.shifts[sub.uid] = (0,) * (t.ndim - 1) + (lo,)
+            self.dims[sub.uid] = self.dims[t.uid]
+            self.shifts[sub.uid] = base[:-1] + (base[-1] + lo,)
             out.append(Block((Comment(str(sub)),) + tuple(self.compute(sub))))
         return out
 

@@ -53,6 +53,8 @@ class ExprLowering:
         self._bind: Dict[int, bool] = {}
         self._known: List[Expr] = []  # the analysed roots, kept alive: their ids are keys
         self._staging = False
+        #: ids of the float sums to add in the order written (``patterns.compared_sums``)
+        self.compared: set = set()
 
     # {{{ loops over a (reduction or scatter) domain
 
@@ -356,6 +358,12 @@ class ExprLowering:
     def reduce(self, e: Reduce, scope: Scope, out: List[Stmt]) -> CExpr:
         acc = self.fresh("t", e.dtype)
         out.append(Decl(acc, identity(e.op, e.dtype)))
+        # a sum whose value is compared (a max's tie test recomputes it elsewhere) adds
+        # its points in the order written: no partial sums, no vector lanes
+        written = id(e) in self.compared
+        if e.op in ("max", "min"):
+            self.compared |= {id(x) for x in walk(e, unique=True)
+                              if isinstance(x, Reduce) and x.op == "sum"}
         body, where = where_form(e)
         if body is not e.body:
             e = Reduce(e.op, body, e.axes, where, e.dtype)
@@ -366,7 +374,7 @@ class ExprLowering:
         lo = const_value(last.lo) if last is not None else None
         hi = const_value(last.hi) if last is not None else None
         split = (e.op == "sum" and is_float(e.dtype) and len(e.axes) >= 2 and lo is not None
-                 and hi is not None and 0 < hi - lo <= PARTIAL_SUMS)
+                 and hi is not None and 0 < hi - lo <= PARTIAL_SUMS and not written)
         if split:
             # ... unless the last axis's loop runs fewer points than a vector holds (a
             # window of 2 in a bilinear upsampling's gradient): then no pass fills a
@@ -379,7 +387,7 @@ class ExprLowering:
             short = run is not None and run < target.current().lanes(e.dtype)
             split = not short
         else:
-            short = False
+            short = written
         if (e.op in ("max", "min") and is_float(e.dtype) and len(e.axes) == 1
                 and e.where is None and lo is not None and hi is not None
                 and hi - lo >= 4 * LANES):

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Read, Reduce, Select,
-                           SizeVar, Unary, COSTLY_OPS, children, is_float, occurrences,
+from tensorexpr.ir import (Axis, BINARY_CMP, Binary, Cast, Compute, Const, Expr, Read, Reduce,
+                           Select, SizeVar, Unary, COSTLY_OPS, children, is_float, occurrences,
                            postorder, same, tensor_exprs, walk)
 from tensorexpr.transform import const_value, eval_int
 
@@ -77,6 +77,38 @@ def where_form(red: Reduce) -> Tuple[Expr, Optional[Expr]]:
         where = body.cond if where is None else Binary("and", where, body.cond, "bool")
         body = body.a
     return body, where
+
+
+def compared_sums(roots: Sequence[Expr]) -> set:
+    """The ids of the float sums in ``roots`` whose value is compared: inside a
+    comparison's or an elementwise max's/min's operands, or a max's/min's body or
+    where. The gradient of an extremum tests ``body == forward value`` bit for bit
+    (``passes.differentiate``'s tie counts), recomputing such a sum in other loops
+    (a tie count, a gather) than the forward's: both must add its terms in the same
+    order, so these are lowered in the order written (``lower_expr``), whatever the
+    loops around them.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4, 3), name="X")
+    >>> k, r = te.reduce_axis(3, name="k"), te.reduce_axis(4, name="r")
+    >>> s = te.sum(X[r, k], axis=k)
+    >>> M = te.compute((), lambda: te.max(s, axis=r), name="M")
+    >>> S = te.compute((4,), lambda i: te.sum(X[i, k], axis=k) * 2.0, name="S")
+    >>> len(compared_sums([M.body])), len(compared_sums([S.body]))
+    (1, 0)
+    """
+    out: set = set()
+    for root in roots:
+        flag: Dict[int, bool] = {}
+        for x in reversed(postorder(root)):  # every parent before its children
+            f = flag.get(id(x), False)
+            if f and isinstance(x, Reduce) and x.op == "sum" and is_float(x.dtype):
+                out.add(id(x))
+            inside = f or (isinstance(x, Binary) and (x.op in BINARY_CMP or x.op in ("max", "min"))
+                           or isinstance(x, Reduce) and x.op in ("max", "min"))
+            for c in children(x):
+                flag[id(c)] = flag.get(id(c), False) or inside
+    return out
 
 
 def conj(conds: Sequence[Expr]) -> Optional[Expr]:

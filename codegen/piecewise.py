@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 from math import floor
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from passes.simplify import simplify
 from tensorexpr import polyhedral
@@ -82,6 +82,23 @@ def pieces(body: Expr, j: Axis) -> Optional[List[Tuple[int, int, Expr]]]:
     lo, hi = const_value(j.lo), const_value(j.hi)
     if lo is None or hi is None or hi - lo < 2:
         return None
+    # asked of the same tensor by fusion planning and lowering: answered once (the
+    # objects are kept with the answer, so their ids are not reused while it lives)
+    hit = _ASKED.get((id(body), id(j)))
+    if hit is not None and hit[0] is body and hit[1] is j:
+        return hit[2]
+    out = _pieces(body, j, lo, hi)
+    _ASKED[(id(body), id(j))] = (body, j, out)
+    if len(_ASKED) > 256:
+        _ASKED.pop(next(iter(_ASKED)))
+    return out
+
+
+#: the last answers of :func:`pieces`
+_ASKED: Dict[Tuple[int, int], tuple] = {}
+
+
+def _pieces(body: Expr, j: Axis, lo: int, hi: int) -> Optional[List[Tuple[int, int, Expr]]]:
     tests = _tests(body, j)
     if not tests:
         return None

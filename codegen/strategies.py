@@ -222,8 +222,18 @@ def candidates(lw, t: Tensor) -> List[Tuple[Strategy, object]]:
     >>> [s.name for s, _ in candidates(Lowerer(Signature([B], [A])), B)]
     ['blocks', 'loops']
     """
-    found = [(s, p) for s in TABLE if isinstance(t, s.kind)
-             for p in [s.applies(lw, t)] if p is not None]
+    # the plans are pure functions of the tensor and the program: asked again (fusion
+    # planning, leading loops, lowering), they are looked up (the tensor is kept with
+    # them, so its id is not reused while the entry lives)
+    # (a slab's lowering adds size variables; a checkpointed recurrence, rings)
+    key = (id(t), tuple(lw.params), tuple(lw.rings))
+    hit = lw.plans.get(key)
+    if hit is not None and hit[0] is t:
+        found = hit[1]
+    else:
+        found = [(s, p) for s in TABLE if isinstance(t, s.kind)
+                 for p in [s.applies(lw, t)] if p is not None]
+        lw.plans[key] = (t, found)
     forced = lw.options.forced(t.name)
     if forced is None:
         return found

@@ -366,3 +366,21 @@ def test_short_windows_sum_without_partial_sums():
     fs, _ = agree([S], [W], rand((4, 16, 16)))
     assert "part" not in without_comments(fd.source)
     assert "part" in without_comments(fs.source)
+
+
+def test_a_sum_whose_value_is_compared_is_added_in_written_order():
+    # M = max_r sum_{k, l} X[r, k, l]: its gradient's tie test recomputes the sum in
+    # other loops; both add the terms in the order written (no partial sums, no lanes)
+    X = te.placeholder((4, 3, 32), name="X")
+    r, k, l = (te.reduce_axis(n, name=nm) for n, nm in ((4, "r"), (3, "k"), (32, "l")))
+    M = te.compute((), lambda: te.max(te.sum(X[r, k, l], axis=[k, l]), axis=r), name="M")
+    S = te.compute((4,), lambda i: te.sum(X[i, k, l], axis=[k, l]) * 2.0, name="S")
+    fm, _ = agree([M], [X], rand((4, 3, 32)))
+    fs, _ = agree([S], [X], rand((4, 3, 32)))
+    assert "part" not in without_comments(fm.source) and "simd" not in fm.source
+    assert "part" in without_comments(fs.source)
+    (dX,) = te.differentiate(M, [X])
+    x = rand((4, 3, 32))
+    g = te.build([dX], [X])(x)
+    best = int(np.argmax(x.sum(axis=(1, 2))))
+    assert np.array_equal(g[best], np.ones((3, 32), np.float32)) and g.sum() == 96

@@ -147,3 +147,17 @@ def test_pieces_holding_sums_are_tensors_lowered_by_the_table():
     parts = [c for c in f.schedule.choices if c.tensor.startswith("dW[")]
     assert [c.tensor for c in parts] == ["dW[0:40]", "dW[40:80]", "dW[80:120]"]
     assert all(c.strategy == "rows" for c in parts), parts
+
+
+def test_pieces_of_a_piece_store_at_both_offsets():
+    # a piece holding a sum is a tensor of its own, which may be cut into pieces again:
+    # their shifts add up (the fuzzer's program 0, seed 61001, stored at the wrong place)
+    X0 = te.placeholder((1, 1), dtype="float64", name="X0")
+    T0 = te.compute((1, 3, 1), lambda i0, i1, i2: -(X0[i0, i0]), name="T0", dtype="float64")
+    k1 = te.reduce_axis((0, 1), name="k1")
+    T2 = te.compute((3,), lambda i0: te.select(
+        ~(i0 % 2 == 0), T0[te.minimum(i0 + 1, 0), i0, te.minimum(0 + 2 * i0, 0)],
+        te.sum(-(te.cast(i0, 'float64') * 0.5), axis=k1)), name="T2", dtype="float64")
+    f, (got,) = agree([T2], [X0], np.array([[0.41]]))
+    assert [c.tensor for c in f.schedule.choices if c.strategy == "pieces"] == ["T2", "T2[1:3]"]
+    np.testing.assert_array_equal(got, [0.0, -0.41, -1.0])

@@ -1078,3 +1078,47 @@ def test_fuzzer_program_5789_tie_count_reads_inside_its_domain():
                   [1.4282957702909513, 0.7492221903395273, -0.2221403372522044],
                   [0.22919855599440275, -1.4875697961136072, 0.6031845175208117]]),
         np.array([3], dtype='int32')], second_order=False, seed=5789)
+
+
+def test_fuzzer_program_15010_a_sum_inside_a_min_is_added_as_in_the_forward():
+    # the min's tie test recomputes the sum over (k7, k8) in other loops than the
+    # forward did: with lanes or partial sums it could round differently, and the
+    # gradient of X1 was 0 (fuzz seed 27182); compared sums are added in written order
+    from tests.fuzz.harness import check
+    n = te.var("n")
+    X0 = te.placeholder((n, 4), dtype="float64", name="X0")
+    X1 = te.placeholder((n,), dtype="float64", name="X1")
+    X2 = te.placeholder((4, 1), dtype="float64", name="X2")
+    I0 = te.placeholder((2,), dtype="int32", name="I0")
+    k0 = te.reduce_axis((0, 2), name="k0")
+    k1 = te.reduce_axis((0, 4), name="k1")
+    k2 = te.reduce_axis((1, 2), name="k2")
+    T0 = te.compute((n, 4), lambda i0, i1: te.sum(te.sum(te.select(i0 % 2 == 0, X2[te.minimum(i0 + 1, 3), te.minimum(i0, 0)], X1[te.minimum(i0 + 1, n - (1))]), axis=k2), axis=[k0, k1], where=~(i0 % 2 == 0)), name="T0", dtype="float64")
+    k3 = te.reduce_axis((0, 1), name="k3")
+    k4 = te.reduce_axis((0, 1), name="k4")
+    T1 = te.compute((n, 3, 1), lambda i0, i1, i2: -(-(te.const(1.0, 'float64'))) + te.sum(te.const(1.0, 'float64') + te.const(1.0, 'float64'), axis=[k3, k4], where=i0 % 2 == 0), name="T1", dtype="float64")
+    k5 = te.reduce_axis((0, 2), name="k5")
+    k6 = te.reduce_axis((0, n), name="k6")
+    k7 = te.reduce_axis((0, 3), name="k7")
+    k8 = te.reduce_axis((0, 3), name="k8")
+    T2 = te.compute((n,), lambda i0: te.min(te.sum(te.select(i0 % 2 == 0, X1[te.minimum(0 + 2 * i0, n - (1))], te.const(1.0, 'float64')), axis=[k7, k8]), axis=[k5, k6], where=(i0 < i0) | ((k5 == 0) & (k6 == 0))), name="T2", dtype="float64")
+    check(T2, [X0, X1, X2, I0], [
+        np.array([[0.3176387595008572, -0.29096028453988, 1.4867107016921453, -1.3298589446859523], [-0.7174817172718575, -0.5698861205537532, -0.6009686683136184, -0.6752311360594899]], dtype='float64'),
+        np.array([-0.6255260811853118, -0.4128981154363547], dtype='float64'),
+        np.array([[1.4406866241535683], [0.4570847010735055], [-0.3937668769910072], [1.043057275446297]], dtype='float64'),
+        np.array([0, 1], dtype='int32')],
+          second_order=True, seed=15010)
+
+
+def test_fuzzer_program_8145_nested_pieces_of_a_max():
+    # T1_max is cut into pieces holding sums (max reductions), one of them again: the
+    # inner pieces were stored without the outer piece's offset (fuzz seed 61001)
+    from tests.fuzz.harness import check
+    X0 = te.placeholder((1, 2), dtype="float64", name="X0")
+    T0 = te.compute((1,), lambda i0: te.const(1.0, 'float64'), name="T0", dtype="float64")
+    k0 = te.reduce_axis((0, 3), name="k0")
+    k1 = te.reduce_axis((0, 1), name="k1")
+    T1 = te.compute((), lambda : te.minimum(-(te.select((X0[0, 0] > 0.0) & (T0[0] > 0.0), te.const(1.0, 'float64'), X0[0, 0])), te.min(te.max(T0[te.minimum(k0, 0)], axis=k1, where=(k0 < 0) | (k1 == 0)), axis=k0, where=((k0 + 0 < k0) & (k0 % 2 == 0)) | (k0 == 0))), name="T1", dtype="float64")
+    check(T1, [X0], [
+        np.array([[-0.10006605901089083, -1.330559919816365]], dtype='float64')],
+          second_order=True, seed=8145)

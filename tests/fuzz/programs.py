@@ -220,12 +220,9 @@ def to_source(prog: Program, prefix: str = "") -> str:
     p1_X0 = te.placeholder((p1_n,), dtype="float32", name="p1_X0")
     p1_k0 = te.reduce_axis((0, p1_n), name="p1_k0")
     p1_T0 = te.compute((), lambda : te.max(p1_X0[p1_k0], axis=p1_k0), name="p1_T0", dtype="float32")
-    >>> prev = ("self", "S", (("sub", ("ax", "i0"), ("c", 1)),), (("cmp", ">=", ("ax", "i0"), ("c", 1)),))
-    >>> r = Program("float64", None, (Input("X0", (4,), "float", 0),),
-    ...             (Def("T0", (4,), ("i0",), (), ("bin", "add", ("read", "X0", (("ax", "i0"),), ()),
-    ...                  prev), 0, checkpoints=2),))
-    >>> print(to_source(r).splitlines()[-1])
-    T0 = te.recurrence((4,), lambda S, i0: X0[i0] + te.select(i0 >= 1, S[i0 - (1)], 0.0), name="T0", dtype="float64", checkpoints=2)
+    >>> print(to_source(Program("float32", None, (), (Def("T0", (4,), ("i0",), (), ("const", 1.0), 0,
+    ...                                                   checkpoints=2),))))
+    T0 = te.recurrence((4,), lambda S, i0: 1.0, name="T0", dtype="float32", checkpoints=2)
     """
     p = prefix
     lines = []

@@ -296,7 +296,6 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
         return None
     # a recurrence by steps runs each step with the full tape's lowering of a step
     # (Lowerer.step_of), in either mode: its per-step sums are the same C, in the same order
-    revolve = mode == "revolve" and isinstance(T, Const)
     if any(_has_reduce(x) and x.uid not in steps for x in (e, de)):
         return None
     wd = _window(de, params)
@@ -357,7 +356,8 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
     k = int(k)
     if isinstance(T, Const):
         k = min(k, T.value)  # more checkpoints than steps would only cost memory
-    # (revolve needs its schedule as data, made for a known T: a symbolic T runs segments)
+    # revolve needs its schedule as data, made for a known T: a symbolic T runs segments
+    revolve = mode == "revolve" and isinstance(T, Const)
     seg = _c(1) if revolve else _bin("max", _ceil_div(T, k), _c(back))
     if not revolve and isinstance(seg, Const) and seg.value >= T.value:
         return None  # one segment (k = 1): the rings would be the whole tape

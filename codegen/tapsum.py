@@ -155,6 +155,17 @@ def leading_loops(lw, t: Compute, chosen: Taps) -> int:
     memory = t.ndim - ntaps
     p = tapsum_registers.plan(lw, t, red, ntaps, *where_form(red))
     if p is None:
+        # ``t`` may be a slab of a tensor of the program (``codegen.fuse.member``) whose
+        # narrowed block axis the registers need static: a slab must leave that axis
+        # whole, or the tensor would lose the registers' form for the memory one (about
+        # three times slower) to share a loop
+        whole = next((x for x in lw.lowered if x.uid == t.uid), t)
+        own = applies(whole) if whole is not t else None
+        q = None if own is None else tapsum_registers.plan(
+            lw, whole, own.plan[0], own.ntaps, *where_form(own.plan[0]))
+        if q is not None:
+            return min(memory, next(k for k, a in enumerate(whole.axes)
+                                    if a.uid == q.block.uid))
         return memory
     B = tapsum_registers.rows_a_pass(p, red.dtype)
     k = 0

@@ -147,3 +147,45 @@ def tidy(e: Expr, q: int, s: int) -> Expr:
         return out
 
     return go(e)
+
+
+def decompose(e: Expr, s: int, residues: set) -> Optional[Tuple[Expr, Expr]]:
+    """``(plane, quotient)`` with ``e == s*quotient + plane`` and ``0 <= plane < s`` at
+    every point, both without floor division or modulo, or None: ``e`` is affine, its
+    coefficients multiples of ``s`` but for at most one axis of ``residues`` (uids of
+    axes over ``[0, s)``) with coefficient 1, and then a constant term that is a
+    multiple of ``s`` too (the plane is that axis; else it is the constant's residue).
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> y = Axis("y", Const(0, "int64"), Const(8, "int64"), 1)
+    >>> r = Axis("r", Const(0, "int64"), Const(2, "int64"), 2)
+    >>> [str(x) for x in decompose(2 * y + r - 2, 2, {r.uid})]
+    ['r', '(y + -1)']
+    >>> [str(x) for x in decompose(2 * y + 3, 2, set())], decompose(2 * y + r + 1, 2, {r.uid})
+    (['1', '(y + 1)'], None)
+    """
+    form = terms(e)
+    if form is None:
+        return None
+    k, coef, axes = form
+    res = [u for u in coef if u in residues]
+    if any(c % s for u, c in coef.items() if u not in residues):
+        return None
+    if res:
+        if len(res) > 1 or coef[res[0]] != 1 or k % s:
+            return None
+        plane: Expr = axes[res[0]]
+    else:
+        plane = Const(k % s, I64)
+    quotient: Optional[Expr] = None
+    for u, c in coef.items():
+        if u in residues:
+            continue
+        term = axes[u] if c == s else Binary("mul", Const(c // s, I64), axes[u], I64)
+        quotient = term if quotient is None else Binary("add", quotient, term, I64)
+    off = k // s
+    if quotient is None:
+        quotient = Const(off, I64)
+    elif off:
+        quotient = Binary("add", quotient, Const(off, I64), I64)
+    return plane, quotient

@@ -13,12 +13,12 @@ same tensor the same way), where it is contiguous along ``q`` and indexed by pla
 affine forms: the sums then take the ordinary row and tap schedules (register tiles,
 zero-padded copies). A copy costs one pass over the operand; the strided loads it
 replaces cost one per point of the sum that reads the operand, so a read is moved only
-when the sum reads each element at least ``MIN_REUSE`` times, every index it moves
-is one the lowering proves in range (no run-time check would name the copy instead of
-the tensor the user wrote), and the copy finds a place in the program that leaves
+when the sums read each element at least ``MIN_REUSE`` times, and the copy finds a place in the program that leaves
 row fusion as it was (``layout.place``).
 
-A read is moved only when it steps by ``s`` along the axis the sum's fast schedules
+Only sums whose every read isl proves in range are split (no run-time check would
+report a part or a copy instead of the tensor the user wrote). A read is moved only
+when it steps by ``s`` along the axis the sum's fast schedules
 run in vector lanes (``residue_split.lanes``: the row, or the last reduction axis of a
 weight gradient); other strided reads (a weight read by taps) stay. A sum's split is
 kept when it pays: some read is moved to a copy and none is left gathering along the
@@ -49,12 +49,12 @@ MIN_REUSE = 8
 Key = Tuple[int, Tuple[int, ...], int]   # (tensor uid, packed dimensions, stride)
 
 
-def packs(t: Compute, kept: set, params: Sequence[str] = ()
-          ) -> List[Tuple[Read, Key, list]]:
+def packs(t: Compute, kept: set) -> List[Tuple[Read, Key, list]]:
     """The reads of ``t``'s sum that may move to packed copies: ``(read, (tensor uid,
     dims, s), planes)``, ``planes`` each moved dimension's ``(plane, quotient)``.
     ``kept``: uids of the residue axes of the sum (``Split.kept``). Whether a copy pays
-    is the caller's to judge (:func:`points`: the sums that would read it).
+    is the caller's to judge (:func:`points`: the sums that would read it), and that
+    the reads are in range (a read outside would find a zero of the copy).
 
     >>> import tensorexpr as te
     >>> H = te.placeholder((4, 32), name="H"); X = te.placeholder((4, 16, 16), name="X")
@@ -67,10 +67,7 @@ def packs(t: Compute, kept: set, params: Sequence[str] = ()
     red = _the_sum(t)
     if red is None:
         return []
-    body, where = where_form(red)
-    conds = conjuncts(where)
-    axes = list(t.axes) + list(red.axes)
-    ps: Optional[PointSet] = None
+    body = where_form(red)[0]
     out: List[Tuple[Read, Key, list]] = []
     lane = lanes(t, red)
     for r in (x for x in walk(body, unique=True) if isinstance(x, Read)):
@@ -95,10 +92,6 @@ def packs(t: Compute, kept: set, params: Sequence[str] = ()
             continue
         planes = [decompose(r.indices[d], s, kept) for d in dims]
         if any(p is None for p in planes):
-            continue
-        if ps is None:
-            ps = PointSet(axes, conds, sorted(set(params) | set(params_of(axes))))
-        if not all(ps.within(r.indices[d], r.tensor.dims[d]) for d in dims):
             continue
         out.append((r, (r.tensor.uid, dims, s), planes))
     return out
@@ -127,6 +120,18 @@ def _strided_reads(t: Compute) -> List[Read]:
     lane = lanes(t, red)
     return [r for r in walk(where_form(red)[0], unique=True)
             if isinstance(r, Read) and r.tensor.uid != t.uid and strided(r, lane)]
+
+
+def _checked_nowhere(t: Compute, params) -> bool:
+    """Is every read of ``t``'s sum proven inside its tensor (isl, under the sum's
+    domain)? Else a run-time check would report a part, not the tensor the user wrote."""
+    red = _the_sum(t)
+    body, where = where_form(red)
+    conds = conjuncts(where)
+    axes = list(t.axes) + list(red.axes)
+    ps = PointSet(axes, conds, sorted(set(params) | set(params_of(axes))))
+    return all(ps.within(i, d) for e in [body] + conds for r in walk(e, unique=True)
+               if isinstance(r, Read) for i, d in zip(r.indices, r.tensor.dims))
 
 
 def _the_sum(t: Compute) -> Optional[Reduce]:
@@ -189,11 +194,13 @@ def _apply(sp: Split, order: List[Tensor], copies: Dict[Key, Compute], inline: s
            params) -> Optional[Tuple[List[Tensor], Dict[Key, Compute], str]]:
     """``order`` with ``sp`` in place of its tensor and its reads packed, the copies it
     made, and its schedule line; None when it does not pay or a copy finds no place."""
+    if not _checked_nowhere(sp.orig, params):
+        return None
     kept = {a.uid for a in sp.kept}
     mine: Dict[Key, Compute] = {}
     sums: List[Compute] = []
     readers: Dict[Key, Compute] = {}
-    found = [(p, packs(p, kept, params)) for p in sp.sums]
+    found = [(p, packs(p, kept)) for p in sp.sums]
     # a copy pays when the sums read each of its elements MIN_REUSE times (all the
     # parts of this sum; a copy another sum made is paid for)
     reads: Dict[Key, int] = {}

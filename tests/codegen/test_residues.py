@@ -159,3 +159,22 @@ def test_values_are_the_sums_terms_not_a_blend_of_zeros():
     x, w, h = rand(X.shape), rand(W.shape, seed=1), rand(H.shape, seed=2)
     h[0, 0, 3, 4] = np.inf
     agree([dX, dW], [X, W, H], x, w, h, rtol=1e-4)
+
+
+def test_sums_with_checked_reads_are_left_whole():
+    # a data-dependent index is checked at run time: its error must name the tensor the
+    # user wrote, so the sum is not split into parts
+    H = te.placeholder((8, 64), name="H")
+    X = te.placeholder((8, 16, 32), name="X")
+    J = te.placeholder((32,), dtype="int32", name="J")
+    n, y = te.reduce_axis(8, "n"), te.reduce_axis(64, "y")
+    dW = te.compute((16, 4), lambda c, k: te.sum(
+        H[n, y] * X[n, c, J[(y + 1 - k) // 2]], axis=[n, y],
+        where=((y + 1 - k) % 2 == 0) & (y + 1 >= k) & (y + 1 - k < 64)), name="dW")
+    j = np.random.default_rng(0).integers(0, 32, 32).astype(np.int32)
+    f, _ = agree([dW], [H, X, J], rand(H.shape), rand(X.shape, seed=1), j, rtol=1e-4)
+    assert f.schedule.residues == ()
+    good = te.compute((16, 4), lambda c, k: te.sum(
+        H[n, y] * X[n, c, (y + 1 - k) // 2], axis=[n, y],
+        where=((y + 1 - k) % 2 == 0) & (y + 1 >= k) & (y + 1 - k < 64)), name="dW")
+    assert len(te.build([good], [H, X]).schedule.residues) == 1

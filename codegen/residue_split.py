@@ -46,11 +46,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from passes.simplify import simplify
 from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, Select, Tensor,
-                           INDEX_DTYPE, fresh_uid, is_float, occurrences, walk)
+                           INDEX_DTYPE, fresh_uid, is_float, walk)
 from tensorexpr.polyhedral import conjuncts
 from tensorexpr.transform import bottom_up, const_value, replace_subexpr, substitute
 
-from .patterns import ROW_MIN, conj, on_path, uses, where_form
+from .patterns import ROW_MIN, conj, only_sum, uses, where_form
 from .residue_algebra import linear, terms, tidy
 
 I64 = INDEX_DTYPE
@@ -108,13 +108,11 @@ class Split:
         """One line for the schedule.
 
         >>> import tensorexpr as te
-        >>> H = te.placeholder((2, 9), name="H")
-        >>> X = te.placeholder((2, 4), name="X")
-        >>> n, y = te.reduce_axis(2, "n"), te.reduce_axis(9, "y")
-        >>> dW = te.compute((3,), lambda k: te.sum(H[n, y] * X[n, (y - k) // 2], axis=[n, y],
-        ...                 where=((y - k) % 2 == 0) & (y >= k) & (y - k < 8)), name="dW")
-        >>> split(dW).describe()
-        'dW: y = 2*y//2 + y%2 (fixed by the outer point); k by residues of 2: dW_r0, dW_r1'
+        >>> X = te.placeholder((4, 21), name="X")
+        >>> k = te.reduce_axis(3, "k")
+        >>> Y = te.compute((4, 10), lambda i, x: te.sum(X[i, 2 * x + k], axis=k), name="Y")
+        >>> split(Y).describe()   # X is read at 2*(x + k//2) + k%2: planes make it contiguous
+        'Y: k = 2*k//2 + k%2'
         """
         text = f"{self.orig.name}: " + ", ".join(str(x) for x in self.residues)
         if self.taps:
@@ -137,18 +135,15 @@ def split(t: Tensor) -> Optional[Split]:
     >>> dW = te.compute((3,), lambda k: te.sum(H[n, y] * X[n, (y - k) // 2], axis=[n, y],
     ...                 where=((y - k) % 2 == 0) & (y >= k) & (y - k < 8)), name="dW")
     >>> sp = split(dW)
+    >>> sp.describe()
+    'dW: y = 2*y//2 + y%2 (fixed by the outer point); k by residues of 2: dW_r0, dW_r1'
     >>> [p.shape for p in sp.parts], sp.final.uid == dW.uid
     ([(2,), (1,)], True)
     >>> print(sp.parts[1].body.body)
     (H[n, (2 * y//2) + 1] * X[n, y//2 - k//2])
     """
-    if not isinstance(t, Compute) or t.carry is not None or t.self_ref is not None:
-        return None
-    reds = [x for x, n in occurrences(t.body) if isinstance(x, Reduce) for _ in range(min(n, 2))]
-    if len(reds) != 1 or not on_path(t.body, reds[0]):
-        return None
-    red = reds[0]
-    if red.op != "sum" or not is_float(red.dtype) or not red.axes:
+    red = only_sum(t)
+    if red is None:
         return None
     body, where = where_form(red)
     conds = conjuncts(where)

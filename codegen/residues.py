@@ -33,13 +33,13 @@ import math
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tensorexpr.ir import (Compute, Placeholder, Read, Reduce, Tensor, occurrences, walk)
+from tensorexpr.ir import (Compute, Placeholder, Read, Tensor, walk)
 from tensorexpr.polyhedral import PointSet, conjuncts, params_of
 from tensorexpr.transform import const_value, map_reads
 
 from .copies import packed, packed_read
 from .layout import place
-from .patterns import where_form
+from .patterns import only_sum, where_form
 from .residue_algebra import decompose, terms
 from .residue_split import MAX_STRIDE, Split, lanes, split, strided
 
@@ -64,7 +64,7 @@ def packs(t: Compute, kept: set) -> List[Tuple[Read, Key, list]]:
     >>> [(r.tensor.name, key[1:], [str(x) for x in pl[0]]) for r, key, pl in packs(P, set())]
     [('H', ((1,), 2), ['1', 'q'])]
     """
-    red = _the_sum(t)
+    red = only_sum(t)
     if red is None:
         return []
     body = where_form(red)[0]
@@ -107,14 +107,14 @@ def points(t: Compute) -> int:
     >>> points(te.compute((te.var("n"), 4), lambda i, j: te.sum(X[i, k], axis=k), name="S"))
     32
     """
-    red = _the_sum(t)
+    red = only_sum(t)
     axes = list(t.axes) + (list(red.axes) if red is not None else [])
     return math.prod(_extent(a.lo, a.hi) for a in axes)
 
 
 def _strided_reads(t: Compute) -> List[Read]:
     """The distinct reads of ``t``'s sum that step by 2 or more along its lanes."""
-    red = _the_sum(t)
+    red = only_sum(t)
     if red is None:
         return []
     lane = lanes(t, red)
@@ -125,18 +125,13 @@ def _strided_reads(t: Compute) -> List[Read]:
 def _checked_nowhere(t: Compute, params) -> bool:
     """Is every read of ``t``'s sum proven inside its tensor (isl, under the sum's
     domain)? Else a run-time check would report a part, not the tensor the user wrote."""
-    red = _the_sum(t)
+    red = only_sum(t)
     body, where = where_form(red)
     conds = conjuncts(where)
     axes = list(t.axes) + list(red.axes)
     ps = PointSet(axes, conds, sorted(set(params) | set(params_of(axes))))
     return all(ps.within(i, d) for e in [body] + conds for r in walk(e, unique=True)
                if isinstance(r, Read) for i, d in zip(r.indices, r.tensor.dims))
-
-
-def _the_sum(t: Compute) -> Optional[Reduce]:
-    reds = [x for x, n in occurrences(t.body) if isinstance(x, Reduce)]
-    return reds[0] if len(reds) == 1 and reds[0].op == "sum" else None
 
 
 def _extent(lo, hi) -> int:

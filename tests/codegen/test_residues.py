@@ -178,3 +178,20 @@ def test_sums_with_checked_reads_are_left_whole():
         H[n, y] * X[n, c, (y + 1 - k) // 2], axis=[n, y],
         where=((y + 1 - k) % 2 == 0) & (y + 1 >= k) & (y + 1 - k < 64)), name="dW")
     assert len(te.build([good], [H, X]).schedule.residues) == 1
+
+
+@pytest.mark.parametrize("op", ["avg", "max"])
+def test_strided_pooling_and_its_gradient(op):
+    # each input element is read by about (k/s)^2 windows: no copy pays, the forward
+    # stays as written; the gradient's residue moves with its output row, which the
+    # rows schedule splits (codegen.rowsum_residues)
+    X = te.placeholder((2, 8, 33, 33), name="X")
+    ky, kx = te.reduce_axis(3, "ky"), te.reduce_axis(3, "kx")
+    red = te.sum if op == "avg" else te.max
+    Y = te.compute((2, 8, 16, 16), lambda n, c, y, x: red(X[n, c, 2 * y + ky, 2 * x + kx],
+                                                         axis=[ky, kx]), name="Y")
+    H = te.placeholder(Y.shape, name="H")
+    (dX,) = te.differentiate(Y, [X], head=H)
+    f, _ = agree([Y, dX], [X, H], rand(X.shape), rand(H.shape, seed=1), rtol=1e-4)
+    assert f.schedule.residues == ()
+    assert f.schedule["dX"].param("residues of") == "i3 // 2"

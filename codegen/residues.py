@@ -11,21 +11,23 @@ input gradient) is moved to a residue-packed copy of its tensor (``copies.packed
 ``s`` de-interleaved planes per strided dimension, shared by every sum that packs the
 same tensor the same way), where it is contiguous along ``q`` and indexed by plain
 affine forms: the sums then take the ordinary row and tap schedules (register tiles,
-zero-padded copies). A copy costs one pass over the operand; the strided loads it
-replaces cost one per point of the sum that reads the operand, so a read is moved only
-when the sums read each element at least ``MIN_REUSE`` times, and the copy finds a place in the program that leaves
-row fusion as it was (``layout.place``).
+zero-padded copies).
 
-Only sums whose every read isl proves in range are split (no run-time check would
-report a part or a copy instead of the tensor the user wrote). A read is moved only
-when it steps by ``s`` along the axis the sum's fast schedules
-run in vector lanes (``residue_split.lanes``: the row, or the last reduction axis of a
-weight gradient); other strided reads (a weight read by taps) stay. A sum's split is
-kept when it pays: some read is moved to a copy and none is left gathering along the
-lanes (a residue fixed by the outer point alone saves nothing: isl already steps over
-the points a modulo condition skips).
-Each kept split is a line of the schedule (``Schedule.residues``), with the
-copies its sums read.
+The cost model: a copy costs one pass over the operand; the strided loads it replaces
+cost one per point of the sums that read it, so a read is moved only when the sums
+read each element at least ``MIN_REUSE`` times (a pooling window reads each element
+about ``(k/s)^2`` times: no copy), and only when it steps by ``s`` along the axis the
+sum's fast schedules run in vector lanes (``residue_split.lanes``: the row, or the
+last reduction axis of a weight gradient; a weight read by taps stays as it is). A
+sum's split is kept when it pays: some read is moved and none is left gathering along
+the lanes (a residue fixed by the outer point alone saves nothing: isl already steps
+over the points a modulo condition skips). The copy is placed where it leaves row
+fusion as it was (``layout.place``). Only sums whose every read isl proves in range
+are split: no run-time check would report a part or a copy instead of the tensor the
+user wrote.
+
+Each kept split is a line of the schedule (``Schedule.residues``), with the copies its
+sums read.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ import math
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tensorexpr.ir import (Compute, Placeholder, Read, Tensor, walk)
+from tensorexpr.ir import Compute, Placeholder, Read, Tensor, walk
 from tensorexpr.polyhedral import PointSet, conjuncts, params_of
 from tensorexpr.transform import const_value, map_reads
 

@@ -273,7 +273,7 @@ def plan(computed: Sequence[Tensor], inline: set) -> List[Tensor]:
             continue
         trial: Optional[List[Tensor]] = [moved if x.uid == t.uid else x for x in order]
         for c in new:
-            trial = _place(trial, c, moved, inline)
+            trial = place(trial, c, moved, inline)
             if trial is None:
                 break
         if trial is not None:
@@ -296,7 +296,7 @@ def plan(computed: Sequence[Tensor], inline: set) -> List[Tensor]:
                                                      mine[(r.tensor.uid, which[id(r)])])))
         trial = [moved if x.uid == t.uid else x for x in order]
         for c in new:
-            trial = _place(trial, c, moved, inline)
+            trial = place(trial, c, moved, inline)
             if trial is None:
                 break
         if trial is not None:
@@ -317,7 +317,7 @@ def plan(computed: Sequence[Tensor], inline: set) -> List[Tensor]:
             mine_p[r.tensor.uid], r.indices, r.dtype) if id(r) in ids else r))
         trial = [out if x.uid == t.uid else x for x in order]
         for c in fresh:
-            trial = _place(trial, c, out, inline)
+            trial = place(trial, c, out, inline)
             if trial is None:
                 break
         if trial is not None:
@@ -330,12 +330,19 @@ def _groups(tensors: Sequence[Tensor], inline: set) -> List[Tuple[int, ...]]:
     return [tuple(t.uid for t in g) for g in fuse.plan(list(tensors), inline)]
 
 
-def _place(order: List[Tensor], copy: Compute, consumer: Tensor, inline: set
+def place(order: List[Tensor], copy: Compute, consumer: Tensor, inline: set
            ) -> Optional[List[Tensor]]:
     """``order`` with ``copy`` inserted after its source and before ``consumer``, at the
     first group boundary where row fusion groups every other tensor as before (the
     copy is never fused: ``fuse`` asks :func:`is_copy`); None if there is no such
-    place."""
+    place.
+
+    >>> import tensorexpr as te
+    >>> B = te.placeholder((32, 32), name="B")
+    >>> C = te.compute((32, 32), lambda i, j: B[i, j] * 2.0, name="C")
+    >>> [t.name for t in place([C], transposed(B, 0), C, set())]
+    ['B_T', 'C']
+    """
     before = _groups(order, inline)
     pos = {t.uid: k for k, t in enumerate(order)}
 

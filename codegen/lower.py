@@ -42,6 +42,10 @@ strategy applies only when its preconditions hold):
   input gradients) become a mask over the whole tile, with an unmasked version
   over zero-staged rows when the weights are finite (``codegen.rowsum_masked``); a
   row read at ``(x - k) // s`` is computed per residue of ``x`` (``codegen.rowsum_residues``);
+* a sum that gathers with a stride (a transposed convolution's gradients, a strided
+  convolution) had its reduction axes split by residues of the stride before lowering,
+  its strided reads moved to de-interleaved planes (``codegen.residues``): its parts
+  are stride-1 sums, lowered by the strategies below;
 * sums whose innermost output axes are short taps (a convolution's weight
   gradient) compute all taps of a block of rows in one pass (``codegen.tapsum``),
   with the partial sums in vector registers over copies of the image when the sum

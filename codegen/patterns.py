@@ -61,6 +61,30 @@ def on_path(e: Expr, red: Reduce) -> bool:
     return False
 
 
+def only_sum(t: Compute) -> Optional[Reduce]:
+    """The float sum that is ``t``'s only reduction, reached from its body through
+    arithmetic only, over at least one axis; None otherwise (a recurrence, a max, two
+    sums, a sum under a select).
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4, 8), name="X")
+    >>> k = te.reduce_axis(8, name="k")
+    >>> S = te.compute((4,), lambda i: te.exp(te.sum(X[i, k], axis=k)), name="S")
+    >>> only_sum(S) is S.body.a, only_sum(te.compute((4,), lambda i: te.max(X[i, k], axis=k)))
+    (True, None)
+    """
+    if not isinstance(t, Compute) or t.carry is not None or t.self_ref is not None:
+        return None
+    # occurrences in the tree: a reduction object used twice is two reductions
+    reds = [x for x, n in occurrences(t.body) if isinstance(x, Reduce) for _ in range(min(n, 2))]
+    if len(reds) != 1 or not on_path(t.body, reds[0]):
+        return None
+    red = reds[0]
+    if red.op != "sum" or not is_float(red.dtype) or not red.axes:
+        return None
+    return red
+
+
 def pure(e: Expr) -> bool:
     """Can ``e`` be evaluated where it is not needed: no reads, reductions or branches?"""
     return not any(isinstance(x, (Read, Reduce, Select)) for x in walk(e, unique=True))

@@ -14,7 +14,9 @@ part that decides and lowers (steps 3-7), :func:`generate` adds the C text.
 4. **recurrences**: by steps where a step holds sums over earlier steps
    (``codegen.recurrence_steps``); rings of rows and checkpointed segments, with
    buffers of their own (``codegen.checkpoint``; ``Options.checkpoint``);
-5. **program rewrites**: dot-product sums read transposed or zero-padded copies
+5. **program rewrites**: sums that gather with a stride split their reduction axes
+   by residues and read residue-packed copies (``codegen.residues``;
+   ``Options.residues``); dot-product sums read transposed or zero-padded copies
    of their operands, placed in the program as tensors of their own
    (``codegen.layout``; ``Options.copies``);
 6. **schedule and lowering**: row-fusion groups (``codegen.fuse``), then each
@@ -118,7 +120,8 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     B: blocks (axis=0)
     """
     # imported here, not above: a cache hit (step 2) never loads the lowering, nor isl
-    from . import adjoint_sums, checkpoint, copies, layout, padcopy, recurrence_steps, regions
+    from . import (adjoint_sums, checkpoint, copies, layout, padcopy, recurrence_steps, regions,
+                   residues)
     from .lower import Lowerer
     from .patterns import inlinable
 
@@ -140,14 +143,19 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
                      adjoint_sums=sums)
         program = checkpoint.RingProgram(lw, rings).program()
     else:
-        scratch, padded = [], {}
-        if options.copies:                                           # 5. program rewrites
+        scratch, padded, split = [], {}, []
+        # 5. program rewrites (not where sums are added a step at a time: their plans
+        # hold the tensors as written, the order a checkpointed build follows)
+        if options.residues and not sums:
+            computed, split = residues.plan(sig, computed, inline, options)
+        if options.copies:
             computed = layout.plan(computed, inline)
             scratch, padded = padcopy.rewrite(sig, computed, inline, options)
         lw = Lowerer(sig, title, options, computed, scratch + step_sums + terms, padded, steps,
                      sums)
         lw.record.copies.extend([t.name for t in computed if copies.is_copy(t)] +
                                 [t.name for t, _ in scratch])
+        lw.record.residues.extend(split)
         program = lw.program()                                       # 6. schedule, lowering
     lw.record.hoisted.extend(hoisted)
     kernel = replace(program.kernel, body=tuple(regions.merge(list(program.kernel.body))))

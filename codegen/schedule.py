@@ -39,20 +39,23 @@ class Options:
     (``codegen.fuse``); ``copies``: dot-product sums may read transposed or
     zero-padded copies (``codegen.layout``); ``hoist``: costly sub-expressions
     evaluated under axes they do not use become tensors of their own
-    (``passes.hoist``); ``force``: tensor name -> strategy
+    (``passes.hoist``); ``residues``: sums that gather with a stride split their
+    reduction axes by residues and read residue-packed copies (``codegen.residues``);
+    ``force``: tensor name -> strategy
     name, used for that tensor when the strategy applies (an error names the
     strategies that do otherwise).
 
     >>> Options(force={"Y": "loops"}).force
     (('Y', 'loops'),)
     >>> Options().key()
-    'checkpoint=1 register_tiles=1 fuse=1 copies=1 hoist=1 force='
+    'checkpoint=1 register_tiles=1 fuse=1 copies=1 hoist=1 residues=1 force='
     """
     checkpoint: Union[bool, str] = True
     register_tiles: bool = True
     fuse: bool = True
     copies: bool = True
     hoist: bool = True
+    residues: bool = True
     force: Tuple[Tuple[str, str], ...] = ()
 
     def __post_init__(self):
@@ -75,7 +78,8 @@ class Options:
     def key(self) -> str:
         """A stable text of the options: part of the build-cache key."""
         flags = " ".join(f"{k}={int(v) if isinstance(v, bool) else v}"
-                         for k in ("checkpoint", "register_tiles", "fuse", "copies", "hoist")
+                         for k in ("checkpoint", "register_tiles", "fuse", "copies", "hoist",
+                                   "residues")
                          for v in [getattr(self, k)])
         return f"{flags} force=" + ",".join(f"{k}:{v}" for k, v in self.force)
 
@@ -114,7 +118,8 @@ class Schedule:
     """What a build chose: one :class:`Choice` per lowered tensor (in lowering order; a
     tensor lowered twice, as in a fast and a fallback version, appears twice), the
     row-fusion groups, the copies the program reads instead of some operands, and the
-    checkpointed recurrences, and the tensors hoisted out of others (``passes.hoist``).
+    checkpointed recurrences, the tensors hoisted out of others (``passes.hoist``) and
+    the sums split by residues (``codegen.residues``).
     ``schedule["name"]`` is the first choice for a tensor."""
     choices: Tuple[Choice, ...] = ()
     groups: Tuple[Tuple[str, ...], ...] = ()
@@ -127,6 +132,8 @@ class Schedule:
     #: groups that could share a slab loop and do not: (members, the member whose
     #: strategy does not run the slab's axes outermost)
     unfused: Tuple[Tuple[Tuple[str, ...], str], ...] = ()
+    #: a line per sum split by residues of a stride (``codegen.residues``)
+    residues: Tuple[str, ...] = ()
 
     def __getitem__(self, name: str) -> Choice:
         for c in self.choices:
@@ -158,6 +165,7 @@ class Schedule:
         lines += [f"copy: {c}" for c in self.copies]
         lines += [f"checkpointed: {c}" for c in self.checkpoint]
         lines += [f"hoisted: {c}" for c in self.hoisted]
+        lines += [f"residues: {c}" for c in self.residues]
         return "\n".join(lines) or "(nothing lowered: every output is a view of an input)"
 
 
@@ -181,6 +189,7 @@ class Recorder:
         self.hoisted: list = []
         self.slabs: list = []
         self.unfused: list = []
+        self.residues: list = []
         self._open: list = []  # the choices in progress (a strategy lowers other tensors)
 
     def choose(self, tensor: str, strategy: str, params: Tuple[Tuple[str, Any], ...] = ()):
@@ -210,4 +219,4 @@ class Recorder:
     def freeze(self) -> Schedule:
         return Schedule(tuple(self.choices), tuple(self.groups), tuple(self.copies),
                         tuple(self.checkpoint), tuple(self.hoisted), self.options,
-                        tuple(self.slabs), tuple(self.unfused))
+                        tuple(self.slabs), tuple(self.unfused), tuple(self.residues))

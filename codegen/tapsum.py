@@ -39,15 +39,14 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from tensorexpr import polyhedral
-from tensorexpr.ir import (Binary, Compute, Const, Read, Reduce, is_float, occurrences,
-                           walk)
+from tensorexpr.ir import (Binary, Compute, Const, Read, Reduce, walk)
 from tensorexpr.transform import const_value, substitute
 
 from . import tapsum_registers
 from .cexpr import I64, add, cast, identity
 from .loopast import (Accumulate, Block, Decl, For, If, Lit, Load, Local, Stmt, Store,
                       mark_inner_simd)
-from .patterns import conj, on_path, uses, where_form
+from .patterns import conj, only_sum, uses, where_form
 from .scope import Scope
 
 #: at most this many taps (product of the short innermost output axes) per pass
@@ -67,14 +66,8 @@ def plan(t: Compute, tap: int = TAP, max_taps: int = MAX_TAPS, min_lanes: int = 
     least one outer axis before them), a float sum reached through arithmetic only,
     its axes a static box (the last at least ``MIN_LANES`` long, walked by a read's
     last index), and ``block_axis`` an outer axis some read does not use (or None)."""
-    if t.carry is not None or t.self_ref is not None or len(t.axes) < 2:
-        return None
-    # occurrences in the tree: a reduction object used twice is two reductions
-    reds = [x for x, n in occurrences(t.body) if isinstance(x, Reduce) for _ in range(min(n, 2))]
-    if len(reds) != 1 or not on_path(t.body, reds[0]):
-        return None
-    red = reds[0]
-    if red.op != "sum" or not is_float(red.dtype) or not red.axes:
+    red = only_sum(t)
+    if red is None or len(t.axes) < 2:
         return None
     ntaps, prod = 0, 1
     for ax in reversed(t.axes[1:]):
@@ -155,6 +148,17 @@ def leading_loops(lw, t: Compute, chosen: Taps) -> int:
     memory = t.ndim - ntaps
     p = tapsum_registers.plan(lw, t, red, ntaps, *where_form(red))
     if p is None:
+        # ``t`` may be a slab of a tensor of the program (``codegen.fuse.member``) whose
+        # narrowed block axis the registers need static: a slab must leave that axis
+        # whole, or the tensor would lose the registers' form for the memory one (about
+        # three times slower) to share a loop
+        whole = next((x for x in lw.lowered if x.uid == t.uid), t)
+        own = applies(whole) if whole is not t else None
+        q = None if own is None else tapsum_registers.plan(
+            lw, whole, own.plan[0], own.ntaps, *where_form(own.plan[0]))
+        if q is not None:
+            return min(memory, next(k for k, a in enumerate(whole.axes)
+                                    if a.uid == q.block.uid))
         return memory
     B = tapsum_registers.rows_a_pass(p, red.dtype)
     k = 0

@@ -94,7 +94,7 @@ from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, Read, Redu
                            fresh_uid, same, size_vars, tensor_inputs, walk, INDEX_DTYPE)
 from tensorexpr.transform import eval_int
 
-from .loopast import (Assign, Block, Comment, Decl, For, If, Kernel, Lit, Load, Local, Op, Stmt,
+from .loopast import (Block, Comment, Decl, For, If, Kernel, Lit, Load, Op, Stmt,
                       Store, Var)
 from .cexpr import add, cast, mul
 from .program import Program

@@ -84,7 +84,7 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Placeholder, Redu
 from tensorexpr.transform import const_value
 
 from . import fuse, padcopy, piecewise, strategies, tapsum
-from .cexpr import I64, add, cast, fold, mul, ring_row
+from .cexpr import I64, add, cast, mul, ring_row
 from .loopast import (Block, Buffer, CExpr, Comment, Decl, For, Kernel, Lit, Op, Stmt, Store, Var,
                       simd_safe)
 from .patterns import TRANSPOSE_BLOCK, compared_sums, inlinable

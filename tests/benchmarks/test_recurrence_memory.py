@@ -14,7 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_quick_run_reports_identical_gradients_and_less_memory(tmp_path):
     path = tmp_path / "rows.json"
-    cmd = [sys.executable, "-m", "benchmarks.recurrence_memory", "--quick", "--json", str(path)]
+    cmd = [sys.executable, "-m", "benchmarks.recurrence_memory", "--quick", "--cells", "ewma,alpha",
+           "--json", str(path)]
     proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -2,6 +2,7 @@
 
     python -m benchmarks.recurrence_memory            # R=1024, T=4096, float32
     python -m benchmarks.recurrence_memory --quick    # R=64, T=256 (seconds)
+    python -m benchmarks.recurrence_memory --cells gru,lstm --systems te,jax
 
 Two recurrences, an exponentially weighted moving average and front-to-back
 alpha compositing, each with the loss ``sum_r e[T-1, r]**2``; the gradient
@@ -34,6 +35,34 @@ What is measured, honestly:
 * ``time``: the median of several calls after that first one (same process).
 * ``max |diff|``: the largest absolute difference of the gradient from the full
   tape's; checkpointing recomputes with the same C code, so it must be 0.
+
+Then recurrent cells over time (``benchmarks.recurrence_cells``: a tanh RNN, a GRU
+and an LSTM, T=4096, B=16, H=64, input size 32, float32; ``--quick``: T=64, B=2,
+H=8, input 4, k=4), the loss ``sum(h[T-1]**2)``, the gradient w.r.t. the input and
+every weight, one row per system and mode:
+
+* tensorexpr (C backend): ``tape`` (``checkpoint=False``, the reference),
+  ``segments:k`` and ``revolve:k`` (``checkpoints=k`` with
+  ``ScheduleOptions(checkpoint="segments")`` or the default revolve); ``buffers``
+  exact as above; the note lists the schedule's ``checkpoint`` lines, or says
+  ``NOT checkpointed: full tape`` when the build keeps every step (the GRU's and
+  the LSTM's today: their adjoints read the state through hoisted gate tensors);
+* JAX: ``lax.scan`` under ``jax.jit`` with ``jax.grad``, the body plain
+  (``scan``), in ``jax.checkpoint`` (``remat``) or with ``nothing_saveable``
+  (``remat0``); ``buffers`` is XLA's own estimate (temp + output of
+  ``memory_analysis``);
+* PyTorch: a Python loop with autograd (``loop``), or ``torch.utils.checkpoint``
+  (``use_reentrant=False``) on each of k blocks of T/k steps (``ckpt:k``);
+  ``buffers`` unknown (``-``).
+
+Each in a fresh subprocess (``--quick``: one per cell and system, its modes in
+turn), peak RSS and time as above (median of 3 calls); JAX and PyTorch first run
+the mode at T=2 so their lazy set-up is not counted. ``max |diff|`` and
+``rel diff`` (relative to each gradient's largest magnitude) are against
+tensorexpr's tape: 0 for its checkpointed modes (a failure otherwise), rounding
+for the peers, which add in another order. A plot of peak RSS against time per
+cell goes to ``benchmarks/results/recurrence_cells.png`` (``--png``) if
+matplotlib is installed.
 """
 from __future__ import annotations
 

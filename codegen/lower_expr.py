@@ -375,6 +375,7 @@ class ExprLowering:
         hi = const_value(last.hi) if last is not None else None
         split = (e.op == "sum" and is_float(e.dtype) and len(e.axes) >= 2 and lo is not None
                  and hi is not None and 0 < hi - lo <= PARTIAL_SUMS and not written)
+        scalar = written  # one accumulator, no lanes
         if split:
             # ... unless the last axis's loop runs fewer points than a vector holds (a
             # window of 2 in a bilinear upsampling's gradient): then no pass fills a
@@ -384,10 +385,8 @@ class ExprLowering:
             run = polyhedral.span(outer.axes + tuple(e.axes),
                                   outer.guards + ((e.where,) if e.where is not None else ()),
                                   last)
-            short = run is not None and run < target.current().lanes(e.dtype)
-            split = not short
-        else:
-            short = written
+            scalar = run is not None and run < target.current().lanes(e.dtype)
+            split = not scalar
         if (e.op in ("max", "min") and is_float(e.dtype) and len(e.axes) == 1
                 and e.where is None and lo is not None and hi is not None
                 and hi - lo >= 4 * LANES):
@@ -416,7 +415,7 @@ class ExprLowering:
             # (in order: a reduction clause would let the compiler pick the association)
             out.append(For(k, Lit(0, I64), Lit(hi - lo, I64), 1,
                            Block((Accumulate(acc, "sum", Load(part, k, e.dtype)),))))
-        elif e.op == "sum" and not short:  # any order (ir.py): lanes, spelled out
+        elif e.op == "sum" and not scalar:  # any order (ir.py): lanes, spelled out
             out.extend(lane_sums(nest, [acc], self.fresh, LANES))
         else:
             out.extend(nest)

@@ -16,10 +16,12 @@ stored tensors. A sub-expression is hoisted where
   ``MIN_REDUNDANCY`` points together (symbolic extents count as many);
 - wherever it is evaluated, it is under the same conditions (a select's condition
   for its branches, the left operand of ``&``/``|`` for the right one, a
-  reduction's where for its body), and those use only axes it uses and hold no
-  reduction: the new tensor holds it where they hold (0 elsewhere, never read), so
-  it is evaluated at exactly the points the original evaluated it, and its reads
-  stay in range;
+  reduction's where for its body), and those hold no reduction; conjuncts on axes it
+  does not use must be affine and are projected onto the axes it uses (isl: "some
+  value of the other axes satisfies them"): the new tensor holds it where the
+  conditions hold (0 elsewhere, never read), so it is evaluated at exactly the
+  points of its own axes where the original evaluated it, and its reads stay in
+  range;
 - in a recurrence, it does not read the recurrence's own values (the partials of
   an adjoint's sum over a step, ``P[t + 1, b, j']`` in ``sum_j' dh[t + 1, b, j'] *
   P[t + 1, b, j'] * U[j, j']``, are computed for every step before the sequential
@@ -40,11 +42,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from tensorexpr.ir import (Axis, Binary, COSTLY_OPS, Cast, Compute, Const, Expr, Read, Reduce,
                            Select, Tensor, Unary, children, is_float, postorder,
                            reads, same, topo_order, walk)
+from tensorexpr.polyhedral import NotAffine, conjuncts, project
 from tensorexpr.transform import bottom_up, free_axes
 
 from .extract import extract, is_box, redirect
@@ -134,6 +137,29 @@ def _contexts(t: Compute):
     return out
 
 
+def _seen_from(conds: Tuple[Expr, ...], axes: List[Axis]) -> Optional[Tuple[Expr, ...]]:
+    """``conds`` as conditions on ``axes`` alone (those a hoisted part uses), or None.
+
+    Conjuncts on those axes are kept; the others (an adjoint's ``w == 1`` selecting
+    which part of a state a sum feeds, around factors that do not use ``w``) are
+    projected exactly onto ``axes``: the part is then stored wherever some value of
+    the axes it misses lets the program evaluate it, which is where it is read.
+    None when such a conjunct is not affine (no exact projection)."""
+    used = {a.uid for a in axes}
+    keep: List[Expr] = []
+    other: List[Expr] = []
+    for c in conds:
+        for q in conjuncts(c):
+            (keep if {a.uid for a in free_axes(q)} <= used else other).append(q)
+    if not other:
+        return conds
+    try:
+        implied = project(axes, other, strict=True)
+    except NotAffine:
+        return None
+    return tuple(keep) + ((implied,) if implied is not None else ())
+
+
 #: operators whose float operands are compared: a sum moved out of them would be summed
 #: in another order than where it is written, and a tie test would see other bits
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
@@ -198,9 +224,12 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
         if guards and (len(where[id(x)]) > 1 or any(
                 any(isinstance(y, Reduce) for y in walk(g, unique=True))
                 or (own is not None and any(r.tensor.uid == own for r in reads(g)))
-                or not {a.uid for a in free_axes(g)} <= used[id(x)] for g, _ in guards)):
+                for g, _ in guards)):
             continue
-        conds = tuple(g if p else Unary("not", g, "bool") for g, p in guards)
+        conds = _seen_from(tuple(g if p else Unary("not", g, "bool") for g, p in guards),
+                           [a for uid, a in bound.items() if uid in used[id(x)]])
+        if conds is None:
+            continue
         found.append((x, conds))
         done.add(id(x))
         inside |= {id(y) for y in walk(x, unique=True)}

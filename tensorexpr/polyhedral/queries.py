@@ -160,14 +160,15 @@ def implies(axes: Sequence[Axis], guards: Sequence[Expr], cond: Expr,
 # {{{ guards seen from fewer axes (used by passes/normalize.py: hoisted reductions)
 
 
-def project(keep: Sequence[Axis], guards: Sequence[Expr]) -> Optional[Expr]:
+def project(keep: Sequence[Axis], guards: Sequence[Expr], strict: bool = False) -> Optional[Expr]:
     """A condition on the axes ``keep`` that holds wherever some values of the other
     axes of ``guards`` (within their boxes) satisfy ``guards``' affine conjuncts;
     None when that says nothing beyond ``keep``'s boxes.
 
     A reduction computed on its own over ``keep`` must not be evaluated where its
     enclosing guards never let the program evaluate it; conjuncts isl cannot
-    represent are dropped, which only enlarges the set.
+    represent are dropped, which only enlarges the set, unless ``strict``: then
+    they raise :class:`NotAffine` (the caller needs the exact projection).
 
     >>> from tensorexpr.ir import Axis, Const
     >>> i = Axis("i", Const(0, "int64"), Const(5, "int64"), 11)
@@ -176,6 +177,8 @@ def project(keep: Sequence[Axis], guards: Sequence[Expr]) -> Optional[Expr]:
     (i >= 1)
     >>> print(project([i], [k <= i]))
     None
+    >>> print(project([i], [k != 2], strict=True))
+    None
     """
     affine, axes, params = [], {a.uid: a for a in keep}, set()
     for g in guards:
@@ -183,6 +186,8 @@ def project(keep: Sequence[Axis], guards: Sequence[Expr]) -> Optional[Expr]:
             try:
                 Space(list(free_axes(c)), params_of([c])).cond(c)
             except NotAffine:
+                if strict:
+                    raise
                 continue
             affine.append(c)
             for a in free_axes(c):

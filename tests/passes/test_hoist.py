@@ -75,17 +75,39 @@ def test_a_guarded_part_is_stored_only_where_its_guard_holds():
     _, (G,) = hoist(Z)
     assert str(G.body) == "select(k > 0, exp(X[k - 1]), 0.0d)"  # under the sum's where
     k3 = te.reduce_axis(8, "k")
-    # the guard uses j, which the part does not: it would be stored where j > 2 holds
-    # for some j only; and a part under two different guards: stored under neither
+    # the guard uses j, which the part does not: projected onto k (some j > 2 exists for
+    # every k), the part is stored for every k; a part under two different guards:
+    # stored under neither
     V = te.compute((8,), lambda j: te.sum(te.select(j > 2, te.exp(X[k3]), 0.0) * W[k3, j],
                                           axis=k3), name="V", dtype="float64")
     k4 = te.reduce_axis(8, "k")
     e = te.exp(X[k4])
     U = te.compute((8,), lambda j: te.sum(te.select(k4 > 1, e, X[j]) * W[k4, j] + te.select(
         k4 < 5, e, X[j]) * W[j, k4], axis=k4), name="U", dtype="float64")
-    assert invariant_parts(V) == [] and invariant_parts(U) == []
+    assert [(str(e), g) for e, g in invariant_parts(V)] == [("exp(X[k])", ())]
+    assert invariant_parts(U) == []
     rng = np.random.default_rng(2)
     _both([Y, Z, V, U], [X, W], [rng.standard_normal(8), rng.standard_normal((8, 8))])
+
+
+def test_a_guard_on_an_axis_the_part_misses_is_projected_onto_its_axes():
+    # exp(X[k - j]) is in range only where k >= j; the guard also uses i, which the part
+    # does not: it is stored where some i satisfies the guard (k >= j + 2, from i <= 5)
+    X = te.placeholder((8,), "float64", "X")
+    W = te.placeholder((8, 8), "float64", "W")
+    k = te.reduce_axis(8, "k")
+    Y = te.compute((8, 8), lambda i, j: te.sum(
+        te.select((k - j >= 0) & (k - j >= 7 - i) & (i <= 5), te.exp(X[k - j]), 0.0)
+        * W[k, i], axis=k), name="Y", dtype="float64")
+    ((e, conds),) = invariant_parts(Y)
+    assert str(e) == "exp(X[k - j])"
+    assert " & ".join(map(str, conds)) == "((k - j) >= 0) & (k >= (j + 2))"
+    # a guard reading values cannot be projected: the part stays
+    Z = te.compute((8, 8), lambda i, j: te.sum(
+        te.select(X[i] + X[j] > 0, te.exp(X[k]), 0.0) * W[k, j], axis=k), name="Z", dtype="float64")
+    assert invariant_parts(Z) == []
+    rng = np.random.default_rng(3)
+    _both([Y, Z], [X, W], [rng.standard_normal(8), rng.standard_normal((8, 8))])
 
 
 def test_cheap_or_barely_repeated_parts_stay():

@@ -35,8 +35,9 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, Select, SizeVar, Tensor,
-                           Unary, children, fresh_uid, reads, walk)
-from tensorexpr.transform import replace_subexpr, substitute
+                           Unary, children, fresh_uid, is_float, reads, same, walk)
+from tensorexpr.polyhedral import NotAffine, conjuncts, project
+from tensorexpr.transform import free_axes, replace_subexpr, substitute
 from passes.hoist import hoist
 
 I64 = "int64"
@@ -53,30 +54,32 @@ class Plan:
     rest: Compute
 
 
-def _on_carry_only(c: Expr, carry: Axis) -> bool:
-    """A condition on the carried axis and constants (sizes) alone."""
-    return all(not isinstance(x, (Axis, Read, Reduce)) or (isinstance(x, Axis) and
-               x.uid == carry.uid) for x in walk(c, unique=True))
+def _plain(c: Expr) -> bool:
+    """A condition on axes and constants (sizes) alone: no value read."""
+    return not any(isinstance(x, (Read, Reduce)) for x in walk(c, unique=True))
 
 
-def _sums(body: Expr, carry: Axis, self_uid: int) -> Optional[List[Tuple[Reduce, List[Expr]]]]:
+def _sums(body: Expr, self_uid: int) -> Optional[List[Tuple[Reduce, List[List[Expr]]]]]:
     """The reductions of ``body`` that read the recurrence (``self_uid``), outside any other,
-    each with the conditions under which it is evaluated; None when one of them sits
-    under a condition on more than the carried axis, or in the right operand of ``&``/``|``
-    (evaluated under its left operand: kept point by point)."""
-    found: List[Tuple[Reduce, List[Expr]]] = []
+    each with the conditions under which each of its occurrences is evaluated (a sum
+    shared by two branches, an LSTM's cell state ``c`` in both parts of its state,
+    has two); None when one of them sits under a condition that reads values, or in
+    the right operand of ``&``/``|`` (evaluated under its left operand: kept point by
+    point)."""
+    found: Dict[int, Tuple[Reduce, List[List[Expr]]]] = {}
     stack: List[Tuple[Expr, List[Expr]]] = [(body, [])]
     seen = set()
     while stack:
         e, guards = stack.pop()
-        if id(e) in seen:
+        key = (id(e), tuple(id(g) for g in guards))
+        if key in seen:
             continue
-        seen.add(id(e))
+        seen.add(key)
         if isinstance(e, Reduce):
             if any(r.tensor.uid == self_uid for r in reads(e)):
-                if not all(_on_carry_only(g, carry) for g in guards):
+                if not all(_plain(g) for g in guards):
                     return None
-                found.append((e, guards))
+                found.setdefault(id(e), (e, []))[1].append(guards)
             continue
         if isinstance(e, Select):
             stack.append((e.cond, guards))
@@ -93,22 +96,68 @@ def _sums(body: Expr, carry: Axis, self_uid: int) -> Optional[List[Tuple[Reduce,
         else:
             stack.extend((c, guards) for c in children(e))
     # one tensor per distinct sum (a sum used twice is computed once)
-    unique: List[Tuple[Reduce, List[Expr]]] = []
-    for r, g in found:
-        if not any(r is u for u, _ in unique):
-            unique.append((r, g))
-    return unique
+    return list(found.values())
+
+
+def _domain(occurrences: List[List[Expr]], keep: List[Axis]) -> Optional[List[Expr]]:
+    """The conditions under which a per-step sum over the axes ``keep`` (the carried
+    axis and the axes it uses) is evaluated: those every occurrence shares and that use
+    only ``keep`` as written; the rest (a condition on a part of the state the sum does
+    not depend on: ``w == 0``, or different conditions per occurrence) projected
+    exactly onto ``keep`` by isl, so that the sum is computed once per point of its
+    own axes wherever some occurrence evaluates it. None when that projection is not
+    exact (a condition isl cannot represent)."""
+    common = [g for g in occurrences[0] if all(any(same(g, h) for h in o) for o in occurrences)]
+    rest = [[g for g in o if not any(same(g, c) for c in common)] for o in occurrences]
+    own = {a.uid for a in keep}
+    local = [g for g in common if {a.uid for a in free_axes(g)} <= own]
+    other = [g for g in common if not {a.uid for a in free_axes(g)} <= own]
+    if all(rest):  # else some occurrence needs no more than the common conditions
+        either = _all(rest[0])
+        for o in rest[1:]:
+            either = Binary("or", either, _all(o), "bool")
+        other.append(either)
+    if not other:
+        return local
+    try:
+        implied = project(keep, other, strict=True)
+    except NotAffine:
+        return None
+    return local + ([implied] if implied is not None else [])
+
+
+def _all(conds: Sequence[Expr]) -> Expr:
+    out = conds[0]
+    for c in conds[1:]:
+        out = Binary("and", out, c, "bool")
+    return out
+
+
+def _lift(r: Reduce, carry: Axis) -> Tuple[Reduce, List[Expr]]:
+    """``r`` without the conjuncts of its where that use none of its axes but some axis
+    of the step (not the carried one: those stay conditions of the step's sum) and
+    read no value, and those conjuncts (float sums only: where they fail, the sum is 0)."""
+    if r.where is None or r.op != "sum" or not is_float(r.dtype):
+        return r, []
+    own = {a.uid for a in r.axes}
+    lifted, kept = [], []
+    for c in conjuncts(r.where):
+        uses = {a.uid for a in free_axes(c)}
+        (lifted if _plain(c) and not own & uses and uses - {carry.uid} else kept).append(c)
+    if not lifted:
+        return r, []
+    return Reduce(r.op, r.body, r.axes, _all(kept) if kept else None, r.dtype), lifted
 
 
 def plan(t: Compute) -> Optional[Plan]:
     """The by-steps form of the recurrence ``t`` (see the module docstring), or None when
-    its body has no sum over earlier steps of its own, or one under a condition on
-    more than the carried axis.
+    its body has no sum over earlier steps of its own, or one under a condition that
+    reads values or that isl cannot project onto the sum's axes.
     """
     if t.carry is None or t.self_ref is None or t.body is None:
         return None
     carry = t.axes[t.carry.axis]
-    found = _sums(t.body, carry, t.self_ref.uid)
+    found = _sums(t.body, t.self_ref.uid)
     if not found:
         return None
     step = f"{t.name}__step"  # deterministic: it is printed in the C comments
@@ -117,28 +166,41 @@ def plan(t: Compute) -> Optional[Plan]:
     others = [a for k, a in enumerate(t.axes) if k != t.carry.axis]
     sums: List[Compute] = []
     rest = t.body
-    for n, (r, guards) in enumerate(found):
-        fresh = [Axis(a.name, a.lo, a.hi, fresh_uid()) for a in others]
+    for n, (r, occurrences) in enumerate(found):
+        # conditions of a sum's where on the step's axes alone (an adjoint's sum feeding
+        # one part of the state, w == 1) are conditions around it: a sum over fewer axes
+        red = r
+        r, lifted = _lift(r, carry)
+        occurrences = [o + lifted for o in occurrences]
+        # the sum is a tensor over the axes it uses: one it does not use (the part of an
+        # LSTM's state, [c, h]) would only compute it again
+        used = {a.uid for a in free_axes(r)}
+        kept = [a for a in others if a.uid in used]
+        guards = _domain(occurrences, [carry] + kept)
+        if guards is None:
+            return None
+        fresh = [Axis(a.name, a.lo, a.hi, fresh_uid()) for a in kept]
         mapping: Dict[Expr, Expr] = {carry: sv}
-        mapping.update({a: f for a, f in zip(others, fresh)})
+        mapping.update({a: f for a, f in zip(kept, fresh)})
         # the step's range and the guards become the sum's domain: conditions on the
-        # step alone, so the sum is the identity (and reads nothing) where the body
-        # would not evaluate it
+        # step and the sum's axes, so the sum is the identity (and reads nothing) where
+        # the body would not evaluate it
         inside = [Binary("ge", sv, carry.lo, "bool"), Binary("lt", sv, carry.hi, "bool")]
-        conds = inside + [substitute(g, {carry: sv}) for g in guards]
-        where = conds[0]
-        for c in conds[1:] + ([substitute(r.where, mapping)] if r.where is not None else []):
-            where = Binary("and", where, c, "bool")
+        conds = inside + [substitute(g, mapping) for g in guards]
+        where = _all(conds + ([substitute(r.where, mapping)] if r.where is not None else []))
         moved = substitute(r, mapping)
         body = Reduce(moved.op, moved.body, moved.axes, where, moved.dtype)
-        s = Compute(f"{t.name}_step{n}", tuple(a.hi for a in others), r.dtype, fresh_uid(),
+        s = Compute(f"{t.name}_step{n}", tuple(a.hi for a in kept), r.dtype, fresh_uid(),
                     t.origin, axes=tuple(fresh), body=body)
         # costly factors of its terms that do not use an output axis (a function of the
         # previous step's state, tanh(h[t - 1, b, k]) * W[k, j]) are computed once per
         # step and position, not once per column: tensors of the step of their own
         s, factors = hoist(s)
         sums += factors + [s]
-        rest = replace_subexpr(rest, r, Read(s, tuple(others), r.dtype))
+        value: Expr = Read(s, tuple(kept), r.dtype)
+        if lifted:
+            value = Select(_all(lifted), value, Const(0.0, r.dtype), r.dtype)
+        rest = replace_subexpr(rest, red, value)
     return Plan(t, step, tuple(sums), replace(t, uid=fresh_uid(), body=rest))
 
 

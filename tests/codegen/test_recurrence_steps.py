@@ -103,12 +103,58 @@ def test_a_factor_that_needs_a_column_stays_and_a_select_moves_whole():
     agree([h], ins, *arrays)
 
 
-def test_a_sum_under_a_condition_on_another_axis_stays_point_by_point():
+def test_a_sum_under_a_condition_on_another_axis_is_stored_where_it_holds():
     h, ins, arrays = _cell(lambda h, t, b, j, x, W, k: x[t, b, j] + te.select(
         (t > 0) & (j % 2 == 0), te.sum(h[t - 1, b, k] * W[k, j], axis=k), 0.0))
+    (s,) = recurrence_steps.plan(h).sums
+    assert "j % 2 == 0" in str(s.body.where).replace("(", "").replace(")", "")
+    f, _ = agree([h], ins, *arrays)
+    assert f.schedule["h"].strategy == "steps"
+
+
+def test_a_sum_under_a_condition_reading_values_stays_point_by_point():
+    h, ins, arrays = _cell(lambda h, t, b, j, x, W, k: x[t, b, j] + te.select(
+        (t > 0) & (x[t, b, j] > 0), te.sum(h[t - 1, b, k] * W[k, j], axis=k), 0.0))
     assert recurrence_steps.plan(h) is None
     f, _ = agree([h], ins, *arrays)
     assert f.schedule["h"].strategy == "loops"
+
+
+def test_a_state_of_parts_computes_each_sum_once_per_position():
+    # an LSTM-like state s[t, b, w, j]: w = 0 the cell, w = 1 the output; the cell's sum
+    # is read under w == 0 and under w != 0 (inside the output), the output gate's under
+    # w != 0 only: each is a tensor over (b, j), computed once per step, not per w
+    T, B, D = 6, 2, 8
+    x = te.placeholder((T, B, D), "float64", "x")
+    U = te.placeholder((D, D), "float64", "U")
+    V = te.placeholder((D, D), "float64", "V")
+    k = te.reduce_axis(D, name="k")
+
+    def prev(s, t, b, j, W):
+        return te.select(t == 0, 0.0, te.sum(s[t - 1, b, 1, k] * W[k, j], axis=k))
+
+    def fn(s, t, b, w, j):
+        c = te.tanh(x[t, b, j] + prev(s, t, b, j, U)) + 0.5 * te.select(
+            t == 0, 0.0, s[t - 1, b, 0, j])
+        return te.select(w == 0, c, te.sigmoid(prev(s, t, b, j, V)) * te.tanh(c))
+    s = te.recurrence((T, B, 2, D), fn, name="s", dtype="float64")
+    p = recurrence_steps.plan(s)
+    assert [x.shape for x in p.sums] == [(B, D), (B, D)]
+    assert all("w" not in str(x.body) for x in p.sums)
+    f, _ = agree([s], [x, U, V], rand((T, B, D), "float64"), rand((D, D), "float64", 1) * 0.3,
+                 rand((D, D), "float64", 2) * 0.3)
+    assert f.schedule["s"].strategy == "steps"
+    # its gradient: the adjoint's sum feeds the output part only (where w == 1): a
+    # tensor over (b, j) too, and the gradients agree with the numpy backend
+    H = te.placeholder((T, B, 2, D), "float64", "H")
+    grads = te.differentiate(s, [x, U, V], head=H)
+    (ds,) = [t for t in te.ir.topo_order(list(grads)) if getattr(t, "carry", None) is not None
+             and t.carry.step < 0]
+    assert [x.shape for x in recurrence_steps.plan(ds).sums][-1] == (B, D)
+    f, _ = agree(list(grads), [x, U, V, H], rand((T, B, D), "float64"),
+                 rand((D, D), "float64", 1) * 0.3, rand((D, D), "float64", 2) * 0.3,
+                 rand((T, B, 2, D), "float64", 3))
+    assert f.schedule[ds.name].strategy == "steps"
 
 
 def test_a_where_on_the_step_and_the_sum_axis():

@@ -44,12 +44,13 @@ import math
 from dataclasses import replace
 from typing import Dict, List, Optional, Tuple
 
-from tensorexpr.ir import (Axis, Binary, COSTLY_OPS, Cast, Compute, Const, Expr, Read, Reduce,
+from tensorexpr.ir import (Axis, Binary, COSTLY_OPS, Compute, Const, Expr, Read, Reduce,
                            Select, Tensor, Unary, children, is_float, postorder,
                            reads, same, topo_order, walk)
 from tensorexpr.polyhedral import NotAffine, conjuncts, project
 from tensorexpr.transform import bottom_up, free_axes
 
+from .contexts import contexts
 from .extract import extract, is_box, redirect
 
 #: the points the axes a sub-expression misses must have together for it to be hoisted
@@ -96,47 +97,6 @@ def _points(axes: List[Axis]) -> float:
     return n
 
 
-def _contexts(t: Compute):
-    """Every way ``t``'s body reaches its nodes: ``(node, axes around it by uid,
-    guards, compared)`` once each, where ``guards`` are the ``(condition, polarity)``
-    under which the node is evaluated (a select's condition for its branches, the left
-    operand of ``&``/``|`` for the right one, a reduction's where for its body) and
-    ``compared`` says whether its value reaches a comparison or a max/min. Nodes
-    inside a reduction whose axes' bounds hold other axes are not reached: no box
-    holds them."""
-    out = []
-    seen = set()
-    stack = [(t.body, {a.uid: a for a in t.axes}, (), False)]
-    while stack:
-        x, bound, guards, cmp = stack.pop()
-        key = (id(x), frozenset(bound), tuple((id(g), p) for g, p in guards), cmp)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append((x, bound, guards, cmp))
-        match x:
-            case Reduce(op, body, axes, where, _) if all(
-                    not free_axes(a.lo) and not free_axes(a.hi) for a in axes):
-                inner = {**bound, **{a.uid: a for a in axes}}
-                # a max's or min's values are compared (its gradient tests for ties)
-                c = cmp or op in ("max", "min")
-                if where is not None:
-                    stack.append((where, inner, guards, c))
-                stack.append((body, inner, guards + (((where, True),) if where is not None
-                                                     else ()), c))
-            case Binary("and" | "or" as op, a, b, _):
-                stack += [(b, bound, guards + ((a, op == "and"),), cmp), (a, bound, guards, cmp)]
-            case Select(c, a, b, _):
-                stack += [(b, bound, guards + ((c, False),), cmp),
-                          (a, bound, guards + ((c, True),), cmp), (c, bound, guards, cmp)]
-            case Binary(op, a, b, _):
-                c = cmp or op in COMPARISONS
-                stack += [(b, bound, guards, c), (a, bound, guards, c)]
-            case Unary(_, a, _) | Cast(a, _):
-                stack.append((a, bound, guards, cmp))
-    return out
-
-
 def _seen_from(conds: Tuple[Expr, ...], axes: List[Axis]) -> Optional[Tuple[Expr, ...]]:
     """``conds`` as conditions on ``axes`` alone (those a hoisted part uses), or None.
 
@@ -160,11 +120,6 @@ def _seen_from(conds: Tuple[Expr, ...], axes: List[Axis]) -> Optional[Tuple[Expr
     return tuple(keep) + ((implied,) if implied is not None else ())
 
 
-#: operators whose float operands are compared: a sum moved out of them would be summed
-#: in another order than where it is written, and a tie test would see other bits
-COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
-
-
 def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
     """The sub-expressions of ``t``'s body to hoist (see the module docstring), outermost
     first, each with the conditions it is evaluated under.
@@ -180,12 +135,12 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
         return []
     own = t.self_ref.uid if t.self_ref is not None else None
     used, costly = _uses(t.body)
-    contexts = _contexts(t)
+    reached = contexts(t)
     # a guarded part is hoisted only if it is evaluated under those guards wherever it
     # is: the stored tensor holds it only where they hold
     where: Dict[int, set] = {}
     compared = set()
-    for x, _, guards, cmp in contexts:
+    for x, _, guards, cmp in reached:
         where.setdefault(id(x), set()).add(tuple((id(g), p) for g, p in guards))
         if cmp:
             compared.add(id(x))
@@ -193,7 +148,7 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
     # tensor the strategy table can tile, instead of dot products inside one loop nest
     # (sums under a where, such as the pieces of a gradient over a concatenation, are
     # left to the table: each covers part of the output)
-    outer = {id(x): x for x, bound, guards, _ in contexts if isinstance(x, Reduce)
+    outer = {id(x): x for x, bound, guards, _ in reached if isinstance(x, Reduce)
              and not guards and x.where is None and len(bound) == len(t.axes)
              and x is not t.body}
     distinct: List[Expr] = []
@@ -204,7 +159,7 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
     found: List[Tuple[Expr, Tuple[Expr, ...]]] = []
     done = set()
     inside = set()  # parts within a hoisted one: their occurrences go with it
-    for x, bound, guards, _ in contexts:
+    for x, bound, guards, _ in reached:
         if id(x) in done or id(x) in inside:
             continue
         if id(x) in compared and any(isinstance(y, Reduce) for y in walk(x, unique=True)):
@@ -285,7 +240,7 @@ def regroup(t: Compute) -> Compute:
     used, costly = _uses(t.body)
     bounds: Dict[int, set] = {}
     compared = set()
-    for x, bound, _, cmp in _contexts(t):
+    for x, bound, _, cmp in contexts(t):
         bounds.setdefault(id(x), set()).add(frozenset(bound))
         if cmp:
             compared.add(id(x))

@@ -21,7 +21,7 @@ LAYERS = [["tensorexpr.errors"], ["tensorexpr.ir.dtypes"], ["tensorexpr.ir.nodes
           ["tensorexpr.polyhedral.spaces"], ["tensorexpr.polyhedral.affine"],
           ["tensorexpr.polyhedral.fibers", "tensorexpr.polyhedral.loops"],
           ["tensorexpr.polyhedral.queries"], ["tensorexpr.polyhedral"], ["tensorexpr.bounds"],
-          ["tensorexpr.recurrence"], ["tensorexpr.api"], ["passes.extract"],
+          ["tensorexpr.recurrence"], ["tensorexpr.api"], ["passes.extract"], ["passes.contexts"],
           ["passes.simplify", "passes.normalize", "passes.hoist"], ["passes.partials"],
           ["tensorexpr.nn.arguments"],
           ["tensorexpr.nn.reductions", "tensorexpr.nn.activations", "tensorexpr.nn.products",

@@ -1,0 +1,62 @@
+"""Where a tensor's body evaluates each of its nodes: the axes bound around a node and
+the conditions it is evaluated under. Passes that move a sub-expression out of a body
+(``passes.hoist``, ``passes.share``) must store it only where it was evaluated (its
+reads may be in range only there) and must not move what is compared.
+"""
+from __future__ import annotations
+
+from tensorexpr.ir import Binary, Cast, Compute, Reduce, Select, Unary
+from tensorexpr.transform import free_axes
+
+#: operators whose float operands are compared: a sum moved out of them would be summed
+#: in another order than where it is written, and a tie test would see other bits
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+def contexts(t: Compute):
+    """Every way ``t``'s body reaches its nodes: ``(node, axes around it by uid,
+    guards, compared)`` once each, where ``guards`` are the ``(condition, polarity)``
+    under which the node is evaluated (a select's condition for its branches, the left
+    operand of ``&``/``|`` for the right one, a reduction's where for its body) and
+    ``compared`` says whether its value reaches a comparison or a max/min. Nodes
+    inside a reduction whose axes' bounds hold other axes are not reached: no box
+    holds them. Index expressions of reads are not visited.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4,), name="X")
+    >>> Y = te.compute((4,), lambda i: te.select(i > 0, te.exp(X[i - 1]), 0.0), name="Y")
+    >>> [(str(x), [(str(g), p) for g, p in gs]) for x, _, gs, _ in contexts(Y)
+    ...  if str(x).startswith("exp")]
+    [('exp(X[i - 1])', [('(i > 0)', True)])]
+    """
+    out = []
+    seen = set()
+    stack = [(t.body, {a.uid: a for a in t.axes}, (), False)]
+    while stack:
+        x, bound, guards, cmp = stack.pop()
+        key = (id(x), frozenset(bound), tuple((id(g), p) for g, p in guards), cmp)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((x, bound, guards, cmp))
+        match x:
+            case Reduce(op, body, axes, where, _) if all(
+                    not free_axes(a.lo) and not free_axes(a.hi) for a in axes):
+                inner = {**bound, **{a.uid: a for a in axes}}
+                # a max's or min's values are compared (its gradient tests for ties)
+                c = cmp or op in ("max", "min")
+                if where is not None:
+                    stack.append((where, inner, guards, c))
+                stack.append((body, inner, guards + (((where, True),) if where is not None
+                                                     else ()), c))
+            case Binary("and" | "or" as op, a, b, _):
+                stack += [(b, bound, guards + ((a, op == "and"),), cmp), (a, bound, guards, cmp)]
+            case Select(c, a, b, _):
+                stack += [(b, bound, guards + ((c, False),), cmp),
+                          (a, bound, guards + ((c, True),), cmp), (c, bound, guards, cmp)]
+            case Binary(op, a, b, _):
+                c = cmp or op in COMPARISONS
+                stack += [(b, bound, guards, c), (a, bound, guards, c)]
+            case Unary(_, a, _) | Cast(a, _):
+                stack.append((a, bound, guards, cmp))
+    return out

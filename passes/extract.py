@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, Tuple
 
-from tensorexpr.ir import (Axis, Compute, Const, Expr, INDEX_DTYPE, Read, ScatterAdd, Tensor,
+from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, INDEX_DTYPE, Read, ScatterAdd, Tensor,
                            fresh_uid)
 from tensorexpr.transform import free_axes, map_reads, substitute
 
@@ -39,7 +39,8 @@ def _extent(a: Axis) -> Expr:
         return a.hi
     if isinstance(a.lo, Const) and isinstance(a.hi, Const):
         return Const(max(a.hi.value - a.lo.value, 0), INDEX_DTYPE)
-    return a.hi - a.lo
+    # a symbolic range may be empty at some sizes ([2, n) at n = 1): never a negative size
+    return Binary("max", a.hi - a.lo, Const(0, INDEX_DTYPE), INDEX_DTYPE)
 
 
 def extract(e: Expr, name: str, origin: str, order=None) -> Tuple[Compute, Read]:

@@ -269,3 +269,18 @@ def test_a_product_is_regrouped_so_the_head_is_stored_with_the_partials():
     L = te.compute((), lambda: te.sum(h[r[0], r[1], r[2]] ** 2, axis=r), name="L",
                    dtype="float64")
     check_grads(L, [x, W], arrays[:2], backend="c", tol=1e-6)
+
+
+def test_a_part_over_a_symbolic_range_that_may_be_empty_has_no_negative_size():
+    # exp(X[k]) over k in [2, n) is hoisted (the guard on i projects away); at n = 1 the
+    # range is empty and its tensor has extent max(n - 2, 0), not n - 2 (fuzz seed 1127:
+    # numpy refused a negative scratch size)
+    n = te.var("n")
+    X = te.placeholder((n,), "float64", "X")
+    k = te.reduce_axis((2, n), "k")
+    Y = te.compute((3, n), lambda i, j: te.sum(te.select(i >= 1, te.exp(X[k]), 0.0) * X[j],
+                                               axis=k), name="Y", dtype="float64")
+    _, new = hoist(Y)
+    assert [str(d) for d in new[0].shape] == ["3", "max(n - 2, 0)"]
+    for size in (1, 2, 5):
+        _both([Y], [X], [np.random.default_rng(size).standard_normal(size)])

@@ -126,8 +126,8 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     from .patterns import inlinable
 
     hoisted = []
-    if options.hoist:                                                # 3. analysis
-        sig, hoisted = hoist(sig)
+    if options.hoist or options.share:                               # 3. analysis
+        sig, hoisted = hoist(sig, options.hoist, options.share)
     inline = inlinable(sig)
     computed = [t for t in sig.order if not isinstance(t, Placeholder)]
     # 4. recurrences: by steps where a step holds sums over earlier ones; rings of rows
@@ -162,9 +162,10 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     return replace(program, kernel=kernel), lw.record.freeze()       # 7. loop-AST passes
 
 
-def hoist(sig) -> Tuple[Signature, List[str]]:
-    """``sig`` with the invariant parts of its tensors hoisted (``passes.hoist``), and a
-    line per tensor made; ``sig`` itself if there is none.
+def hoist(sig, invariants: bool = True, shared: bool = True) -> Tuple[Signature, List[str]]:
+    """``sig`` with the invariant parts of its tensors hoisted (``passes.hoist``) and then
+    the costly expressions several tensors recompute stored once (``passes.share``),
+    and a line per tensor made; ``sig`` itself if there is none.
 
     >>> import tensorexpr as te
     >>> X = te.placeholder((16, 8), name="X"); W = te.placeholder((8, 8), name="W")
@@ -174,11 +175,17 @@ def hoist(sig) -> Tuple[Signature, List[str]]:
     ['Y_h0[i, k] from Y']
     """
     from passes.hoist import hoist_invariants
-    done, made = hoist_invariants(sig.outputs)
-    if not made:
-        return sig, []
+    from passes.share import share
+    done, made = hoist_invariants(sig.outputs) if invariants else ({}, [])
     lines = [f"{g.name}[{', '.join(a.name for a in g.axes)}] from {t.name}" for g, t in made]
-    return Signature([done[t.uid] for t in sig.outputs], sig.inputs, sig.inferred), lines
+    outputs = [done.get(t.uid, t) for t in sig.outputs]
+    # then costly expressions several tensors recompute (a gradient's activations)
+    done, stored = share(outputs) if shared else ({t.uid: t for t in outputs}, [])
+    lines += [f"{g.name}[{', '.join(a.name for a in g.axes)}] shared by "
+              f"{', '.join(t.name for t in users)}" for g, users in stored]
+    if not lines:
+        return sig, []
+    return Signature([done[t.uid] for t in outputs], sig.inputs, sig.inferred), lines
 
 
 def generate(sig, options: Options = DEFAULT, name: Optional[str] = None):

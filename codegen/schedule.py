@@ -39,7 +39,8 @@ class Options:
     (``codegen.fuse``); ``copies``: dot-product sums may read transposed or
     zero-padded copies (``codegen.layout``); ``hoist``: costly sub-expressions
     evaluated under axes they do not use become tensors of their own
-    (``passes.hoist``); ``residues``: sums that gather with a stride split their
+    (``passes.hoist``); ``share``: costly expressions several tensors (or points) recompute
+    are stored once (``passes.share``); ``residues``: sums that gather with a stride split their
     reduction axes by residues and read residue-packed copies (``codegen.residues``);
     ``force``: tensor name -> strategy
     name, used for that tensor when the strategy applies (an error names the
@@ -48,13 +49,14 @@ class Options:
     >>> Options(force={"Y": "loops"}).force
     (('Y', 'loops'),)
     >>> Options().key()
-    'checkpoint=1 register_tiles=1 fuse=1 copies=1 hoist=1 residues=1 force='
+    'checkpoint=1 register_tiles=1 fuse=1 copies=1 hoist=1 share=1 residues=1 force='
     """
     checkpoint: Union[bool, str] = True
     register_tiles: bool = True
     fuse: bool = True
     copies: bool = True
     hoist: bool = True
+    share: bool = True
     residues: bool = True
     force: Tuple[Tuple[str, str], ...] = ()
 
@@ -79,7 +81,7 @@ class Options:
         """A stable text of the options: part of the build-cache key."""
         flags = " ".join(f"{k}={int(v) if isinstance(v, bool) else v}"
                          for k in ("checkpoint", "register_tiles", "fuse", "copies", "hoist",
-                                   "residues")
+                                   "share", "residues")
                          for v in [getattr(self, k)])
         return f"{flags} force=" + ",".join(f"{k}:{v}" for k, v in self.force)
 

@@ -45,7 +45,7 @@ from tensorexpr.errors import BoundsError
 from tensorexpr.ir import (COSTLY_OPS, Axis, Binary, Compute, Const, Expr, INDEX_DTYPE, Read,
                            Reduce, Tensor, Unary, fresh_uid, is_float, is_int, reads,
                            tensor_inputs, topo_order, walk)
-from tensorexpr.polyhedral import NotAffine, affine_form, index_box, is_index_arithmetic
+from tensorexpr.polyhedral import NotAffine, index_box, is_index_arithmetic
 from tensorexpr.transform import bottom_up, free_axes, substitute
 
 from .contexts import contexts
@@ -113,13 +113,36 @@ def form(e: Expr) -> Tuple[Expr, Tuple[Expr, ...]]:
     return bottom_up(e, lambda x: x, stop=stop), tuple(at)
 
 
+def _linear(e: Expr) -> Optional[Tuple[int, Dict[int, int]]]:
+    """``(c, {axis uid: coefficient})`` for sums, differences and constant multiples of
+    axes and constants (the index arithmetic of shifts), else None."""
+    match e:
+        case Const(v, _) if isinstance(v, int):
+            return v, {}
+        case Axis(uid=uid):
+            return 0, {uid: 1}
+        case Binary("add" | "sub" as op, a, b, _):
+            la, lb = _linear(a), _linear(b)
+            if la is None or lb is None:
+                return None
+            sign = 1 if op == "add" else -1
+            terms = dict(la[1])
+            for u, c in lb[1].items():
+                terms[u] = terms.get(u, 0) + sign * c
+            return la[0] + sign * lb[0], {u: c for u, c in terms.items() if c}
+        case Binary("mul", a, Const(v, _), _) | Binary("mul", Const(v, _), a, _) \
+                if isinstance(v, int):
+            la = _linear(a)
+            return None if la is None else (la[0] * v, {u: c * v for u, c in la[1].items()})
+    return None
+
+
 def _offset(x: Expr, y: Expr) -> Optional[int]:
-    """``d`` when ``x == y + d`` at every point (affine on constant boxes), else None."""
-    diff = Binary("sub", x, y, x.dtype)
-    got = affine_form(diff, free_axes(diff))
-    if got is None or any(got[1]):
+    """``d`` when ``x == y + d`` (both linear in the axes), else None."""
+    lx, ly = _linear(x), _linear(y)
+    if lx is None or ly is None or lx[1] != ly[1]:
         return None
-    return got[0]
+    return lx[0] - ly[0]
 
 
 def _costly(y: Expr) -> bool:
@@ -243,12 +266,15 @@ def _find(order: List[Tensor]) -> Dict[Expr, _Occurrences]:
             continue
         own = t.self_ref.uid if t.self_ref is not None else None
         checked: Dict[int, bool] = {}
+        forms: Dict[int, Tuple[Expr, Tuple[Expr, ...]]] = {}
         for x, bound, guards, _ in contexts(t):
             if id(x) not in checked:
                 checked[id(x)] = _eligible(x, own, kept)
             if not checked[id(x)]:
                 continue
-            f, at = form(x)
+            if id(x) not in forms:  # (a node is reached once per context: formed once)
+                forms[id(x)] = form(x)
+            f, at = forms[id(x)]
             occ = found.get(f)
             if occ is None:
                 occ = found[f] = _Occurrences(f)

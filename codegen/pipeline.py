@@ -124,6 +124,7 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
                    residues)
     from .lower import Lowerer
     from .patterns import inlinable
+    from .unswitch import unswitch
 
     hoisted = []
     if options.hoist or options.share:                               # 3. analysis
@@ -158,7 +159,8 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
         lw.record.residues.extend(split)
         program = lw.program()                                       # 6. schedule, lowering
     lw.record.hoisted.extend(hoisted)
-    kernel = replace(program.kernel, body=tuple(regions.merge(list(program.kernel.body))))
+    body = unswitch(regions.merge(list(program.kernel.body)))
+    kernel = replace(program.kernel, body=tuple(body))
     return replace(program, kernel=kernel), lw.record.freeze()       # 7. loop-AST passes
 
 

@@ -258,7 +258,7 @@ class _Occurrences:
         return (evaluated - size) * cost(self.form) > size * STORE_COST
 
 
-def _find(order: List[Tensor]) -> Dict[Expr, _Occurrences]:
+def _find(order: List[Tensor], reached) -> Dict[Expr, _Occurrences]:
     found: Dict[Expr, _Occurrences] = {}
     kept = checkpointed(order)
     for t in order:
@@ -267,7 +267,7 @@ def _find(order: List[Tensor]) -> Dict[Expr, _Occurrences]:
         own = t.self_ref.uid if t.self_ref is not None else None
         checked: Dict[int, bool] = {}
         forms: Dict[int, Tuple[Expr, Tuple[Expr, ...]]] = {}
-        for x, bound, guards, _ in contexts(t):
+        for x, bound, guards, _ in reached(t):
             if id(x) not in checked:
                 checked[id(x)] = _eligible(x, own, kept)
             if not checked[id(x)]:
@@ -313,7 +313,14 @@ def share(outputs) -> Tuple[Dict[int, Tensor], List[Tuple[Compute, List[Tensor]]
 
 def _round(outputs, n: int) -> Tuple[Dict[int, Tensor], List[Tuple[Compute, List[Tensor]]]]:
     order = topo_order(list(outputs))
-    found = _find(order)
+    cache: Dict[int, list] = {}
+
+    def reached(t: Compute) -> list:  # contexts(t), worked out once per round
+        if t.uid not in cache:
+            cache[t.uid] = contexts(t)
+        return cache[t.uid]
+
+    found = _find(order, reached)
     by_tensor: Dict[int, Dict[int, Expr]] = {}  # tensor uid -> node id -> replacement
     made: List[Tuple[Compute, List[Tensor]]] = []
     taken: Dict[int, set] = {}  # tensor uid -> ids of nodes inside taken occurrences
@@ -340,9 +347,8 @@ def _round(outputs, n: int) -> Tuple[Dict[int, Tensor], List[Tuple[Compute, List
             by_tensor.setdefault(uid, {})[node] = Read(g, idx, g.dtype)
         for t in users:
             inside = taken.setdefault(t.uid, set())
-            for x, _, _, _ in contexts(t):
-                if id(x) in occ.nodes:
-                    inside |= {id(y) for y in walk(x, unique=True)}
+            for x in {id(x): x for x, _, _, _ in reached(t) if id(x) in occ.nodes}.values():
+                inside |= {id(y) for y in walk(x, unique=True)}
     if not made:
         return {t.uid: t for t in order}, []
     rewritten: Dict[int, Tensor] = {}

@@ -126,9 +126,7 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     from .patterns import inlinable
     from .unswitch import unswitch
 
-    hoisted = []
-    if options.hoist or options.share:                               # 3. analysis
-        sig, hoisted = hoist(sig, options.hoist, options.share)
+    sig, hoisted = hoist(sig, options.hoist, options.share)         # 3. analysis
     inline = inlinable(sig)
     computed = [t for t in sig.order if not isinstance(t, Placeholder)]
     # 4. recurrences: by steps where a step holds sums over earlier ones; rings of rows
@@ -165,9 +163,10 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
 
 
 def hoist(sig, invariants: bool = True, shared: bool = True) -> Tuple[Signature, List[str]]:
-    """``sig`` with the invariant parts of its tensors hoisted (``passes.hoist``) and then
-    the costly expressions several tensors recompute stored once (``passes.share``),
-    and a line per tensor made; ``sig`` itself if there is none.
+    """``sig`` with sums over unit innermost axes computed over the other axes
+    (``passes.squeeze``), the invariant parts of its tensors hoisted (``passes.hoist``)
+    and then the costly expressions several tensors recompute stored once
+    (``passes.share``), and a line per tensor made; ``sig`` itself if there is none.
 
     >>> import tensorexpr as te
     >>> X = te.placeholder((16, 8), name="X"); W = te.placeholder((8, 8), name="W")
@@ -178,9 +177,15 @@ def hoist(sig, invariants: bool = True, shared: bool = True) -> Tuple[Signature,
     """
     from passes.hoist import hoist_invariants
     from passes.share import share
-    done, made = hoist_invariants(sig.outputs) if invariants else ({}, [])
-    lines = [f"{g.name}[{', '.join(a.name for a in g.axes)}] from {t.name}" for g, t in made]
-    outputs = [done.get(t.uid, t) for t in sig.outputs]
+    from passes.squeeze import squeeze
+    # sums whose innermost axis has one point, over their other axes (tileable)
+    done, made = squeeze(sig.outputs)
+    lines = [f"{g.name}[{', '.join(a.name for a in g.axes)}] from {t.name} (unit axes)"
+             for g, t in made]
+    outputs = [done[t.uid] for t in sig.outputs]
+    done, made = hoist_invariants(outputs) if invariants else ({}, [])
+    lines += [f"{g.name}[{', '.join(a.name for a in g.axes)}] from {t.name}" for g, t in made]
+    outputs = [done.get(t.uid, t) for t in outputs]
     # then costly expressions several tensors recompute (a gradient's activations)
     done, stored = share(outputs) if shared else ({t.uid: t for t in outputs}, [])
     lines += [f"{g.name}[{', '.join(a.name for a in g.axes)}] shared by "

@@ -384,3 +384,24 @@ def test_a_sum_whose_value_is_compared_is_added_in_written_order():
     g = te.build([dX], [X])(x)
     best = int(np.argmax(x.sum(axis=(1, 2))))
     assert np.array_equal(g[best], np.ones((3, 32), np.float32)) and g.sum() == 96
+
+
+@pytest.mark.parametrize("n", [64, 257, 300, 512, 1000])
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_long_extrema_in_several_vectors_of_lanes_combined_as_a_tree(n, op, dtype):
+    # rows of >= 4 * EXTREMUM_LANES points keep 64 partial results, combined pairwise;
+    # any order gives the numpy result, NaN (propagated) and infinities included
+    from codegen.lower_expr import EXTREMUM_LANES
+    X = te.placeholder((5, n), dtype, "X")
+    k = te.reduce_axis(n, "k")
+    Y = te.compute((5,), lambda i: getattr(te, op)(X[i, k], axis=k), name="Y", dtype=dtype)
+    f = te.build(Y, [X])
+    if n >= 4 * EXTREMUM_LANES:
+        assert f"[{EXTREMUM_LANES}]" in f.source
+    x = np.random.default_rng(n).standard_normal((5, n)).astype(dtype)
+    x[1, n // 3] = np.nan
+    x[2, -1] = np.inf if op == "max" else -np.inf
+    x[3, :] = -np.inf if op == "max" else np.inf
+    want = getattr(np, op)(x, axis=1)
+    np.testing.assert_array_equal(f(x), want)

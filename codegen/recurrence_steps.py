@@ -36,7 +36,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, Select, SizeVar, Tensor,
                            Unary, children, fresh_uid, is_float, reads, same, walk)
-from tensorexpr.polyhedral import NotAffine, conjuncts, project
+from tensorexpr.polyhedral import conjuncts, seen_from
 from tensorexpr.transform import free_axes, replace_subexpr, substitute
 from passes.hoist import hoist
 
@@ -109,21 +109,12 @@ def _domain(occurrences: List[List[Expr]], keep: List[Axis]) -> Optional[List[Ex
     exact (a condition isl cannot represent)."""
     common = [g for g in occurrences[0] if all(any(same(g, h) for h in o) for o in occurrences)]
     rest = [[g for g in o if not any(same(g, c) for c in common)] for o in occurrences]
-    own = {a.uid for a in keep}
-    local = [g for g in common if {a.uid for a in free_axes(g)} <= own]
-    other = [g for g in common if not {a.uid for a in free_axes(g)} <= own]
     if all(rest):  # else some occurrence needs no more than the common conditions
         either = _all(rest[0])
         for o in rest[1:]:
             either = Binary("or", either, _all(o), "bool")
-        other.append(either)
-    if not other:
-        return local
-    try:
-        implied = project(keep, other, strict=True)
-    except NotAffine:
-        return None
-    return local + ([implied] if implied is not None else [])
+        common.append(either)
+    return seen_from(common, keep)
 
 
 def _all(conds: Sequence[Expr]) -> Expr:

@@ -42,12 +42,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 from tensorexpr.ir import (Axis, Binary, COSTLY_OPS, Compute, Const, Expr, Read, Reduce,
                            Select, Tensor, Unary, children, is_float, postorder,
                            reads, same, topo_order, walk)
-from tensorexpr.polyhedral import NotAffine, conjuncts, project
+from tensorexpr.polyhedral import seen_from
 from tensorexpr.transform import bottom_up, free_axes
 
 from .contexts import contexts
@@ -95,29 +95,6 @@ def _points(axes: List[Axis]) -> float:
         else:
             n = math.inf
     return n
-
-
-def _seen_from(conds: Tuple[Expr, ...], axes: List[Axis]) -> Optional[Tuple[Expr, ...]]:
-    """``conds`` as conditions on ``axes`` alone (those a hoisted part uses), or None.
-
-    Conjuncts on those axes are kept; the others (an adjoint's ``w == 1`` selecting
-    which part of a state a sum feeds, around factors that do not use ``w``) are
-    projected exactly onto ``axes``: the part is then stored wherever some value of
-    the axes it misses lets the program evaluate it, which is where it is read.
-    None when such a conjunct is not affine (no exact projection)."""
-    used = {a.uid for a in axes}
-    keep: List[Expr] = []
-    other: List[Expr] = []
-    for c in conds:
-        for q in conjuncts(c):
-            (keep if {a.uid for a in free_axes(q)} <= used else other).append(q)
-    if not other:
-        return conds
-    try:
-        implied = project(axes, other, strict=True)
-    except NotAffine:
-        return None
-    return tuple(keep) + ((implied,) if implied is not None else ())
 
 
 def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
@@ -181,10 +158,13 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
                 or (own is not None and any(r.tensor.uid == own for r in reads(g)))
                 for g, _ in guards)):
             continue
-        conds = _seen_from(tuple(g if p else Unary("not", g, "bool") for g, p in guards),
-                           [a for uid, a in bound.items() if uid in used[id(x)]])
+        # conditions on axes it does not use (an adjoint's w == 1 selecting the part of
+        # a state a sum feeds, around factors without w) are projected onto its axes
+        conds = seen_from([g if p else Unary("not", g, "bool") for g, p in guards],
+                          [a for uid, a in bound.items() if uid in used[id(x)]])
         if conds is None:
             continue
+        conds = tuple(conds)
         found.append((x, conds))
         done.add(id(x))
         inside |= {id(y) for y in walk(x, unique=True)}

@@ -206,4 +206,35 @@ def project(keep: Sequence[Axis], guards: Sequence[Expr], strict: bool = False) 
     context = Space(list(keep), sorted(params)).box()
     return set_expr(align_like(s, context).gist(context), list(keep), sorted(params))
 
+
+
+def seen_from(conds: Sequence[Expr], axes: Sequence[Axis]) -> Optional[List[Expr]]:
+    """``conds`` as conditions on ``axes`` alone: their conjuncts on those axes as
+    written, and the others projected exactly onto ``axes`` (:func:`project`, strict);
+    None when such a conjunct is not affine. Something computed over ``axes`` under
+    these conditions is computed wherever some value of the other axes satisfies
+    ``conds``: where the program evaluates it.
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(5, "int64"), 21)
+    >>> w = Axis("w", Const(0, "int64"), Const(2, "int64"), 22)
+    >>> [str(c) for c in seen_from([(i >= 1) & (w == 1)], [i])]
+    ['(i >= 1)']
+    >>> print(seen_from([w == i - 3], [i]))   # (i <= 4 holds on i's box)
+    [(i >= 3)]
+    """
+    used = {a.uid for a in axes}
+    keep: List[Expr] = []
+    other: List[Expr] = []
+    for c in conds:
+        for q in conjuncts(c):
+            (keep if {a.uid for a in free_axes(q)} <= used else other).append(q)
+    if not other:
+        return keep
+    try:
+        implied = project(axes, other, strict=True)
+    except NotAffine:
+        return None
+    return keep + ([implied] if implied is not None else [])
+
 # }}}

@@ -131,13 +131,26 @@ def differentiate(output: Union[Tensor, Sequence[Tensor]],
     if jacobian and any(h is not None for h in heads):
         raise ValueError("differentiate: jacobian=True asks for the full Jacobian, which "
                          "head=None seeds; pass one or the other")
-    forward = topo_order(outputs)
-    if inputs is None:
-        inputs = sorted((t for t in forward if isinstance(t, Placeholder)), key=lambda t: t.uid)
-    elif isinstance(inputs, Tensor):
-        inputs = [inputs]
-    inputs = list(inputs)
+    inputs = resolve_inputs(outputs, inputs)
     return _Differentiator(outputs, inputs, heads, override or {}, several, jacobian).run()
+
+
+def resolve_inputs(outputs: Sequence[Tensor], inputs) -> List[Tensor]:
+    """The tensors ``differentiate(outputs, inputs)`` differentiates with respect to, as a
+    list: ``inputs=None`` means every placeholder the outputs read, in creation order.
+
+    >>> import tensorexpr as te
+    >>> A, B = te.placeholder((2,), name="A"), te.placeholder((2,), name="B")
+    >>> C = te.compute((2,), lambda i: B[i] * A[i], name="C")
+    >>> [t.name for t in resolve_inputs([C], None)], [t.name for t in resolve_inputs([C], B)]
+    (['A', 'B'], ['B'])
+    """
+    if inputs is None:
+        return sorted((t for t in topo_order(list(outputs)) if isinstance(t, Placeholder)),
+                      key=lambda t: t.uid)
+    if isinstance(inputs, Tensor):
+        return [inputs]
+    return list(inputs)
 
 
 def _count(dims) -> Optional[int]:

@@ -7,7 +7,7 @@ errors <- ir (dtypes <- nodes <- traversal <- the package) <- transform, printer
 <- recurrence <- api <- extract <- simplify, normalize, hoist <- partials
 <- nn (arguments <- reductions, activations, products, convolution, embeddings,
 resampling, layout <- softmax_family, normalization, pooling <- losses)
-<- differentiate, the nn package <- build <- interop, blocks <- adapters.
+<- differentiate, the nn package <- differentiate_cache <- build <- interop, blocks <- adapters.
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ LAYERS = [["tensorexpr.errors"], ["tensorexpr.ir.dtypes"], ["tensorexpr.ir.nodes
           ["tensorexpr.nn.softmax_family", "tensorexpr.nn.normalization",
            "tensorexpr.nn.pooling"],
           ["tensorexpr.nn.losses"],
-          ["passes.differentiate", "tensorexpr.nn"], ["tensorexpr.build"],
+          ["passes.differentiate", "tensorexpr.nn"], ["tensorexpr.differentiate_cache"],
+          ["tensorexpr.build"],
           ["tensorexpr.interop", "tensorexpr.blocks"],
           ["tensorexpr.torch", "tensorexpr.jax", "tensorexpr.dask"]]
 RANK = {m: k for k, layer in enumerate(LAYERS) for m in layer}

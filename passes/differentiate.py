@@ -30,28 +30,17 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from tensorexpr import api
 from tensorexpr.errors import JacobianError, describe
-from tensorexpr.ir import (Axis, Compute, Const, Expr, Placeholder, Read, Reduce, ScatterAdd,
+from tensorexpr.ir import (Axis, Compute, Const, Expr, Read, Reduce, ScatterAdd,
                            SelfRef, Tensor, binary, fresh_uid, is_float, same, topo_order,
                            tensor_inputs, INDEX_DTYPE)
 from tensorexpr.printer import shape_str
 from tensorexpr.polyhedral import NotAffine, Space, params_of, simplify_affine, solve_fiber
 from tensorexpr.transform import map_reads, replace_subexpr, substitute
 
+from .gradients import Gradients, resolve_inputs
 from .normalize import hoist_reductions, normalize
 from .partials import Site, read_partials
 from .simplify import simplify
-
-
-class Gradients(tuple):
-    """The gradients, in the order of ``inputs``; ``adjoints`` maps every tensor on a
-    path from the inputs to the output to its adjoint tensor."""
-
-    adjoints: Dict[Tensor, Tensor]
-
-    def __new__(cls, grads, adjoints):
-        obj = super().__new__(cls, grads)
-        obj.adjoints = adjoints
-        return obj
 
 
 #: ``head=None`` on a non-scalar output builds its full Jacobian, ``output.size *
@@ -133,24 +122,6 @@ def differentiate(output: Union[Tensor, Sequence[Tensor]],
                          "head=None seeds; pass one or the other")
     inputs = resolve_inputs(outputs, inputs)
     return _Differentiator(outputs, inputs, heads, override or {}, several, jacobian).run()
-
-
-def resolve_inputs(outputs: Sequence[Tensor], inputs) -> List[Tensor]:
-    """The tensors ``differentiate(outputs, inputs)`` differentiates with respect to, as a
-    list: ``inputs=None`` means every placeholder the outputs read, in creation order.
-
-    >>> import tensorexpr as te
-    >>> A, B = te.placeholder((2,), name="A"), te.placeholder((2,), name="B")
-    >>> C = te.compute((2,), lambda i: B[i] * A[i], name="C")
-    >>> [t.name for t in resolve_inputs([C], None)], [t.name for t in resolve_inputs([C], B)]
-    (['A', 'B'], ['B'])
-    """
-    if inputs is None:
-        return sorted((t for t in topo_order(list(outputs)) if isinstance(t, Placeholder)),
-                      key=lambda t: t.uid)
-    if isinstance(inputs, Tensor):
-        return [inputs]
-    return list(inputs)
 
 
 def _count(dims) -> Optional[int]:

@@ -40,8 +40,7 @@ import pickle
 from dataclasses import fields
 from typing import Dict, List, Optional
 
-from passes.differentiate import Gradients, differentiate as differentiate_uncached
-from passes.differentiate import resolve_inputs
+from passes.gradients import Gradients, resolve_inputs
 from tensorexpr.errors import user_origin
 from tensorexpr.ir import Node, Tensor, fresh_uid, topo_order
 from tensorexpr.ir import nodes as ir_nodes
@@ -84,6 +83,8 @@ def differentiate(output, inputs=None, head=None, override=None, jacobian=False)
         inputs = list(inputs)  # an iterator is read once, here
 
     def compute():
+        # imported on a miss only: a hit needs neither it nor isl
+        from passes.differentiate import differentiate as differentiate_uncached
         return differentiate_uncached(output, inputs=inputs, head=head, override=override,
                                       jacobian=jacobian)
 

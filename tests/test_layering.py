@@ -4,7 +4,7 @@ Function-level imports count: importing inside a function to dodge a circle is
 still a circle. The layers (a module imports only modules of lower layers):
 errors <- ir (dtypes <- nodes <- traversal <- the package) <- transform, printer
 <- polyhedral (spaces <- affine <- fibers, loops <- queries <- the package) <- bounds
-<- recurrence <- api <- extract <- simplify, normalize, hoist <- partials
+<- recurrence <- api <- extract, gradients <- simplify, normalize, hoist <- partials
 <- nn (arguments <- reductions, activations, products, convolution, embeddings,
 resampling, layout <- softmax_family, normalization, pooling <- losses)
 <- differentiate, the nn package <- differentiate_cache <- build <- interop, blocks <- adapters.
@@ -21,7 +21,7 @@ LAYERS = [["tensorexpr.errors"], ["tensorexpr.ir.dtypes"], ["tensorexpr.ir.nodes
           ["tensorexpr.polyhedral.spaces"], ["tensorexpr.polyhedral.affine"],
           ["tensorexpr.polyhedral.fibers", "tensorexpr.polyhedral.loops"],
           ["tensorexpr.polyhedral.queries"], ["tensorexpr.polyhedral"], ["tensorexpr.bounds"],
-          ["tensorexpr.recurrence"], ["tensorexpr.api"], ["passes.extract"],
+          ["tensorexpr.recurrence"], ["tensorexpr.api"], ["passes.extract", "passes.gradients"],
           ["passes.simplify", "passes.normalize", "passes.hoist"], ["passes.partials"],
           ["tensorexpr.nn.arguments"],
           ["tensorexpr.nn.reductions", "tensorexpr.nn.activations", "tensorexpr.nn.products",

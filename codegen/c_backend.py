@@ -12,13 +12,11 @@ rebuilt; so is a library that fails its checksum or does not load.
 """
 from __future__ import annotations
 
-import glob
-import hashlib
 import json
 import os
 from typing import Dict, Optional, Tuple
 
-from . import compiler, runtime, target
+from . import compiler, runtime, source_digest, target
 
 #: bump when the layout of build-cache entries changes
 BUILD_FORMAT = "1"
@@ -28,41 +26,29 @@ BUILD_FORMAT = "1"
 #: emitting C (step 8)
 stats: Dict[str, float] = {"build_hits": 0, "lowered": 0, "lower_s": 0.0, "emit_s": 0.0}
 
-_code_version: Optional[str] = None
+#: the packages whose text decides generated C: ``codegen``, ``passes`` (the program
+#: rewrites run before lowering) and ``tensorexpr``, subpackages included
+CODE_PACKAGES = ("codegen", "passes", "tensorexpr")
 
 
 def code_files() -> list:
-    """The source files whose text decides generated C: ``codegen``, ``passes`` (the
-    program rewrites run before lowering) and ``tensorexpr``, subpackages included.
+    """The source files whose text decides generated C (:data:`CODE_PACKAGES`).
 
     >>> sorted(os.path.basename(p) for p in code_files())[:2]
     ['__init__.py', '__init__.py']
     """
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.dirname(here)
-    pkgs = (here, os.path.join(root, "passes"), os.path.join(root, "tensorexpr"))
-    return sorted(p for d in pkgs for p in glob.glob(os.path.join(d, "**", "*.py"),
-                                                      recursive=True))
+    return sorted(p for d in CODE_PACKAGES for p in source_digest.package_files(d))
 
 
 def code_version() -> str:
     """A digest of :func:`code_files`: a cached build is reused only by the code that
-    would generate it again.
+    would generate it again (each package is hashed once per process, and shared with
+    the differentiation cache).
 
     >>> len(code_version())
     64
     """
-    global _code_version
-    if _code_version is None:
-        h = hashlib.sha256()
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        for path in code_files():
-            h.update(os.path.relpath(path, root).encode() + b"\0")
-            with open(path, "rb") as f:
-                h.update(f.read())
-            h.update(b"\0")
-        _code_version = h.hexdigest()
-    return _code_version
+    return source_digest.source_digest(*CODE_PACKAGES)
 
 
 def entry_path(sig, comp: compiler.Compiler, options) -> Optional[str]:

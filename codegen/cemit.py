@@ -140,14 +140,54 @@ def _float_divmod(name: str, kind: str, dt: str) -> str:
 
 
 #: fused multiply-add of whole vectors: (vector bytes, element type) -> (the macros that
-#: say the instruction exists, intrinsic, its vector type)
-_VFMA = {(16, "float32"): ("defined(__FMA__)", "_mm_fmadd_ps", "__m128"),
-         (16, "float64"): ("defined(__FMA__)", "_mm_fmadd_pd", "__m128d"),
-         (32, "float32"): ("defined(__FMA__) && defined(__AVX__)", "_mm256_fmadd_ps", "__m256"),
-         (32, "float64"): ("defined(__FMA__) && defined(__AVX__)", "_mm256_fmadd_pd", "__m256d"),
-         (64, "float32"): ("defined(__AVX512F__)", "_mm512_fmadd_ps", "__m512"),
-         (64, "float64"): ("defined(__AVX512F__)", "_mm512_fmadd_pd", "__m512d")}
+#: say the instruction exists, intrinsic, its vector type, the compiler builtin the
+#: intrinsic calls, the builtin's trailing arguments)
+_VFMA = {(16, "float32"): ("defined(__FMA__)", "_mm_fmadd_ps", "__m128",
+                           "__builtin_ia32_vfmaddps", ""),
+         (16, "float64"): ("defined(__FMA__)", "_mm_fmadd_pd", "__m128d",
+                           "__builtin_ia32_vfmaddpd", ""),
+         (32, "float32"): ("defined(__FMA__) && defined(__AVX__)", "_mm256_fmadd_ps", "__m256",
+                           "__builtin_ia32_vfmaddps256", ""),
+         (32, "float64"): ("defined(__FMA__) && defined(__AVX__)", "_mm256_fmadd_pd", "__m256d",
+                           "__builtin_ia32_vfmaddpd256", ""),
+         (64, "float32"): ("defined(__AVX512F__)", "_mm512_fmadd_ps", "__m512",
+                           "__builtin_ia32_vfmaddps512_mask", ", (unsigned short)-1, 4"),
+         (64, "float64"): ("defined(__AVX512F__)", "_mm512_fmadd_pd", "__m512d",
+                           "__builtin_ia32_vfmaddpd512_mask", ", (unsigned char)-1, 4")}
+#: defined by a kernel's prelude when the compiler has every builtin its vector fmas call
+_VFMA_BUILTINS = "TE_VFMA_BUILTINS"
 _VECTOR_HELPERS = ("vload", "vstore", "splat", "vfma")
+
+
+def _vfma_prelude(helpers) -> str:
+    """What the vector fmas ``helpers`` (``te_vfma_f32x16``...) need: the builtins that
+    the intrinsics of ``<immintrin.h>`` call, where the compiler has them all (GCC,
+    clang), else the header. The header costs ~0.15 s of compiler time per kernel
+    (the whole of x86's intrinsics, AVX-512 included, parsed for one fma): a third of
+    a small kernel's compile; the builtins make the same instructions.
+
+    >>> print(_vfma_prelude(["te_vfma_f32x8"]))
+    #if defined(__x86_64__) || defined(__i386__)
+    #if defined(__has_builtin)
+    #if __has_builtin(__builtin_ia32_vfmaddps256)
+    #define TE_VFMA_BUILTINS 1
+    #endif
+    #endif
+    #ifndef TE_VFMA_BUILTINS
+    #include <immintrin.h>
+    #endif
+    #endif
+    """
+    names = []
+    for h in helpers:
+        elem, lanes = _suffix_parts(h[len("te_vfma_"):])
+        got = _VFMA.get((lanes * np.dtype(elem).itemsize, elem))
+        if got is not None and got[3] not in names:
+            names.append(got[3])
+    have = " && ".join(f"__has_builtin({b})" for b in names) or "0"
+    return ("#if defined(__x86_64__) || defined(__i386__)\n#if defined(__has_builtin)\n"
+            f"#if {have}\n#define {_VFMA_BUILTINS} 1\n#endif\n#endif\n"
+            f"#ifndef {_VFMA_BUILTINS}\n#include <immintrin.h>\n#endif\n#endif")
 
 
 def _vector_type(dt: str) -> str:
@@ -167,9 +207,13 @@ def _vector_typedefs(dt: str) -> str:
             f"may_alias));\n")
 
 
+def _suffix_parts(suf: str):
+    """``(element type, lanes)`` of a helper's vector suffix (``f32x8`` -> float32, 8)."""
+    return {v: k for k, v in _SUF.items()}[suf.split("x")[0]], int(suf.split("x")[1])
+
+
 def _vector_helper(kind: str, suf: str) -> str:
-    elem = {v: k for k, v in _SUF.items()}[suf.split("x")[0]]
-    lanes = int(suf.split("x")[1])
+    elem, lanes = _suffix_parts(suf)
     T, V = CTYPE[elem], f"te_{suf}"
     name = f"te_{kind}_{suf}"
     if kind == "vload":
@@ -186,9 +230,11 @@ def _vector_helper(kind: str, suf: str) -> str:
             f"  return r;\n")
     body = loop
     if (size, elem) in _VFMA:
-        cond, intr, mt = _VFMA[(size, elem)]
+        cond, intr, mt, builtin, extra = _VFMA[(size, elem)]
         body = (f"#if (defined(__x86_64__) || defined(__i386__)) && {cond}\n"
-                f"  return ({V}){intr}(({mt})a, ({mt})b, ({mt})c);\n#else\n{loop}#endif\n")
+                f"#ifdef {_VFMA_BUILTINS}\n  return {builtin}(a, b, c{extra});\n#else\n"
+                f"  return ({V}){intr}(({mt})a, ({mt})b, ({mt})c);\n#endif\n"
+                f"#else\n{loop}#endif\n")
     return f"static inline {V} {name}({V} a, {V} b, {V} c)\n{{\n{body}}}\n"
 
 
@@ -575,8 +621,9 @@ def emit(kernel: Kernel) -> str:
             "#include <math.h>", "#include <stdbool.h>", "#include <stdint.h>", ""]
     if any(h in mathlib.FUNCTIONS for h in em.helpers):
         head.append(mathlib.prelude())
-    if any(h.startswith("te_vfma_") for h in em.helpers):
-        head.append("#if defined(__x86_64__) || defined(__i386__)\n#include <immintrin.h>\n#endif")
+    vfma = [h for h in em.helpers if h.startswith("te_vfma_")]
+    if vfma:
+        head.append(_vfma_prelude(vfma))
     for dt in em.vectors:
         head.append(_vector_typedefs(dt))
     for name in sorted(em.helpers):

@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 from tensorexpr.errors import CompilerError, CompilerNotFoundError, TensorExprError
 
@@ -352,9 +352,10 @@ def _try_probe(argv: Tuple[str, ...], tmp: str, source: str,
         return "rejected", str(exc)  # e.g. libgomp.so.1: cannot open shared object file
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file renamed over it: a reader sees
-    the old file or the whole new one, never a part (another process may be reading).
+def write_atomic(path: str, text: Union[str, bytes]) -> None:
+    """Write ``text`` (or bytes) to ``path`` through a temporary file renamed over it: a
+    reader sees the old file or the whole new one, never a part (another process may be
+    reading).
 
     >>> import os, tempfile
     >>> d = tempfile.mkdtemp(); write_atomic(os.path.join(d, "x.txt"), "hi")
@@ -365,7 +366,7 @@ def write_atomic(path: str, text: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:

@@ -62,11 +62,25 @@ def buffer_tensors(sig) -> List[Tensor]:
     return list(sig.inputs) + [t for t in sig.order if not isinstance(t, Placeholder)]
 
 
-class _Encoder:
+class Encoder:
+    """Encodes the definitions of ``tensors`` (numbered by their position; every tensor
+    they read must be among them) as plain records: ``tensor(t)`` gives ``t``'s
+    definition, ``records`` the hash-consed nodes it names, ``axis_objects`` the axes
+    met, in their canonical order (first occurrence).
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((2,), name="A")
+    >>> B = te.compute((2,), lambda i: A[i] + 1.0, name="B")
+    >>> enc = Encoder([A, B])
+    >>> enc.tensor(B)[:3], [a.name for a in enc.axis_objects]
+    (('Compute', (0,), 'float32'), ['i'])
+    """
+
     def __init__(self, tensors: Sequence[Tensor]):
         self.records: Dict[tuple, int] = {}
         self.memo: Dict[int, int] = {}  # id(node) -> record number
         self.axes: Dict[int, int] = {}  # axis uid -> canonical number
+        self.axis_objects: List[Axis] = []
         self.tensor_pos: Dict[int, int] = {}
         for k, t in enumerate(tensors):
             self.tensor_pos[t.uid] = k
@@ -124,6 +138,7 @@ class _Encoder:
             canon = self.axes.get(e.uid)
             if canon is None:
                 canon = self.axes[e.uid] = len(self.axes)
+                self.axis_objects.append(e)
             rec = ("Axis", canon) + tuple(self.value(getattr(e, f))
                                           for f in _names(cls, _SKIP_AXIS))
         else:
@@ -150,7 +165,7 @@ def fingerprint(sig) -> str:
     False
     """
     tensors = buffer_tensors(sig)
-    enc = _Encoder(tensors)
+    enc = Encoder(tensors)
     # Each tensor's definition; SelfRef handles are encoded as back references,
     # so their own fields (a copy of the owner's) are not needed.
     defs = tuple(enc.tensor(t) for t in tensors)
@@ -182,4 +197,4 @@ def all_reads(t: Tensor) -> List[Read]:
     return out
 
 
-__all__ = ["Unfingerprintable", "all_reads", "buffer_tensors", "fingerprint"]
+__all__ = ["Encoder", "Unfingerprintable", "all_reads", "buffer_tensors", "fingerprint"]

@@ -30,28 +30,17 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from tensorexpr import api
 from tensorexpr.errors import JacobianError, describe
-from tensorexpr.ir import (Axis, Compute, Const, Expr, Placeholder, Read, Reduce, ScatterAdd,
+from tensorexpr.ir import (Axis, Compute, Const, Expr, Read, Reduce, ScatterAdd,
                            SelfRef, Tensor, binary, fresh_uid, is_float, same, topo_order,
                            tensor_inputs, INDEX_DTYPE)
 from tensorexpr.printer import shape_str
 from tensorexpr.polyhedral import NotAffine, Space, params_of, simplify_affine, solve_fiber
 from tensorexpr.transform import map_reads, replace_subexpr, substitute
 
+from .gradients import Gradients, resolve_inputs
 from .normalize import hoist_reductions, normalize
 from .partials import Site, read_partials
 from .simplify import simplify
-
-
-class Gradients(tuple):
-    """The gradients, in the order of ``inputs``; ``adjoints`` maps every tensor on a
-    path from the inputs to the output to its adjoint tensor."""
-
-    adjoints: Dict[Tensor, Tensor]
-
-    def __new__(cls, grads, adjoints):
-        obj = super().__new__(cls, grads)
-        obj.adjoints = adjoints
-        return obj
 
 
 #: ``head=None`` on a non-scalar output builds its full Jacobian, ``output.size *
@@ -131,12 +120,7 @@ def differentiate(output: Union[Tensor, Sequence[Tensor]],
     if jacobian and any(h is not None for h in heads):
         raise ValueError("differentiate: jacobian=True asks for the full Jacobian, which "
                          "head=None seeds; pass one or the other")
-    forward = topo_order(outputs)
-    if inputs is None:
-        inputs = sorted((t for t in forward if isinstance(t, Placeholder)), key=lambda t: t.uid)
-    elif isinstance(inputs, Tensor):
-        inputs = [inputs]
-    inputs = list(inputs)
+    inputs = resolve_inputs(outputs, inputs)
     return _Differentiator(outputs, inputs, heads, override or {}, several, jacobian).run()
 
 

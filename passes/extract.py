@@ -11,9 +11,40 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, Tuple
 
-from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, INDEX_DTYPE, Read, ScatterAdd, Tensor,
-                           fresh_uid)
+from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, INDEX_DTYPE, Read, Reduce,
+                           ScatterAdd, Tensor, fresh_uid, walk)
 from tensorexpr.transform import free_axes, map_reads, substitute
+
+
+def has_reduce(e: Expr) -> bool:
+    """Does ``e`` hold a reduction anywhere?
+
+    >>> import tensorexpr as te
+    >>> k = te.reduce_axis(3, name="k")
+    >>> has_reduce(te.sum(k * 1.0, axis=k) + 1.0), has_reduce(k + 1)
+    (True, False)
+    """
+    return any(isinstance(x, Reduce) for x in walk(e, unique=True))
+
+
+def is_canonical(t: Tensor) -> bool:
+    """Elementwise, or one reduction at the top whose body and where are elementwise
+    (what :func:`passes.normalize.normalize` leaves as it is; here, apart from isl).
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((4, 8), name="A")
+    >>> k = te.reduce_axis(8, name="k")
+    >>> is_canonical(te.compute((4,), lambda i: te.sum(A[i, k], axis=k)))
+    True
+    >>> is_canonical(te.compute((4,), lambda i: te.sum(A[i, k], axis=k) / 8.0))
+    False
+    """
+    if not isinstance(t, Compute):
+        return True
+    b = t.body
+    if isinstance(b, Reduce):
+        return not has_reduce(b.body) and (b.where is None or not has_reduce(b.where))
+    return not has_reduce(b)
 
 
 def is_box(e: Expr) -> bool:

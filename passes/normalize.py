@@ -13,33 +13,9 @@ from typing import Dict, List, Tuple
 
 from tensorexpr.ir import (Axis, Binary, Compute, Expr, Read, Reduce, Select,
                            Tensor, Unary, topo_order, walk)
-from tensorexpr.polyhedral import project
 from tensorexpr.transform import free_axes, rebuild, substitute
 
-from .extract import extract, is_box, redirect
-
-
-def _has_reduce(e: Expr) -> bool:
-    return any(isinstance(x, Reduce) for x in walk(e, unique=True))
-
-
-def is_canonical(t: Tensor) -> bool:
-    """Elementwise, or one reduction at the top whose body and where are elementwise.
-
-    >>> import tensorexpr as te
-    >>> A = te.placeholder((4, 8), name="A")
-    >>> k = te.reduce_axis(8, name="k")
-    >>> is_canonical(te.compute((4,), lambda i: te.sum(A[i, k], axis=k)))
-    True
-    >>> is_canonical(te.compute((4,), lambda i: te.sum(A[i, k], axis=k) / 8.0))
-    False
-    """
-    if not isinstance(t, Compute):
-        return True
-    b = t.body
-    if isinstance(b, Reduce):
-        return not _has_reduce(b.body) and (b.where is None or not _has_reduce(b.where))
-    return not _has_reduce(b)
+from .extract import extract, has_reduce, is_box, is_canonical, redirect
 
 
 def hoist_reductions(t: Compute) -> List[Tuple[Reduce, Read]]:
@@ -118,10 +94,15 @@ def _hoist(t: Compute, r: Reduce, guards, new: List[Tensor]) -> Read:
     # where, as they are evaluated before it, and `&` short-circuits. A guard reading
     # the recurrence's own values (or a reduction left inline for that reason) cannot
     # leave its body.
-    movable = [g for g in guards if not _has_reduce(g) and not _reads_self(g, t)]
+    movable = [g for g in guards if not has_reduce(g) and not _reads_self(g, t)]
     usable = [g for g in movable if {x.uid for x in free_axes(g)} <= own]
     rest = [g for g in movable if not {x.uid for x in free_axes(g)} <= own]
-    implied = project(free, rest) if rest else None
+    implied = None
+    if rest:
+        # isl only here: most programs (te.saved_values normalizes every forward it
+        # is given) have no such guard, and a process that needs no isl never loads it
+        from tensorexpr.polyhedral import project
+        implied = project(free, rest)
     where = None
     for g in ([implied] if implied is not None else []) + usable + (
             [r.where] if r.where is not None else []):

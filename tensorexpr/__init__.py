@@ -29,6 +29,8 @@ __all__ = ["abs", "cast", "ceil", "compute", "const", "cos", "exp", "floor", "lo
 def differentiate(output, inputs=None, head=None, override=None, jacobian=False):
     """Vector-Jacobian products of ``output`` (a tensor, or a list of them, one head each); see :func:`passes.differentiate.differentiate`.
 
+    Results are cached on disk across processes (:mod:`tensorexpr.differentiate_cache`).
+
     >>> import tensorexpr as te
     >>> X = te.placeholder((3,), name="X")
     >>> i = te.reduce_axis(3)
@@ -37,9 +39,8 @@ def differentiate(output, inputs=None, head=None, override=None, jacobian=False)
     >>> dX.shape
     (3,)
     """
-    from passes.differentiate import differentiate as _differentiate
-    return _differentiate(output, inputs=inputs, head=head, override=override,
-                           jacobian=jacobian)
+    from .differentiate_cache import differentiate as cached
+    return cached(output, inputs=inputs, head=head, override=override, jacobian=jacobian)
 
 
 __all__.append("differentiate")

@@ -363,6 +363,9 @@ def _extracted_reductions(outputs: Sequence[Tensor]) -> list:
     """``[(shape key, owner uid)]`` of the reductions normalization extracts from the
     bodies of ``outputs``' graph, as ``te.differentiate`` does (deterministically,
     so a gradient's own copies have the same keys)."""
+    from passes.extract import is_canonical
+    if all(is_canonical(t) for t in topo_order(list(outputs))):
+        return []  # nothing to extract: no need of normalize (nor of isl, which it imports)
     from passes.normalize import reduction_key, normalize
     owners: Dict[int, int] = {}
     norm = normalize(list(outputs), owners)

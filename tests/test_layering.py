@@ -4,10 +4,10 @@ Function-level imports count: importing inside a function to dodge a circle is
 still a circle. The layers (a module imports only modules of lower layers):
 errors <- ir (dtypes <- nodes <- traversal <- the package) <- transform, printer
 <- polyhedral (spaces <- affine <- fibers, loops <- queries <- the package) <- bounds
-<- recurrence <- api <- extract <- simplify, normalize, hoist <- partials
+<- recurrence <- api <- extract, gradients <- simplify, normalize, hoist <- partials
 <- nn (arguments <- reductions, activations, products, convolution, embeddings,
 resampling, layout <- softmax_family, normalization, pooling <- losses)
-<- differentiate, the nn package <- build <- interop, blocks <- adapters.
+<- differentiate, the nn package <- differentiate_cache <- build <- interop, blocks <- adapters.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ LAYERS = [["tensorexpr.errors"], ["tensorexpr.ir.dtypes"], ["tensorexpr.ir.nodes
           ["tensorexpr.polyhedral.spaces"], ["tensorexpr.polyhedral.affine"],
           ["tensorexpr.polyhedral.fibers", "tensorexpr.polyhedral.loops"],
           ["tensorexpr.polyhedral.queries"], ["tensorexpr.polyhedral"], ["tensorexpr.bounds"],
-          ["tensorexpr.recurrence"], ["tensorexpr.api"], ["passes.extract"], ["passes.contexts"],
+          ["tensorexpr.recurrence"], ["tensorexpr.api"], ["passes.extract", "passes.gradients"],
+          ["passes.contexts"],
           ["passes.simplify", "passes.normalize", "passes.hoist", "passes.squeeze",
            "passes.share"], ["passes.partials"],
           ["tensorexpr.nn.arguments"],
@@ -31,7 +32,8 @@ LAYERS = [["tensorexpr.errors"], ["tensorexpr.ir.dtypes"], ["tensorexpr.ir.nodes
           ["tensorexpr.nn.softmax_family", "tensorexpr.nn.normalization",
            "tensorexpr.nn.pooling"],
           ["tensorexpr.nn.losses"],
-          ["passes.differentiate", "tensorexpr.nn"], ["tensorexpr.build"],
+          ["passes.differentiate", "tensorexpr.nn"], ["tensorexpr.differentiate_cache"],
+          ["tensorexpr.build"],
           ["tensorexpr.interop", "tensorexpr.blocks"],
           ["tensorexpr.torch", "tensorexpr.jax", "tensorexpr.dask"]]
 RANK = {m: k for k, layer in enumerate(LAYERS) for m in layer}

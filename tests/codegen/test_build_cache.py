@@ -99,9 +99,9 @@ def test_axes_are_numbered_by_position_not_by_uid():
 
 
 def test_fingerprinting_refuses_values_it_cannot_encode():
-    from codegen.fingerprint import _Encoder
+    from codegen.fingerprint import Encoder
     with pytest.raises(Unfingerprintable):
-        _Encoder([]).value(object())
+        Encoder([]).value(object())
 
 
 # }}}

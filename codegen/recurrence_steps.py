@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, Select, SizeVar, Tensor,
-                           Unary, children, fresh_uid, reads, walk)
+                           Unary, children, fresh_uid, reads, same, walk)
 from tensorexpr.transform import replace_subexpr, substitute
 from passes.hoist import hoist
 
@@ -46,11 +46,13 @@ I64 = "int64"
 class Plan:
     """How :func:`plan` runs the recurrence ``t`` by steps: the step's size variable,
     the per-step sums (tensors over ``t``'s other axes) and ``rest``, ``t`` reading
-    them (same axes, carry and buffer as ``t``)."""
+    them (same axes, carry and buffer as ``t``). ``axis``: the steps' axis (the carried
+    one, or a step axis of a tensor that is no recurrence: :func:`plan_rows`)."""
     t: Compute
     step: str  # the size variable the sums read the step from: the step plus one
     sums: Tuple[Compute, ...]
     rest: Compute
+    axis: int = 0
 
 
 def _on_carry_only(c: Expr, carry: Axis) -> bool:
@@ -59,29 +61,37 @@ def _on_carry_only(c: Expr, carry: Axis) -> bool:
                x.uid == carry.uid) for x in walk(c, unique=True))
 
 
-def _sums(body: Expr, carry: Axis, self_uid: int) -> Optional[List[Tuple[Reduce, List[Expr]]]]:
-    """The reductions of ``body`` that read the recurrence (``self_uid``), outside any other,
-    each with the conditions under which it is evaluated; None when one of them sits
-    under a condition on more than the carried axis, or in the right operand of ``&``/``|``
-    (evaluated under its left operand: kept point by point)."""
-    found: List[Tuple[Reduce, List[Expr]]] = []
+def _sums(body: Expr, carry: Axis, self_uid: Optional[int]
+          ) -> Optional[List[Tuple[Reduce, List[Expr]]]]:
+    """The reductions of ``body`` that read the recurrence (``self_uid``; None: every
+    reduction), outside any other, each with the conditions under which it is computed
+    (its domain); None when one of them sits in the right operand of ``&``/``|``
+    (evaluated under its left operand: kept point by point), or under a condition that
+    is neither on the carried axis alone nor free of the axes it uses.
+
+    A condition on axes the sum does not use (besides the step) is dropped: its value
+    is the same wherever it is computed (an LSTM's cell state, read by both parts of
+    the step's state: ``select(w == 0, c, o * tanh(c))``). A sum reached by several
+    paths (a shared, let-bound value) is computed at the steps of any of them."""
+    paths: Dict[int, Tuple[Reduce, List[List[Expr]]]] = {}
     stack: List[Tuple[Expr, List[Expr]]] = [(body, [])]
     seen = set()
+    nots: Dict[int, Expr] = {}  # one negation per condition: paths are keyed by identity
     while stack:
         e, guards = stack.pop()
-        if id(e) in seen:
+        key = (id(e), tuple(id(g) for g in guards))
+        if key in seen:
             continue
-        seen.add(id(e))
+        seen.add(key)
         if isinstance(e, Reduce):
-            if any(r.tensor.uid == self_uid for r in reads(e)):
-                if not all(_on_carry_only(g, carry) for g in guards):
-                    return None
-                found.append((e, guards))
+            if self_uid is None or any(r.tensor.uid == self_uid for r in reads(e)):
+                paths.setdefault(id(e), (e, []))[1].append(guards)
             continue
         if isinstance(e, Select):
             stack.append((e.cond, guards))
             stack.append((e.a, guards + [e.cond]))
-            stack.append((e.b, guards + [Unary("not", e.cond, "bool")]))
+            neg = nots.setdefault(id(e), Unary("not", e.cond, "bool"))
+            stack.append((e.b, guards + [neg]))
         elif isinstance(e, Binary):
             if e.op in ("and", "or") and any(isinstance(x, Reduce) for x in walk(e.b)):
                 return None
@@ -92,12 +102,40 @@ def _sums(body: Expr, carry: Axis, self_uid: int) -> Optional[List[Tuple[Reduce,
             stack.extend((i, guards) for i in e.indices)
         else:
             stack.extend((c, guards) for c in children(e))
+    found: List[Tuple[Reduce, List[Expr]]] = []
+    for r, ways in paths.values():
+        used = _axes_of(r) - {carry.uid}
+        kept = []  # each path's conditions on the step
+        for w in ways:
+            if any(any(isinstance(x, (Read, Reduce)) or (isinstance(x, Axis) and x.uid in used)
+                       for x in walk(g, unique=True)) for g in w if not _on_carry_only(g, carry)):
+                return None
+            kept.append([g for g in w if _on_carry_only(g, carry)])
+        if all(same(tuple(k), tuple(kept[0])) for k in kept):
+            found.append((r, kept[0]))
+            continue
+        if any(not k for k in kept):  # a path without one: every step
+            found.append((r, []))
+            continue
+        # (the steps of any path)
+        either = None
+        for k in kept:
+            both = k[0]
+            for g in k[1:]:
+                both = Binary("and", both, g, "bool")
+            either = both if either is None else Binary("or", either, both, "bool")
+        found.append((r, [either]))
     # one tensor per distinct sum (a sum used twice is computed once)
     unique: List[Tuple[Reduce, List[Expr]]] = []
     for r, g in found:
         if not any(r is u for u, _ in unique):
             unique.append((r, g))
     return unique
+
+
+def _axes_of(r: Reduce) -> set:
+    """uids of the axes ``r`` depends on (its body, domain and bounds)."""
+    return {x.uid for x in walk(r, unique=True) if isinstance(x, Axis)}
 
 
 def plan(t: Compute) -> Optional[Plan]:
@@ -107,20 +145,49 @@ def plan(t: Compute) -> Optional[Plan]:
     """
     if t.carry is None or t.self_ref is None or t.body is None:
         return None
-    carry = t.axes[t.carry.axis]
-    found = _sums(t.body, carry, t.self_ref.uid)
+    return _by_steps(t, t.carry.axis, t.self_ref.uid)
+
+
+def plan_rows(t: Compute, axis: int) -> Optional[Plan]:
+    """The by-steps form of ``t`` (no recurrence) along its step axis ``axis``: every
+    sum of its body, outside any other, a tensor of one step; None when it has none,
+    or one under a condition on more than ``axis``. A checkpointed gradient computes
+    such a tensor a step (a row) at a time, and so does every build of its program
+    (``rewrite_rows``): each step is then the same C in both.
+
+    >>> import tensorexpr as te
+    >>> h = te.placeholder((5, 2, 4), name="h"); U = te.placeholder((4, 4), name="U")
+    >>> k = te.reduce_axis(4, name="k")
+    >>> s = te.compute((5, 2, 4), lambda t, b, j: te.sum(h[t, b, k] * U[k, j], axis=k),
+    ...                name="s")
+    >>> p = plan_rows(s, 0)
+    >>> [x.name for x in p.sums], p.sums[0].shape, p.axis
+    (['s_step0'], (2, 4), 0)
+    """
+    if t.carry is not None or t.body is None:
+        return None
+    return _by_steps(t, axis, None)
+
+
+def _by_steps(t: Compute, axis: int, self_uid: Optional[int]) -> Optional[Plan]:
+    carry = t.axes[axis]
+    found = _sums(t.body, carry, self_uid)
     if not found:
         return None
     step = f"{t.name}__step"  # deterministic: it is printed in the C comments
     # isl takes a size variable to be >= 1: the variable is the step plus one
     sv = Binary("sub", SizeVar(step, I64), Const(1, I64), I64)
-    others = [a for k, a in enumerate(t.axes) if k != t.carry.axis]
+    others = [a for k, a in enumerate(t.axes) if k != axis]
     sums: List[Compute] = []
     rest = t.body
     for n, (r, guards) in enumerate(found):
-        fresh = [Axis(a.name, a.lo, a.hi, fresh_uid()) for a in others]
+        # over the axes it uses: an LSTM's gate sums are one per unit, not one per
+        # unit and part of the state
+        used = _axes_of(r)
+        mine = [a for a in others if a.uid in used]
+        fresh = [Axis(a.name, a.lo, a.hi, fresh_uid()) for a in mine]
         mapping: Dict[Expr, Expr] = {carry: sv}
-        mapping.update({a: f for a, f in zip(others, fresh)})
+        mapping.update({a: f for a, f in zip(mine, fresh)})
         # the step's range and the guards become the sum's domain: conditions on the
         # step alone, so the sum is the identity (and reads nothing) where the body
         # would not evaluate it
@@ -131,15 +198,15 @@ def plan(t: Compute) -> Optional[Plan]:
             where = Binary("and", where, c, "bool")
         moved = substitute(r, mapping)
         body = Reduce(moved.op, moved.body, moved.axes, where, moved.dtype)
-        s = Compute(f"{t.name}_step{n}", tuple(a.hi for a in others), r.dtype, fresh_uid(),
+        s = Compute(f"{t.name}_step{n}", tuple(a.hi for a in mine), r.dtype, fresh_uid(),
                     t.origin, axes=tuple(fresh), body=body)
         # costly factors of its terms that do not use an output axis (a function of the
         # previous step's state, tanh(h[t - 1, b, k]) * W[k, j]) are computed once per
         # step and position, not once per column: tensors of the step of their own
         s, factors = hoist(s)
         sums += factors + [s]
-        rest = replace_subexpr(rest, r, Read(s, tuple(others), r.dtype))
-    return Plan(t, step, tuple(sums), replace(t, uid=fresh_uid(), body=rest))
+        rest = replace_subexpr(rest, r, Read(s, tuple(mine), r.dtype))
+    return Plan(t, step, tuple(sums), replace(t, uid=fresh_uid(), body=rest), axis)
 
 
 def rewrite(computed: Sequence[Tensor], options) -> Tuple[List[Tuple[Tensor, str]],

@@ -134,3 +134,57 @@ def test_forcing_loops_on_a_recurrence_leaves_no_step_buffers():
     f = te.build(h, ins, options=te.ScheduleOptions(force={"h": "loops"}))
     assert f.schedule.strategies() == {"h": "loops"}
     assert "h_step0" not in f.source
+
+
+def test_a_sum_on_both_branches_of_a_condition_on_the_step_is_computed_at_both():
+    # one sum object under t == 2 and under its negation (as a let-bound value is): its
+    # domain is what both paths share, t >= 2 (a domain of the first path found alone,
+    # t != 2, read it as 0.0 at t == 2)
+    def step(h, t, b, j, x, W, k):
+        S = te.sum(h[t - 1, b, k] * W[k, j], axis=k)
+        return x[t, b, j] + te.select(t < 2, 0.0, te.select(t == 2, S, 0.5 * te.tanh(S)))
+    h, ins, arrays = _cell(step)
+    f, _ = agree([h], ins, *arrays)
+    assert f.schedule["h"].strategy == "steps"
+
+
+def _lstm(T=5, B=2, D=6, dtype="float64"):
+    """An LSTM whose state ``s[t, b, 0] = c``, ``s[t, b, 1] = h`` is one recurrence: its
+    gate sums sit under ``select(w == 0, c, o * tanh(c))``, both branches reading ``c``."""
+    x = [te.placeholder((T, B, D), dtype, n) for n in ("xi", "xf", "xo", "xg")]
+    U = [te.placeholder((D, D), dtype, n) for n in ("Ui", "Uf", "Uo", "Ug")]
+    k = te.reduce_axis(D, "k")
+
+    def prev(s, t, b, j, W):
+        return te.select(t == 0, 0.0, te.sum(s[t - 1, b, 1, k] * W[k, j], axis=k))
+
+    def fn(s, t, b, w, j):
+        i, f, o = (te.sigmoid(xg[t, b, j] + prev(s, t, b, j, W)) for xg, W in zip(x[:3], U[:3]))
+        g = te.tanh(x[3][t, b, j] + prev(s, t, b, j, U[3]))
+        c = f * te.select(t == 0, 0.0, s[t - 1, b, 0, j]) + i * g
+        return te.select(w == 0, c, o * te.tanh(c))
+    s = te.recurrence((T, B, 2, D), fn, name="s", dtype=dtype)
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal((T, B, D)) for _ in x] + \
+        [rng.standard_normal((D, D)) * 0.3 for _ in U]
+    return s, x + U, arrays
+
+
+def test_an_lstm_with_its_two_part_state_runs_by_steps():
+    s, ins, arrays = _lstm()
+    p = recurrence_steps.plan(s)
+    # one sum per gate and unit (the part of the state w is not one of their axes)
+    assert [x.shape for x in p.sums] == [(2, 6)] * 4
+    f, _ = agree([s], ins, *arrays)
+    assert f.schedule["s"].strategy == "steps"
+    H = te.placeholder(s.shape, "float64", "H")
+    grads = te.differentiate(s, ins, head=H)
+    agree(list(grads), ins + [H], *arrays, rand(s.shape, "float64", seed=2))
+
+
+def test_a_sum_under_a_condition_on_an_axis_it_uses_stays_point_by_point():
+    # (b < 1 is on an axis the sum reads at: computing it at every b would not be the same)
+    h, ins, arrays = _cell(lambda h, t, b, j, x, W, k: x[t, b, j] + te.select(
+        (t > 0), te.select(b < 1, te.sum(h[t - 1, b, k] * W[k, j], axis=k), 0.0), 0.0))
+    assert recurrence_steps.plan(h) is None
+    agree([h], ins, *arrays)

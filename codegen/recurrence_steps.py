@@ -39,6 +39,8 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, Sel
 from tensorexpr.transform import replace_subexpr, substitute
 from passes.hoist import hoist
 
+from .adjoint_sums import step_axes
+
 I64 = "int64"
 
 
@@ -231,6 +233,42 @@ def rewrite(computed: Sequence[Tensor], options) -> Tuple[List[Tuple[Tensor, str
         if not isinstance(t, Compute) or options.forced(t.name) not in (None, "steps"):
             continue
         p = plan(t)
+        if p is None:
+            continue
+        plans[t.uid] = p
+        scratch += [(s, f"{s.name} (scratch: the sum of one step of {t.name})") for s in p.sums]
+    return scratch, plans
+
+
+def rewrite_rows(computed: Sequence[Tensor], options, taken=()) -> Tuple[
+        List[Tuple[Tensor, str]], Dict[int, Plan]]:
+    """``(scratch, plans)`` as :func:`rewrite`, for the tensors (no recurrences) holding
+    sums that run along the steps of a checkpointed recurrence's gradient (step axes as
+    ``codegen.adjoint_sums.step_axes`` finds them, forward steps included): a
+    checkpointed gradient computes them a step at a time (``codegen.checkpoint``), so
+    every build of such a program does, each step lowered as in the other. None in a
+    program without one, for the tensors of ``taken`` (uids: sums added a step at a
+    time) and for those ``options`` force to another strategy.
+
+    >>> from codegen.schedule import DEFAULT
+    >>> rewrite_rows([], DEFAULT)
+    ([], {})
+    """
+    ck = {t.uid for t in computed if isinstance(t, Compute) and t.checkpoints is not None
+          and t.carry is not None and t.carry.step > 0}
+    # only where a checkpointed recurrence has an adjoint (elsewhere nothing runs a
+    # step at a time, and one sum over all steps is faster)
+    if not any(isinstance(t, Compute) and t.carry is not None and t.carry.step < 0
+               and any(r.tensor.uid in ck for r in reads(t.body)) for t in computed):
+        return [], {}
+    axes = step_axes(computed, forward=True)
+    scratch: List[Tuple[Tensor, str]] = []
+    plans: Dict[int, Plan] = {}
+    for t in computed:
+        if (not isinstance(t, Compute) or t.carry is not None or t.uid not in axes
+                or t.uid in taken or options.forced(t.name) not in (None, "step-rows")):
+            continue
+        p = plan_rows(t, axes[t.uid])
         if p is None:
             continue
         plans[t.uid] = p

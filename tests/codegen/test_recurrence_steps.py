@@ -4,7 +4,6 @@ loops (the same values), for cells of several shapes, both directions, rings, gr
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import tensorexpr as te
 from codegen import recurrence_steps

@@ -254,12 +254,11 @@ def rewrite_rows(computed: Sequence[Tensor], options, taken=()) -> Tuple[
     >>> rewrite_rows([], DEFAULT)
     ([], {})
     """
-    ck = {t.uid for t in computed if isinstance(t, Compute) and t.checkpoints is not None
-          and t.carry is not None and t.carry.step > 0}
     # only where a checkpointed recurrence has an adjoint (elsewhere nothing runs a
     # step at a time, and one sum over all steps is faster)
-    if not any(isinstance(t, Compute) and t.carry is not None and t.carry.step < 0
-               and any(r.tensor.uid in ck for r in reads(t.body)) for t in computed):
+    recurrences = [t for t in computed if isinstance(t, Compute) and t.carry is not None]
+    if not (any(t.checkpoints is not None and t.carry.step > 0 for t in recurrences)
+            and any(t.carry.step < 0 for t in recurrences)):
         return [], {}
     axes = step_axes(computed, forward=True)
     scratch: List[Tuple[Tensor, str]] = []

@@ -56,27 +56,43 @@ Checkpointed gradient by segments
     state and only ``de`` and the consumers run segment by segment
     (``O((S + windows) * R)``). ``k`` is capped at ``T`` when ``T`` is constant.
 
-    Sums over the steps (an RNN's weight gradient ``dW = sum_t ...``) are added a step at
-    a time, last first, at each step's turn (``codegen.adjoint_sums``; the full tape of
+    Sums over the steps (an RNN's weight gradient ``dW = sum_t ...``) are added a step at a
+    time, last first, at each step's turn (``codegen.adjoint_sums``; the full tape of
     such a program adds them in the same order), and recurrences whose steps hold sums
     over the previous step (``codegen.recurrence_steps``) run each step with the full
-    tape's lowering of a step, so both stay bit-identical to the full tape. Everything
-    run inside the segments (``de``, the consumers, those sums) counts for the rows of
-    ``e`` kept: with a head over every step, the rows a sum reads are among them.
+    tape's lowering of a step, so both stay bit-identical to the full tape.
 
-    Not supported, in either mode (full tape instead, still exact): reductions in the
-    bodies of consumers, or in ``e`` or ``de`` when they do not run by steps (the C
-    backend vectorizes some sums, and the order of a vectorized sum may depend on the
-    alignment of the rows it reads, which a ring changes: bit-identity could not be
-    promised); a sum over the steps reading a consumer at another step, ``de`` at an
-    earlier one, or a tensor computed after the segments; an adjoint that reads ``e``
-    only through other tensors (a GRU whose invariants ``passes.hoist`` moved out of
-    ``de``'s sum); consumers reading ``de`` at earlier steps, tensors before ``de``
-    reading ``e`` at other than its last steps, a consumer reading another consumer,
-    ``e`` or ``de`` being outputs, scatter-adds reading them, carried axes other than
-    the first, and more than one checkpointed recurrence per program (the first one
-    found is checkpointed; in a stacked RNN, the first layer). The numpy
-    backend always keeps the full tape (it is the reference).
+    The tensors run along the steps (``codegen.checkpoint_rows``) are more than ``de``
+    and per-step consumers: *forward rows*, tensors computed before ``de`` that read
+    ``e`` at every step (a GRU's forward sums ``h_sum[t] = h[t - 1] @ U``, the gates
+    ``passes.hoist`` moves out of ``de``'s sum), are recomputed with ``e`` (each turn
+    needs rows ``[t + lo, t + hi]`` of them; the revolve turn computes the lowest, the
+    others are still in its ring from the turns before); ``de`` may read ``e`` only
+    through them. A consumer's row ``a`` runs at turn ``a + shift`` (a weight gradient's
+    hoisted terms ``dU_h0[t] = f(dh[t + 1], ...)``, added at step ``t + 1``: shift 1),
+    may read other consumers at that turn's rows (``dx = dxr @ Wr^T``), and lives in a
+    ring of a turn's (a segment's) rows when only consumers and sums read it. Every
+    one of them holding a sum runs by steps (``recurrence_steps.plan_rows``) in every
+    build of a program with a checkpointed recurrence, as the sums over the steps do:
+    the full tape and the turns evaluate each row by the same C. Everything run inside
+    the segments counts for the rows of ``e`` kept: with a head over every step, the
+    rows a sum reads are among them. GRU and LSTM cells (``benchmarks.recurrence_cells``;
+    an LSTM's state ``s[t, b, 2, H]`` holds ``c`` and ``h``) are checkpointed this way in
+    both modes.
+
+    Not supported, in either mode (full tape instead, still exact): a tensor holding a
+    sum along the steps that does not run by steps (a sum under a condition on an axis
+    it reads: the C backend vectorizes some sums, and the order of a vectorized sum may
+    depend on the alignment of the rows it reads, which a ring changes: bit-identity
+    could not be promised); a sum over the steps reading a consumer at another turn,
+    ``de`` at an earlier step, or a tensor computed after the segments; consumers
+    reading ``de`` at earlier steps than their turn, or another consumer at another
+    turn; tensors before ``de`` reading ``e`` other than within a constant distance of
+    one of their axes or at its last steps; tensors after the segments reading forward
+    rows; ``e``, ``de`` or a forward row being outputs, scatter-adds reading them,
+    carried axes other than the first, and more than one checkpointed recurrence per
+    program (the first one found is checkpointed; in a stacked RNN, the first layer).
+    The numpy backend always keeps the full tape (it is the reference).
 
 Ring and checkpoint buffers are ordinary program buffers of their reduced
 shape (``runtime`` allocates them like any intermediate); the full ``T``-row

@@ -403,6 +403,7 @@ class RingProgram(RevolveSteps):
                                         f"checkpoints x {s.back} rows)")
         self.ring_of: Dict[int, Ring] = {}
         self.logical: Dict[int, Tensor] = {}  # scratch buffer uid -> the tensor it holds
+        self.recorded: set = set()  # uids of the tensors run by steps whose choice is recorded
         for k, t in enumerate(lw.tensors):
             ring = p.rings.get(t.uid)
             if ring is None:
@@ -479,7 +480,16 @@ class RingProgram(RevolveSteps):
             # by steps, each step lowered as the full tape lowers it (Lowerer.step_of)
             s = self.lw.fresh("s", I64)
             ax = axes[p.axis]
+            # (recorded as the full tape records it, once: rows run at several places)
+            first = carry is None and t.uid not in self.recorded
+            if first:
+                self.recorded.add(t.uid)
+                self.lw.record.choose(t.name, "step-rows", (
+                    ("step sums", tuple(x.name for x in p.sums)),
+                    ("rows", "at the checkpointed turns")))
             step = self.lw.step_of(t, p, s) + (after_step(s) if after_step else [])
+            if first:
+                self.lw.record.done()
             return [For(s, lo if lo is not None else self.lw.size_expr(ax.lo),
                         hi if hi is not None else self.lw.size_expr(ax.hi), 1,
                         Block(tuple(step)), descending=carry is not None and t.carry.step < 0,

@@ -27,18 +27,16 @@ in every build of the program, so that a row is the same C in both. Any other sh
 returns None: the program keeps its full tape.
 
 >>> import tensorexpr as te
->>> from codegen.signature import Signature
->>> d = te.placeholder((4, 10), name="d")
->>> e = te.recurrence((10, 4), lambda e, t, r: te.tanh(d[r, t] + te.select(
-...     t == 0, 0.0, 0.9 * e[t - 1, r])), name="e", checkpoints=3)
->>> x = te.reduce_axis(4)
->>> L = te.compute((), lambda: te.sum(e[9, x] * e[9, x], axis=x), name="L")
->>> (g,) = te.differentiate(L, [d])
+>>> u = te.placeholder((3, 8), name="u")
+>>> e = te.recurrence((8, 3), lambda e, t, r: te.sin(u[r, t] + te.select(
+...     t > 0, e[t - 1, r], 0.0)), name="e", checkpoints=2)
+>>> L = te.compute((), lambda: e[7, 0] + e[7, 2], name="L")
+>>> (g,) = te.differentiate(L, [u])
 >>> order = [t for t in te.ir.topo_order([g]) if not isinstance(t, te.ir.Placeholder)]
 >>> de = next(t for t in order if t.name == "de")
 >>> rows = classify(e, de, order, set(), ())
->>> [(c.name, a, shift) for c, a, shift in rows.consumers], rows.need  # (dd, de: e[t], e[t + 1])
-([('dd', 1, 0)], [(0, 0), (0, 1)])
+>>> [(c.name, a, shift) for c, a, shift in rows.consumers], rows.need  # (du reads e[t - 1], de e[t])
+([('du', 1, 0)], [(-1, -1), (0, 0)])
 """
 from __future__ import annotations
 
@@ -182,11 +180,14 @@ def classify(e: Compute, de: Compute, order: Sequence[Tensor], outputs, params,
         if before:
             if not (reads(x, e) or on_fore):
                 continue
+            m = None if on_fore else last_rows(x, e, params)
+            if m is not None and not (isinstance(T, Const) and m >= T.value):
+                continue  # computed as the full tape computes it (from e's last rows)
             got = None
             if isinstance(x, Compute) and x.carry is None:
                 got = _step_axis(x, {u: v for u, v in stepped.items() if u != de.uid}, params)
-            if got is None and not on_fore and last_rows(x, e, params) is not None:
-                continue  # computed as the full tape computes it (from e's last rows)
+            if got is None and m is not None:
+                continue  # (every row of e, kept: exact, nothing saved)
             if got is None or x.uid in outputs or not _by_steps_ok(x, got[0], steps):
                 return None
             fore[x.uid] = [x, got[0], None, None, got[1]]

@@ -677,3 +677,21 @@ def test_a_sum_over_the_steps_of_a_consumer_holding_a_sum(mode):
 
 
 # }}}
+
+
+@pytest.mark.parametrize("mode", [True, "segments"])
+def test_a_tensor_reading_the_last_step_along_another_axis_stays_before_the_turns(mode):
+    # p[r] = exp(e[T - 1, r]) (a log-sum-exp loss): within some distance of its axis r
+    # with constant sizes, but it reads e's last row only: computed once from the
+    # forward ring, not recomputed at every turn (which would keep e whole)
+    T, R = 40, 3
+    d = te.placeholder((R, T), "float32", "d")
+    e = te.recurrence((T, R), lambda e, t, r: te.tanh(d[r, t] + te.select(
+        t == 0, 0.0, 0.9 * e[t - 1, r])), name="e", checkpoints=4)
+    p = te.compute((R,), lambda r: te.exp(e[T - 1, r]), name="p")
+    r = te.reduce_axis(R)
+    L = te.compute((), lambda: te.log(te.sum(p[r], axis=r)), name="L")
+    (g,) = te.differentiate(L, [d])
+    ck = _agrees_with_its_full_tape([d], [g], mode)
+    kept = " ".join(ck.schedule.checkpoint)
+    assert "checkpointed gradient" in ck.source and f"e (ring of {T} rows)" not in kept

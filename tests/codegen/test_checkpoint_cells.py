@@ -20,50 +20,6 @@ MODES = [True, "segments"]
 B, H, D = 2, 8, 4  # (H = 8: passes.hoist moves the gates out of the adjoint's sum)
 
 
-def _cell_every_step(cell, T, k):
-    """``cell``'s gradients of ``sum over t of h[t] ** 2`` (as ``te_program`` otherwise):
-    the adjoint reads the state at every step (the GRU's only through its forward sums
-    and hoisted gates)."""
-    gates = {"gru": ("z", "r", "n"), "lstm": ("i", "f", "o", "g")}[cell]
-    x = te.placeholder((T, B, D), "float32", "x")
-    Ws = [te.placeholder((D, H), "float32", f"W{g}") for g in gates]
-    Us = [te.placeholder((H, H), "float32", f"U{g}") for g in gates]
-    xs = []
-    for Wg, g in zip(Ws, gates):
-        kd = te.reduce_axis(D, f"d{g}")
-        xs.append(te.compute((T, B, H), lambda t, b, j, Wg=Wg, kd=kd: te.sum(
-            x[t, b, kd] * Wg[kd, j], axis=kd), name=f"x{g}"))
-    kk = te.reduce_axis(H, "k")
-    if cell == "gru":
-        def prev(h, t, b, j, U):
-            return te.select(t == 0, 0.0, te.sum(h[t - 1, b, kk] * U[kk, j], axis=kk))
-
-        def fn(h, t, b, j):
-            z = te.sigmoid(xs[0][t, b, j] + prev(h, t, b, j, Us[0]))
-            r = te.sigmoid(xs[1][t, b, j] + prev(h, t, b, j, Us[1]))
-            n = te.tanh(xs[2][t, b, j] + r * prev(h, t, b, j, Us[2]))
-            return (1.0 - z) * n + z * te.select(t == 0, 0.0, h[t - 1, b, j])
-        s = te.recurrence((T, B, H), fn, name="h", dtype="float32", checkpoints=k)
-        state = lambda t, b, j: s[t, b, j]
-    else:
-        def prev(s, t, b, j, U):
-            return te.select(t == 0, 0.0, te.sum(s[t - 1, b, 1, kk] * U[kk, j], axis=kk))
-
-        def fn(s, t, b, w, j):
-            i, f, o = (te.sigmoid(xg[t, b, j] + prev(s, t, b, j, U))
-                       for xg, U in zip(xs[:3], Us[:3]))
-            g = te.tanh(xs[3][t, b, j] + prev(s, t, b, j, Us[3]))
-            c = f * te.select(t == 0, 0.0, s[t - 1, b, 0, j]) + i * g
-            return te.select(w == 0, c, o * te.tanh(c))
-        s = te.recurrence((T, B, 2, H), fn, name="s", dtype="float32", checkpoints=k)
-        state = lambda t, b, j: s[t, b, 1, j]
-    rt, rb, rj = te.reduce_axis(T), te.reduce_axis(B), te.reduce_axis(H)
-    L = te.compute((), lambda: te.sum(state(rt, rb, rj) * state(rt, rb, rj),
-                                      axis=[rt, rb, rj]), name="L")
-    ins = [x] + Ws + Us
-    return ins, list(te.differentiate(L, ins))
-
-
 def _check(ins, grads, T, mode, seed):
     """The ``checkpoint=mode`` build of ``grads``: bit-identical to the full tape of the
     same program and close to the numpy backend, each on its first call."""
@@ -101,7 +57,7 @@ def test_benchmark_cells_are_checkpointed_bit_for_bit(cell, T, k, mode):
 @pytest.mark.parametrize("T,k", [(13, 3), (6, 2), (4, 9)])
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_a_loss_over_every_step_is_checkpointed_bit_for_bit(cell, T, k, mode):
-    ins, grads = _cell_every_step(cell, T, k)
+    ins, grads = te_program(cell, T, B, H, D, k, loss="every")
     ck = _check(ins, grads, T, mode, seed=T + k)
     assert "checkpointed gradient" in ck.source
 

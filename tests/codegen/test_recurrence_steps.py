@@ -147,33 +147,16 @@ def test_a_sum_on_both_branches_of_a_condition_on_the_step_is_computed_at_both()
     assert f.schedule["h"].strategy == "steps"
 
 
-def _lstm(T=5, B=2, D=6, dtype="float64"):
-    """An LSTM whose state ``s[t, b, 0] = c``, ``s[t, b, 1] = h`` is one recurrence: its
-    gate sums sit under ``select(w == 0, c, o * tanh(c))``, both branches reading ``c``."""
-    x = [te.placeholder((T, B, D), dtype, n) for n in ("xi", "xf", "xo", "xg")]
-    U = [te.placeholder((D, D), dtype, n) for n in ("Ui", "Uf", "Uo", "Ug")]
-    k = te.reduce_axis(D, "k")
-
-    def prev(s, t, b, j, W):
-        return te.select(t == 0, 0.0, te.sum(s[t - 1, b, 1, k] * W[k, j], axis=k))
-
-    def fn(s, t, b, w, j):
-        i, f, o = (te.sigmoid(xg[t, b, j] + prev(s, t, b, j, W)) for xg, W in zip(x[:3], U[:3]))
-        g = te.tanh(x[3][t, b, j] + prev(s, t, b, j, U[3]))
-        c = f * te.select(t == 0, 0.0, s[t - 1, b, 0, j]) + i * g
-        return te.select(w == 0, c, o * te.tanh(c))
-    s = te.recurrence((T, B, 2, D), fn, name="s", dtype=dtype)
-    rng = np.random.default_rng(5)
-    arrays = [rng.standard_normal((T, B, D)) for _ in x] + \
-        [rng.standard_normal((D, D)) * 0.3 for _ in U]
-    return s, x + U, arrays
-
-
 def test_an_lstm_with_its_two_part_state_runs_by_steps():
-    s, ins, arrays = _lstm()
+    # s[t, b, 0] = c, s[t, b, 1] = h: the gate sums sit under select(w == 0, c,
+    # o * tanh(c)), both branches reading c
+    from benchmarks.recurrence_cells import te_cell
+    ins, s, _ = te_cell("lstm", 5, 2, 6, 3, None, "float64")
     p = recurrence_steps.plan(s)
     # one sum per gate and unit (the part of the state w is not one of their axes)
     assert [x.shape for x in p.sums] == [(2, 6)] * 4
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(p.shape) * (0.3 if p.name[0] == "U" else 1.0) for p in ins]
     f, _ = agree([s], ins, *arrays)
     assert f.schedule["s"].strategy == "steps"
     H = te.placeholder(s.shape, "float64", "H")

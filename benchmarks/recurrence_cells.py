@@ -56,18 +56,20 @@ def arrays(cell: str, T: int, B: int, H: int, D: int, seed: int = 0) -> List[np.
     return out
 
 
-def te_program(cell: str, T: int, B: int, H: int, D: int, checkpoints: Optional[int]):
-    """``(inputs, gradients)`` of ``sum(h[T-1] ** 2)`` in tensorexpr.
+def te_cell(cell: str, T: int, B: int, H: int, D: int, checkpoints: Optional[int],
+            dtype: str = "float32"):
+    """``(inputs, state, h)``: ``cell``'s recurrence over ``T`` steps in tensorexpr, and
+    ``h(t, b, j)`` reading its hidden state (the LSTM's state holds ``c`` and ``h``).
 
-    >>> ins, grads = te_program("gru", 4, 2, 3, 2, 2)
-    >>> [g.shape for g in grads][:2]
-    [(4, 2, 2), (2, 3)]
+    >>> ins, s, h = te_cell("lstm", 4, 2, 3, 2, None)
+    >>> s.shape, [p.name for p in ins][:3]
+    ((4, 2, 2, 3), ['x', 'Wi', 'Wf'])
     """
     import tensorexpr as te
     gates = GATES[cell]
-    x = te.placeholder((T, B, D), "float32", "x")
-    Ws = [te.placeholder((D, H), "float32", f"W{g}") for g in gates]
-    Us = [te.placeholder((H, H), "float32", f"U{g}") for g in gates]
+    x = te.placeholder((T, B, D), dtype, "x")
+    Ws = [te.placeholder((D, H), dtype, f"W{g}") for g in gates]
+    Us = [te.placeholder((H, H), dtype, f"U{g}") for g in gates]
 
     def project(Wg, g):
         kd = te.reduce_axis(D, f"d{g}")
@@ -86,26 +88,44 @@ def te_program(cell: str, T: int, B: int, H: int, D: int, checkpoints: Optional[
             g = te.tanh(xs[3][t, b, j] + prev(s, t, b, j, Us[3]))
             c = f * te.select(t == 0, 0.0, s[t - 1, b, 0, j]) + i * g
             return te.select(w == 0, c, o * te.tanh(c))
-        s = te.recurrence((T, B, 2, H), fn, name="s", dtype="float32", checkpoints=checkpoints)
-        last = lambda b, j: s[T - 1, b, 1, j]
+        s = te.recurrence((T, B, 2, H), fn, name="s", dtype=dtype, checkpoints=checkpoints)
+        return [x] + Ws + Us, s, lambda t, b, j: s[t, b, 1, j]
+
+    def prev(h, t, b, j, U):
+        return te.select(t == 0, 0.0, te.sum(h[t - 1, b, kk] * U[kk, j], axis=kk))
+    if cell == "rnn":
+        fn = lambda h, t, b, j: te.tanh(xs[0][t, b, j] + prev(h, t, b, j, Us[0]))
+    elif cell == "gru":
+        def fn(h, t, b, j):
+            z = te.sigmoid(xs[0][t, b, j] + prev(h, t, b, j, Us[0]))
+            r = te.sigmoid(xs[1][t, b, j] + prev(h, t, b, j, Us[1]))
+            n = te.tanh(xs[2][t, b, j] + r * prev(h, t, b, j, Us[2]))
+            return (1.0 - z) * n + z * te.select(t == 0, 0.0, h[t - 1, b, j])
     else:
-        def prev(h, t, b, j, U):
-            return te.select(t == 0, 0.0, te.sum(h[t - 1, b, kk] * U[kk, j], axis=kk))
-        if cell == "rnn":
-            fn = lambda h, t, b, j: te.tanh(xs[0][t, b, j] + prev(h, t, b, j, Us[0]))
-        elif cell == "gru":
-            def fn(h, t, b, j):
-                z = te.sigmoid(xs[0][t, b, j] + prev(h, t, b, j, Us[0]))
-                r = te.sigmoid(xs[1][t, b, j] + prev(h, t, b, j, Us[1]))
-                n = te.tanh(xs[2][t, b, j] + r * prev(h, t, b, j, Us[2]))
-                return (1.0 - z) * n + z * te.select(t == 0, 0.0, h[t - 1, b, j])
-        else:
-            raise ValueError(f"unknown cell {cell!r}; use one of {', '.join(CELLS)}")
-        h = te.recurrence((T, B, H), fn, name="h", dtype="float32", checkpoints=checkpoints)
-        last = lambda b, j: h[T - 1, b, j]
+        raise ValueError(f"unknown cell {cell!r}; use one of {', '.join(CELLS)}")
+    h = te.recurrence((T, B, H), fn, name="h", dtype=dtype, checkpoints=checkpoints)
+    return [x] + Ws + Us, h, lambda t, b, j: h[t, b, j]
+
+
+def te_program(cell: str, T: int, B: int, H: int, D: int, checkpoints: Optional[int],
+               loss: str = "last"):
+    """``(inputs, gradients)`` of ``sum(h[T-1] ** 2)`` in tensorexpr (``loss="every"``:
+    of the sum over every step of ``h[t] ** 2``).
+
+    >>> ins, grads = te_program("gru", 4, 2, 3, 2, 2)
+    >>> [g.shape for g in grads][:2]
+    [(4, 2, 2), (2, 3)]
+    """
+    import tensorexpr as te
+    ins, _, h = te_cell(cell, T, B, H, D, checkpoints)
     r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
-    L = te.compute((), lambda: te.sum(last(r1, r2) * last(r1, r2), axis=[r1, r2]), name="L")
-    ins = [x] + Ws + Us
+    if loss == "every":
+        rt = te.reduce_axis(T)
+        L = te.compute((), lambda: te.sum(h(rt, r1, r2) * h(rt, r1, r2), axis=[rt, r1, r2]),
+                       name="L")
+    else:
+        L = te.compute((), lambda: te.sum(h(T - 1, r1, r2) * h(T - 1, r1, r2), axis=[r1, r2]),
+                       name="L")
     return ins, list(te.differentiate(L, ins))
 
 

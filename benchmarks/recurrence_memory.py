@@ -45,8 +45,9 @@ every weight, one row per system and mode:
   ``segments:k`` and ``revolve:k`` (``checkpoints=k`` with
   ``ScheduleOptions(checkpoint="segments")`` or the default revolve); ``buffers``
   exact as above; the note lists the schedule's ``checkpoint`` lines, or says
-  ``NOT checkpointed: full tape`` when the build keeps every step (the GRU's and
-  the LSTM's today: their adjoints read the state through hoisted gate tensors);
+  ``NOT checkpointed: full tape`` when the build keeps every step (the GRU and the
+  LSTM are checkpointed in both modes: their forward sums, hoisted gates and per-step
+  gradients in rings of a turn's rows);
 * JAX: ``lax.scan`` under ``jax.jit`` with ``jax.grad``, the body plain
   (``scan``), in ``jax.checkpoint`` (``remat``) or with ``nothing_saveable``
   (``remat0``); ``buffers`` is XLA's own estimate (temp + output of

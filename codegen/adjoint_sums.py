@@ -67,10 +67,11 @@ class Plan:
         return (("step", self.axis.name),)
 
 
-def step_axes(order: Sequence[Tensor]) -> Dict[int, int]:
+def step_axes(order: Sequence[Tensor], forward: bool = False) -> Dict[int, int]:
     """uid -> step axis of every tensor of ``order`` that runs along an adjoint's
     steps: descending recurrences (their carried axis), and tensors reading one of
     those at an index that is one of their own axes (that axis, plus a constant).
+    ``forward``: the checkpointed recurrences' steps too (and the tensors reading them).
 
     >>> import tensorexpr as te
     >>> u = te.placeholder((5, 3), name="u")
@@ -89,7 +90,7 @@ def step_axes(order: Sequence[Tensor]) -> Dict[int, int]:
         if not isinstance(x, Compute) or x.body is None:
             continue
         if x.carry is not None:
-            if x.carry.step < 0:
+            if x.carry.step < 0 or (forward and x.checkpoints is not None):
                 out[x.uid] = x.carry.axis
             continue
         pos = {a.uid: k for k, a in enumerate(x.axes)}

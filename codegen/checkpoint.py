@@ -56,27 +56,43 @@ Checkpointed gradient by segments
     state and only ``de`` and the consumers run segment by segment
     (``O((S + windows) * R)``). ``k`` is capped at ``T`` when ``T`` is constant.
 
-    Sums over the steps (an RNN's weight gradient ``dW = sum_t ...``) are added a step at
-    a time, last first, at each step's turn (``codegen.adjoint_sums``; the full tape of
+    Sums over the steps (an RNN's weight gradient ``dW = sum_t ...``) are added a step at a
+    time, last first, at each step's turn (``codegen.adjoint_sums``; the full tape of
     such a program adds them in the same order), and recurrences whose steps hold sums
     over the previous step (``codegen.recurrence_steps``) run each step with the full
-    tape's lowering of a step, so both stay bit-identical to the full tape. Everything
-    run inside the segments (``de``, the consumers, those sums) counts for the rows of
-    ``e`` kept: with a head over every step, the rows a sum reads are among them.
+    tape's lowering of a step, so both stay bit-identical to the full tape.
 
-    Not supported, in either mode (full tape instead, still exact): reductions in the
-    bodies of consumers, or in ``e`` or ``de`` when they do not run by steps (the C
-    backend vectorizes some sums, and the order of a vectorized sum may depend on the
-    alignment of the rows it reads, which a ring changes: bit-identity could not be
-    promised); a sum over the steps reading a consumer at another step, ``de`` at an
-    earlier one, or a tensor computed after the segments; an adjoint that reads ``e``
-    only through other tensors (a GRU whose invariants ``passes.hoist`` moved out of
-    ``de``'s sum); consumers reading ``de`` at earlier steps, tensors before ``de``
-    reading ``e`` at other than its last steps, a consumer reading another consumer,
-    ``e`` or ``de`` being outputs, scatter-adds reading them, carried axes other than
-    the first, and more than one checkpointed recurrence per program (the first one
-    found is checkpointed; in a stacked RNN, the first layer). The numpy
-    backend always keeps the full tape (it is the reference).
+    The tensors run along the steps (``codegen.checkpoint_rows``) are more than ``de``
+    and per-step consumers: *forward rows*, tensors computed before ``de`` that read
+    ``e`` at every step (a GRU's forward sums ``h_sum[t] = h[t - 1] @ U``, the gates
+    ``passes.hoist`` moves out of ``de``'s sum), are recomputed with ``e`` (each turn
+    needs rows ``[t + lo, t + hi]`` of them; the revolve turn computes the lowest, the
+    others are still in its ring from the turns before); ``de`` may read ``e`` only
+    through them. A consumer's row ``a`` runs at turn ``a + shift`` (a weight gradient's
+    hoisted terms ``dU_h0[t] = f(dh[t + 1], ...)``, added at step ``t + 1``: shift 1),
+    may read other consumers at that turn's rows (``dx = dxr @ Wr^T``), and lives in a
+    ring of a turn's (a segment's) rows when only consumers and sums read it. Every
+    one of them holding a sum runs by steps (``recurrence_steps.plan_rows``) in every
+    build of a program with a checkpointed recurrence, as the sums over the steps do:
+    the full tape and the turns evaluate each row by the same C. Everything run inside
+    the segments counts for the rows of ``e`` kept: with a head over every step, the
+    rows a sum reads are among them. GRU and LSTM cells (``benchmarks.recurrence_cells``;
+    an LSTM's state ``s[t, b, 2, H]`` holds ``c`` and ``h``) are checkpointed this way in
+    both modes.
+
+    Not supported, in either mode (full tape instead, still exact): a tensor holding a
+    sum along the steps that does not run by steps (a sum under a condition on an axis
+    it reads: the C backend vectorizes some sums, and the order of a vectorized sum may
+    depend on the alignment of the rows it reads, which a ring changes: bit-identity
+    could not be promised); a sum over the steps reading a consumer at another turn,
+    ``de`` at an earlier step, or a tensor computed after the segments; consumers
+    reading ``de`` at earlier steps than their turn, or another consumer at another
+    turn; tensors before ``de`` reading ``e`` other than within a constant distance of
+    one of their axes or at its last steps; tensors after the segments reading forward
+    rows; ``e``, ``de`` or a forward row being outputs, scatter-adds reading them,
+    carried axes other than the first, and more than one checkpointed recurrence per
+    program (the first one found is checkpointed; in a stacked RNN, the first layer).
+    The numpy backend always keeps the full tape (it is the reference).
 
 Ring and checkpoint buffers are ordinary program buffers of their reduced
 shape (``runtime`` allocates them like any intermediate); the full ``T``-row
@@ -88,10 +104,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tensorexpr import polyhedral
-from tensorexpr.bounds import read_sites
-from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, Read, Reduce, Tensor,
-                           fresh_uid, same, size_vars, tensor_inputs, walk, INDEX_DTYPE)
+from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, Tensor, fresh_uid, same,
+                           size_vars, tensor_inputs, INDEX_DTYPE)
 from tensorexpr.transform import eval_int
 
 from .loopast import (Block, Comment, Decl, For, If, Kernel, Lit, Load, Op, Stmt,
@@ -99,7 +113,9 @@ from .loopast import (Block, Comment, Decl, For, If, Kernel, Lit, Load, Op, Stmt
 from .cexpr import add, cast, mul
 from .program import Program
 from .scope import Scope
+from . import checkpoint_rows
 from . import revolve as revolve_schedule
+from .checkpoint_rows import has_reduce, last_rows, offsets
 from .revolve_lowering import RevolveSteps
 
 I64 = INDEX_DTYPE
@@ -119,70 +135,24 @@ def _bin(op: str, a: Expr, b: Expr) -> Expr:
 # {{{ analysis
 
 
-def _ranges(reader: Tensor, target: Compute, base: Expr, params,
-            axis: Optional[int] = None) -> Optional[Tuple[int, int]]:
-    """``(lo, hi)`` of ``carry index of a read of target - base`` over all reads of
-    ``target`` (or its self handle) in ``reader``; ``()`` if none runs, None if
-    unbounded, not affine, or not analysable (scatter-adds, reads in bounds).
-    ``axis``: that index instead of the carried one."""
-    if not isinstance(reader, Compute):
-        return None
-    uids = {target.uid} | ({target.self_ref.uid} if target.self_ref is not None else set())
-    c = target.carry.axis if axis is None else axis
-    lo = hi = None
-    found = False
-    for r, guards, raxes in read_sites(reader.body):
-        if r.tensor.uid not in uids:
-            continue
-        found = True
-        rng = polyhedral.offset_range(tuple(reader.axes) + tuple(raxes), guards,
-                                      r.indices[c], base, params)
-        if rng is None:
-            return None
-        if rng == ():
-            continue
-        lo = rng[0] if lo is None else min(lo, rng[0])
-        hi = rng[1] if hi is None else max(hi, rng[1])
-    for x in walk(reader.body, unique=True):  # reads in reduction bounds: read_sites does not see them
-        if isinstance(x, Reduce) and any(
-                isinstance(y, Read) and y.tensor.uid in uids
-                for ax in x.axes for b in (ax.lo, ax.hi) for y in walk(b, unique=True)):
-            return None
-    if not found and target.uid in {t.uid for t in tensor_inputs(reader)}:
-        return None
-    return () if lo is None else (lo, hi)
-
-
-def _reads(x: Tensor, t: Tensor) -> bool:
-    return any(p.uid == t.uid for p in tensor_inputs(x))
-
-
 def _window(e: Compute, params) -> Optional[int]:
     """How many steps back (along its direction) ``e`` reads itself: ``w >= 1``."""
-    rng = _ranges(e, e, e.axes[e.carry.axis], params)
+    rng = offsets(e, e, e.axes[e.carry.axis], params)
     if rng is None or rng == ():
         return None
     return -rng[0] if e.carry.step > 0 else rng[1]
 
 
-def _last_rows(reader: Tensor, e: Compute, params) -> Optional[int]:
-    """``m`` such that ``reader`` reads only the last ``m`` steps of ``e`` (0: none)."""
-    T = e.dims[e.carry.axis]
-    if e.carry.step > 0:
-        rng = _ranges(reader, e, _bin("sub", T, _c(1)), params)
-        return None if rng is None else (0 if rng == () else 1 - rng[0])
-    rng = _ranges(reader, e, _c(0), params)
-    return None if rng is None else (0 if rng == () else rng[1] + 1)
-
-
 @dataclass
 class Ring:
-    """``tensor`` stored in ``rows`` rows along its carried axis (``scratch`` is the
-    buffer's tensor, of the reduced shape)."""
+    """``tensor`` stored in ``rows`` rows along its carried axis (``axis``: for a tensor
+    run a row at a time, its step axis; ``scratch`` is the buffer's tensor, of the
+    reduced shape)."""
 
     tensor: Compute
     rows: Expr
     scratch: Tensor
+    axis: int = 0
 
 
 @dataclass
@@ -195,7 +165,7 @@ class Segments:
     back: int  # W: rows before a segment start kept in a checkpoint
     ahead: int  # H: steps of e recomputed past the segment end
     seg: Expr  # S: steps per segment
-    consumers: List[Tuple[Compute, int]]  # (tensor, its step axis)
+    consumers: List[Tuple[Compute, int, int]]  # (tensor, its step axis, shift: row a at turn a + shift)
     early: List[Tensor]  # after de in program order, but needed by the consumers
     look_d: int = 1  # steps ahead of a segment at which de is read (its ring's extra rows)
     last: int = 1  # last steps of e read before the segments (the forward ring keeps them)
@@ -205,6 +175,10 @@ class Segments:
     mode: str = "segments"  # or "revolve": one step at a time, by codegen.revolve's schedule
     width: int = 1  # revolve: rows of e a checkpoint holds (max(w, back + ahead))
     sums: List = field(default_factory=list)  # codegen.adjoint_sums plans: added per step
+    # forward rows (checkpoint_rows.Rows.fore): (tensor, step axis, lo, hi), turn t
+    # needs rows [t + lo, t + hi]
+    fore: List[Tuple[Compute, int, int, int]] = field(default_factory=list)
+    ringed: set = field(default_factory=set)  # consumers kept in rings of a turn's rows
 
 
 @dataclass
@@ -263,7 +237,7 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
             continue
         m = 0
         for x in readers.get(e.uid, []):
-            got = _last_rows(x, e, params)
+            got = last_rows(x, e, params)
             if got is None:
                 break
             m = max(m, got)
@@ -274,7 +248,7 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
                 continue  # the ring would be the whole tensor
             dims = list(e.dims)
             dims[e.carry.axis] = _c(rows)
-            out.rings[e.uid] = Ring(e, _c(rows), _scratch(e, dims, "ring"))
+            out.rings[e.uid] = Ring(e, _c(rows), _scratch(e, dims, "ring"), e.carry.axis)
     if out.segments is not None:
         _segment_buffers(out)
     return out
@@ -287,8 +261,18 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
     if e.carry.axis != 0:
         return None
     T = e.dims[0]
-    des = [x for x in readers.get(e.uid, []) if isinstance(x, Compute) and x.carry is not None
-           and x.carry.step < 0]
+    # the adjoint: a descending recurrence reading e, or reading it only through tensors
+    # that are no recurrences (a GRU's forward sums and hoisted gates)
+    via, des, todo = {e.uid}, [], [e]
+    while todo:
+        for x in readers.get(todo.pop().uid, []):
+            if not isinstance(x, Compute) or x.uid in via:
+                continue
+            if x.carry is None:
+                via.add(x.uid)
+                todo.append(x)
+            elif x.carry.step < 0 and x not in des:
+                des.append(x)
     if len(des) != 1:
         return None
     de = des[0]
@@ -296,58 +280,14 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
         return None
     # a recurrence by steps runs each step with the full tape's lowering of a step
     # (Lowerer.step_of), in either mode: its per-step sums are the same C, in the same order
-    if any(_has_reduce(x) and x.uid not in steps for x in (e, de)):
+    if any(has_reduce(x) and x.uid not in steps for x in (e, de)):
         return None
     wd = _window(de, params)
-    rng = _ranges(de, e, de.axes[0], params)
-    if wd is None or rng is None:
+    rows = checkpoint_rows.classify(e, de, order, outputs, params, sums, steps)
+    if wd is None or rows is None:
         return None
-    need = [rng] if rng else []
-    pos = {t.uid: k for k, t in enumerate(order)}
-    consumers, early, added = [], [], []
-    taken = set()  # uids of the consumers and of the tensors computed after the segments
-    look_d = 0
-    for x in order[pos[e.uid] + 1:]:
-        if x.uid == de.uid:
-            continue
-        before = pos[x.uid] < pos[de.uid]
-        if _reads(x, de) or (_reads(x, e) and not before):
-            if before:
-                return None
-            if x.uid in sums:  # a sum over the steps, added a step at a time
-                got = _adjoint_sum(sums[x.uid], x, e, de, T, params, consumers, taken)
-                if got is None:
-                    return None
-                re, rd = got
-                added.append(sums[x.uid])
-                taken.add(x.uid)
-                need += [re] if re else []
-                look_d = max(look_d, rd[1] if rd else 0)
-                continue
-            if any(p.uid in taken for p in tensor_inputs(x)):
-                return None
-            step = _step_axis(x, e, de, T, params)
-            if step is None:
-                if not _reads(x, de) and _last_rows(x, e, params) is not None:
-                    early.append(x)  # only the last steps of e: computed before the segments
-                    continue
-                return None
-            a, re, rd = step
-            if rd and rd[0] < 0:
-                return None
-            consumers.append((x, a))
-            taken.add(x.uid)
-            need += [re] if re else []
-            look_d = max(look_d, rd[1] if rd else 0)
-        elif before:
-            if _reads(x, e) and _last_rows(x, e, params) is None:
-                return None
-        elif any(p.uid in taken for p in tensor_inputs(x)):
-            taken.add(x.uid)
-        else:
-            early.append(x)
-    if not consumers and not added:
-        return None
+    need, look_d = rows.need, rows.look_d
+    taken = rows.taken | {f.uid for f, *_ in rows.fore}
     back = max([w] + [-lo for lo, _ in need])
     ahead = max([0] + [hi for _, hi in need])
     k = e.checkpoints
@@ -361,22 +301,24 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
     seg = _c(1) if revolve else _bin("max", _ceil_div(T, k), _c(back))
     if not revolve and isinstance(seg, Const) and seg.value >= T.value:
         return None  # one segment (k = 1): the rings would be the whole tape
-    last = max([1] + [(_last_rows(x, e, params) or 0) for x in readers.get(e.uid, [])
+    last = max([1] + [(last_rows(x, e, params) or 0) for x in readers.get(e.uid, [])
                       if x.uid != de.uid and x.uid not in taken])
-    s = Segments(e, de, k, back, ahead, seg, consumers, early, max(wd, look_d), last, w)
-    s.sums = added
+    s = Segments(e, de, k, back, ahead, seg, rows.consumers, rows.early, max(wd, look_d),
+                 last, w)
+    s.sums, s.fore, s.ringed = rows.sums, rows.fore, rows.ringed
     # When everything run inside the segments (de, the consumers, the sums added a step
     # at a time) reads only e's last steps (a linear recurrence such as an EWMA: its
     # adjoint does not depend on e), nothing needs recomputing: e keeps a rolling state
     # of those last steps and only de runs segment-wise.
-    inside = [de] + [c for c, _ in consumers] + [p.t for p in added]
-    tail = [_last_rows(x, e, params) for x in inside]
+    inside = [de] + [c for c, *_ in rows.consumers] + [p.t for p in rows.sums] + [
+        f for f, *_ in rows.fore]
+    tail = [last_rows(x, e, params) for x in inside]
     # (with a constant T every read is "in the last T steps": demand a ring smaller
     # than the one recomputation needs)
     width = max(w, back + ahead)
     # (revolve: its ring and checkpoints)
     ring = _c((k + 1) * width + 1) if revolve else _bin("add", seg, _c(back + ahead))
-    if all(m is not None for m in tail) and (
+    if not rows.fore and all(m is not None for m in tail) and (
             not isinstance(ring, Const) or max([w + 1, last] + tail) <= ring.value):
         s.recompute = False
         s.last = max([last] + tail)
@@ -385,50 +327,6 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
     elif revolve:
         s.mode, s.width = "revolve", width
     return s
-
-
-def _has_reduce(t: Compute) -> bool:
-    """Does ``t``'s body hold a reduction? The C backend may vectorize its sum, and the
-    order of a vectorized sum can depend on the alignment of the rows read, which a
-    ring changes: such programs keep the full tape, so that checkpointing never
-    changes a result."""
-    return any(isinstance(x, Reduce) for x in walk(t.body, unique=True))
-
-
-def _step_axis(x: Tensor, e: Compute, de: Compute, T: Expr, params):
-    """``(axis, e offsets, de offsets)`` of a per-step consumer, or None."""
-    if not isinstance(x, Compute) or x.carry is not None or _has_reduce(x):
-        return None
-    for a, ax in enumerate(x.axes):
-        if not same(x.dims[a], T):
-            continue
-        re = _ranges(x, e, ax, params)
-        rd = _ranges(x, de, ax, params)
-        if re is not None and rd is not None:
-            return a, re, rd
-    return None
-
-
-def _adjoint_sum(p, x: Compute, e: Compute, de: Compute, T: Expr, params, consumers,
-                 taken) -> Optional[Tuple[Tuple[int, int], Tuple[int, int]]]:
-    """``(e offsets, de offsets)`` from the step of the sum over the steps ``x`` (plan
-    ``p``), or None when a step reads what is not there yet at its turn: ``de`` or a
-    consumer at an earlier step, a tensor computed after the segments (``taken``, not a
-    consumer), or ``de``'s steps are not the sum's."""
-    lo, hi = p.steps()
-    if not (isinstance(T, Const) and 0 <= lo and hi <= T.value):
-        return None
-    per_step = {c.uid for c, _ in consumers}
-    if any(q.uid in taken and q.uid not in per_step for q in tensor_inputs(x)):
-        return None
-    re, rd = _ranges(x, e, p.axis, params), _ranges(x, de, p.axis, params)
-    if re is None or rd is None or (rd and rd[0] < 0):
-        return None
-    for c, a in consumers:
-        rc = _ranges(x, c, p.axis, params, a)
-        if rc is None or (rc and rc != (0, 0)):
-            return None  # (a consumer's rows are computed at their own turn: that step only)
-    return re, rd
 
 
 def _segment_buffers(p: Plan) -> None:
@@ -446,6 +344,23 @@ def _segment_buffers(p: Plan) -> None:
     rows_d = _bin("add", s.seg, _c(s.look_d))
     p.rings[e.uid] = Ring(e, rows_e, _scratch(e, (rows_e,) + tuple(e.dims[1:]), "ring"))
     p.rings[de.uid] = Ring(de, rows_d, _scratch(de, (rows_d,) + tuple(de.dims[1:]), "ring"))
+    # the tensors run a row at a time: the rows a segment (a turn) reads; a forward
+    # tensor's rows [lo, hi] from the turn, a consumer's its turn's row
+    one = s.mode == "revolve"
+    for t, a, lo, hi in s.fore:
+        _row_ring(p, t, a, _c(hi - lo + 1) if one else _bin("add", s.seg, _c(hi - lo)))
+    for t, a, _ in s.consumers:
+        if t.uid in s.ringed:
+            _row_ring(p, t, a, _c(1) if one else s.seg)
+
+
+def _row_ring(p: Plan, t: Compute, a: int, rows: Expr) -> None:
+    n = t.dims[a]
+    if isinstance(n, Const) and isinstance(rows, Const) and rows.value >= n.value:
+        return  # the ring would be the whole tensor
+    dims = list(t.dims)
+    dims[a] = rows
+    p.rings[t.uid] = Ring(t, rows, _scratch(t, dims, "ring"), a)
 
 
 # }}}
@@ -488,6 +403,7 @@ class RingProgram(RevolveSteps):
                                         f"checkpoints x {s.back} rows)")
         self.ring_of: Dict[int, Ring] = {}
         self.logical: Dict[int, Tensor] = {}  # scratch buffer uid -> the tensor it holds
+        self.recorded: set = set()  # uids of the tensors run by steps whose choice is recorded
         for k, t in enumerate(lw.tensors):
             ring = p.rings.get(t.uid)
             if ring is None:
@@ -501,7 +417,7 @@ class RingProgram(RevolveSteps):
                 if uid is not None:
                     lw.buf[uid] = lw.buf[ring.scratch.uid]
                     self.ring_of[uid] = ring
-                    lw.rings[uid] = (ring.tensor.carry.axis, ring.rows)
+                    lw.rings[uid] = (ring.axis, ring.rows)
         s = p.segments
         if s is not None and s.store is not None:
             st = s.store
@@ -516,8 +432,8 @@ class RingProgram(RevolveSteps):
         s = self.plan.segments
         skip = set()
         if s is not None:
-            skip = ({s.de.uid} | {x.uid for x, _ in s.consumers} | {x.uid for x in s.early}
-                    | {p.t.uid for p in s.sums})
+            skip = ({s.de.uid} | {x.uid for x, *_ in s.consumers} | {x.uid for x in s.early}
+                    | {p.t.uid for p in s.sums} | {x.uid for x, *_ in s.fore})
         body: List[Stmt] = []
         for t in self.lw.lowered:  # (scratch tensors are lowered inside their users)
             t = self.logical.get(t.uid, t)
@@ -560,14 +476,23 @@ class RingProgram(RevolveSteps):
         axes = list(t.axes)
         carry = t.carry.axis if t.carry is not None else None
         p = self.lw.steps.get(t.uid)
-        if p is not None and a == carry:
+        if p is not None and a == p.axis:
             # by steps, each step lowered as the full tape lowers it (Lowerer.step_of)
             s = self.lw.fresh("s", I64)
-            ax = axes[carry]
+            ax = axes[p.axis]
+            # (recorded as the full tape records it, once: rows run at several places)
+            first = carry is None and t.uid not in self.recorded
+            if first:
+                self.recorded.add(t.uid)
+                self.lw.record.choose(t.name, "step-rows", (
+                    ("step sums", tuple(x.name for x in p.sums)),
+                    ("rows", "at the checkpointed turns")))
             step = self.lw.step_of(t, p, s) + (after_step(s) if after_step else [])
+            if first:
+                self.lw.record.done()
             return [For(s, lo if lo is not None else self.lw.size_expr(ax.lo),
                         hi if hi is not None else self.lw.size_expr(ax.hi), 1,
-                        Block(tuple(step)), descending=t.carry.step < 0,
+                        Block(tuple(step)), descending=carry is not None and t.carry.step < 0,
                         note=ax.name + " (steps)")]
         order = ([carry] if carry is not None else []) + [k for k in range(len(axes))
                                                           if k != carry]
@@ -599,6 +524,20 @@ class RingProgram(RevolveSteps):
     # }}}
 
     # {{{ checkpoints and segments
+
+    def clipped(self, t: Compute, a: int, lo, hi) -> List[Stmt]:
+        """``t``'s rows ``[lo, hi)`` along its axis ``a``, those that exist."""
+        self.lw.owner = t
+        n = self.lw.size_expr(t.dims[a])
+        return self.rows(t, a, Op("max", (lo, Lit(0, I64)), I64), Op("min", (hi, n), I64))
+
+    def consumer_rows(self, s: Segments, x: Compute, a: int, c: int, lo, hi) -> List[Stmt]:
+        """The rows of consumer ``x`` (step axis ``a``, shift ``c``) of turns ``[lo, hi)``."""
+        if c == 0 and same(x.dims[a], s.e.dims[0]):
+            self.lw.owner = x
+            return self.rows(x, a, lo, hi)
+        return self.clipped(x, a, Op("sub", (lo, Lit(c, I64)), I64),
+                            Op("sub", (hi, Lit(c, I64)), I64))
 
     def _row_size(self, t: Compute):
         n = Lit(1, I64)
@@ -662,13 +601,16 @@ class RingProgram(RevolveSteps):
             self.lw.owner = e
             e_hi = Op("min", (T, Op("add", (hi, Lit(s.ahead, I64)), I64)), I64)
             inner += self.rows(e, 0, lo, e_hi)
+        for x, a, r0, r1 in s.fore:
+            inner.append(Comment(f"{x} [the rows the segment reads]"))
+            inner += self.clipped(x, a, Op("add", (lo, Lit(r0, I64)), I64),
+                                  Op("add", (hi, Lit(r1, I64)), I64))
         inner.append(Comment(f"{de} [ring of {self.ring_of[de.uid].rows} rows]"))
         self.lw.owner = de
         inner += self.rows(de, 0, lo, hi)
-        for x, a in s.consumers:
+        for x, a, c in s.consumers:
             inner.append(Comment(f"{x} [rows of the segment]"))
-            self.lw.owner = x
-            inner += self.rows(x, a, lo, hi)
+            inner += self.consumer_rows(s, x, a, c, lo, hi)
         if s.sums:
             t = self.lw.fresh("k", I64)
             inner.append(For(t, lo, hi, 1, Block(tuple(self.add_steps(s, t))), descending=True,

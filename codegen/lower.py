@@ -189,10 +189,11 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         computed = self.lowered
         groups = fuse.plan(computed, self.inline) if self.options.fuse else \
             [[t] for t in computed]
-        # a sum added a step at a time (codegen.adjoint_sums) is never fused: its order is
-        # the one a checkpointed gradient follows
+        # a sum added a step at a time (codegen.adjoint_sums), or a tensor by steps, is
+        # never fused: its order is the one a checkpointed gradient follows
         groups = [h for g in groups for h in (
-            [[t] for t in g] if any(t.uid in self.adjoint_sums for t in g) else [g])]
+            [[t] for t in g] if any(t.uid in self.adjoint_sums or t.uid in self.steps
+                                    for t in g) else [g])]
         for group in groups:
             nslab, blocker = fuse.decide(self, group)       # before anything is lowered
             names = tuple(t.name for t in group if t.uid not in self.inline)
@@ -289,11 +290,12 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         sequential loop over its carried axis, each step computing its sums (each by the
         strategy the table picks for it), then the rest of the body, both over the other
         axes in parallel."""
-        ax = t.axes[t.carry.axis]
+        ax = t.axes[p.axis]
         s = self.fresh("s", I64)
         body = self.step_of(t, p, s)
         return [For(s, self.size_expr(ax.lo), self.size_expr(ax.hi), 1, Block(tuple(body)),
-                    descending=t.carry.step < 0, note=ax.name + " (steps)")]
+                    descending=t.carry is not None and t.carry.step < 0,
+                    note=ax.name + " (steps)")]
 
     def step_of(self, t: Compute, p, s: Var) -> List[Stmt]:
         """Step ``s`` (a C variable) of the recurrence ``t`` run by steps: the one
@@ -313,7 +315,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         body: List[Stmt] = [Decl(s1, add(s, Lit(1, I64)))]  # (see Plan.step)
         for S in p.sums:
             body.append(Block((Comment(str(S)),) + tuple(self.compute(S))))
-        body.extend(self.compute_loops(p.rest, at_step=s))
+        body.extend(self.compute_loops(p.rest, at_step=s, step_axis=p.axis))
         self.sizes, self.params = outer_sizes, outer_params
         self.record.note("sums per step", len(p.sums))
         return body
@@ -352,21 +354,23 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         return body
 
     def compute_loops(self, t: Compute, transposed: Optional[int] = None,
-                      split: Optional[int] = None, at_step: Optional[Var] = None
-                      ) -> List[Stmt]:
+                      split: Optional[int] = None, at_step: Optional[Var] = None,
+                      step_axis: Optional[int] = None) -> List[Stmt]:
         """Loops over ``t``'s box (its carried axis outermost and sequential), the
         innermost in vector lanes; ``transposed``: that axis and the innermost in square
         blocks; ``split``: the innermost axis as ``c*q + r`` with the ``c`` values of
         ``r`` unrolled; ``at_step``: a recurrence's loops at that step of its carried axis
-        (the variable of an enclosing loop)."""
+        (the variable of an enclosing loop), or of ``step_axis`` for a tensor that is no
+        recurrence (``codegen.recurrence_steps.plan_rows``)."""
         axes = list(t.axes)
-        carry = t.carry.axis if t.carry is not None else None
+        carry = t.carry.axis if t.carry is not None else (
+            step_axis if at_step is not None else None)
         order = ([carry] if carry is not None else []) + [k for k in range(len(axes)) if k != carry]
         vars_ = {k: self.fresh("i", I64) if k != carry or at_step is None else at_step
                  for k in range(len(axes))}
         scope = Scope({axes[k].uid: vars_[k] for k in order}, tuple(axes), (), {})
         a, c = transposed, split
-        if carry is not None:
+        if t.carry is not None:
             self.record.note("sequential", axes[carry].name)
         body = Block(())
         if c is None:

@@ -135,6 +135,10 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     # sums over an adjoint's steps (weight gradients): a step at a time, last first, in
     # every build, so that a checkpointed gradient adds them as the full tape does
     terms, sums = adjoint_sums.rewrite(computed, options)
+    # tensors holding sums along such a gradient's steps: a step at a time, likewise
+    row_sums, rows = recurrence_steps.rewrite_rows(computed, options, sums)
+    steps.update(rows)
+    step_sums += row_sums
     mode = "segments" if options.checkpoint == "segments" else "revolve"
     rings = checkpoint.rings(sig, mode, sums, steps) if options.checkpoint else None
     if rings is not None:
@@ -143,11 +147,12 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
         program = checkpoint.RingProgram(lw, rings).program()
     else:
         scratch, padded, split = [], {}, []
-        # 5. program rewrites (not where sums are added a step at a time: their plans
-        # hold the tensors as written, the order a checkpointed build follows)
+        # 5. program rewrites (not where sums are added a step at a time, nor where
+        # tensors run by steps: their plans hold the tensors as written, the order a
+        # checkpointed build follows)
         if options.residues and not sums:
             computed, split = residues.plan(sig, computed, inline, options)
-        if options.copies:
+        if options.copies and not rows:
             computed = layout.plan(computed, inline)
             scratch, padded = padcopy.rewrite(sig, computed, inline, options)
         lw = Lowerer(sig, title, options, computed, scratch + step_sums + terms, padded, steps,

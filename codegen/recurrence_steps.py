@@ -11,9 +11,13 @@ tiles), then the rest of the body reads ``S`` elementwise.
 Every element's sum still adds the same terms in the same order as the IR says.
 
 :func:`plan` finds the sums: reductions of the body, outside any other, that read
-the recurrence (so they depend on the step), guarded only by conditions on the
-carried axis (``select(t == 0, 0.0, sum(...))``: the guard becomes part of the
-sum's domain, a condition on the step alone). The step is a size variable of the
+the recurrence (so they depend on the step), under conditions that read no value
+(``select(t == 0, 0.0, sum(...))``: the guard becomes part of the sum's domain, a
+condition on the step). Each sum is a tensor over the axes it uses; conditions on
+other axes (an LSTM's ``select(w == 0, c, o * tanh(c))``) are projected onto them
+exactly (``polyhedral.seen_from``), and a sum reached by several paths is computed
+wherever any of them evaluates it. :func:`plan_rows` does the same for a tensor that
+is no recurrence, along a step axis (a checkpointed gradient runs it a step at a time). The step is a size variable of the
 sums (``Plan.step``, the step plus one: isl takes size variables to be positive),
 bound while they are lowered, so isl sees it as a parameter whose range the sums'
 domains state.
@@ -40,6 +44,8 @@ from tensorexpr.polyhedral import conjuncts, seen_from
 from tensorexpr.transform import free_axes, replace_subexpr, substitute
 from passes.hoist import hoist
 
+from .adjoint_sums import step_axes
+
 I64 = "int64"
 
 
@@ -47,11 +53,13 @@ I64 = "int64"
 class Plan:
     """How :func:`plan` runs the recurrence ``t`` by steps: the step's size variable,
     the per-step sums (tensors over ``t``'s other axes) and ``rest``, ``t`` reading
-    them (same axes, carry and buffer as ``t``)."""
+    them (same axes, carry and buffer as ``t``). ``axis``: the steps' axis (the carried
+    one, or a step axis of a tensor that is no recurrence: :func:`plan_rows`)."""
     t: Compute
     step: str  # the size variable the sums read the step from: the step plus one
     sums: Tuple[Compute, ...]
     rest: Compute
+    axis: int = 0
 
 
 def _plain(c: Expr) -> bool:
@@ -59,8 +67,10 @@ def _plain(c: Expr) -> bool:
     return not any(isinstance(x, (Read, Reduce)) for x in walk(c, unique=True))
 
 
-def _sums(body: Expr, self_uid: int) -> Optional[List[Tuple[Reduce, List[List[Expr]]]]]:
-    """The reductions of ``body`` that read the recurrence (``self_uid``), outside any other,
+def _sums(body: Expr, self_uid: Optional[int]
+          ) -> Optional[List[Tuple[Reduce, List[List[Expr]]]]]:
+    """The reductions of ``body`` that read the recurrence (``self_uid``; None: every
+    reduction), outside any other,
     each with the conditions under which each of its occurrences is evaluated (a sum
     shared by two branches, an LSTM's cell state ``c`` in both parts of its state,
     has two); None when one of them sits under a condition that reads values, or in
@@ -69,6 +79,7 @@ def _sums(body: Expr, self_uid: int) -> Optional[List[Tuple[Reduce, List[List[Ex
     found: Dict[int, Tuple[Reduce, List[List[Expr]]]] = {}
     stack: List[Tuple[Expr, List[Expr]]] = [(body, [])]
     seen = set()
+    nots: Dict[int, Expr] = {}  # one negation per condition: paths are keyed by identity
     while stack:
         e, guards = stack.pop()
         key = (id(e), tuple(id(g) for g in guards))
@@ -76,7 +87,7 @@ def _sums(body: Expr, self_uid: int) -> Optional[List[Tuple[Reduce, List[List[Ex
             continue
         seen.add(key)
         if isinstance(e, Reduce):
-            if any(r.tensor.uid == self_uid for r in reads(e)):
+            if self_uid is None or any(r.tensor.uid == self_uid for r in reads(e)):
                 if not all(_plain(g) for g in guards):
                     return None
                 found.setdefault(id(e), (e, []))[1].append(guards)
@@ -84,7 +95,8 @@ def _sums(body: Expr, self_uid: int) -> Optional[List[Tuple[Reduce, List[List[Ex
         if isinstance(e, Select):
             stack.append((e.cond, guards))
             stack.append((e.a, guards + [e.cond]))
-            stack.append((e.b, guards + [Unary("not", e.cond, "bool")]))
+            neg = nots.setdefault(id(e), Unary("not", e.cond, "bool"))
+            stack.append((e.b, guards + [neg]))
         elif isinstance(e, Binary):
             if e.op in ("and", "or") and any(isinstance(x, Reduce) for x in walk(e.b)):
                 return None
@@ -147,14 +159,39 @@ def plan(t: Compute) -> Optional[Plan]:
     """
     if t.carry is None or t.self_ref is None or t.body is None:
         return None
-    carry = t.axes[t.carry.axis]
-    found = _sums(t.body, t.self_ref.uid)
+    return _by_steps(t, t.carry.axis, t.self_ref.uid)
+
+
+def plan_rows(t: Compute, axis: int) -> Optional[Plan]:
+    """The by-steps form of ``t`` (no recurrence) along its step axis ``axis``: every
+    sum of its body, outside any other, a tensor of one step; None when it has none,
+    or one under a condition that reads values. A checkpointed gradient computes such
+    a tensor a step (a row) at a time, and so does every build of its program
+    (``rewrite_rows``): each step is then the same C in both.
+
+    >>> import tensorexpr as te
+    >>> h = te.placeholder((5, 2, 4), name="h"); U = te.placeholder((4, 4), name="U")
+    >>> k = te.reduce_axis(4, name="k")
+    >>> s = te.compute((5, 2, 4), lambda t, b, j: te.sum(h[t, b, k] * U[k, j], axis=k),
+    ...                name="s")
+    >>> p = plan_rows(s, 0)
+    >>> [x.name for x in p.sums], p.sums[0].shape, p.axis
+    (['s_step0'], (2, 4), 0)
+    """
+    if t.carry is not None or t.body is None:
+        return None
+    return _by_steps(t, axis, None)
+
+
+def _by_steps(t: Compute, axis: int, self_uid: Optional[int]) -> Optional[Plan]:
+    carry = t.axes[axis]
+    found = _sums(t.body, self_uid)
     if not found:
         return None
     step = f"{t.name}__step"  # deterministic: it is printed in the C comments
     # isl takes a size variable to be >= 1: the variable is the step plus one
     sv = Binary("sub", SizeVar(step, I64), Const(1, I64), I64)
-    others = [a for k, a in enumerate(t.axes) if k != t.carry.axis]
+    others = [a for k, a in enumerate(t.axes) if k != axis]
     sums: List[Compute] = []
     rest = t.body
     for n, (r, occurrences) in enumerate(found):
@@ -192,7 +229,7 @@ def plan(t: Compute) -> Optional[Plan]:
         if lifted:
             value = Select(_all(lifted), value, Const(0.0, r.dtype), r.dtype)
         rest = replace_subexpr(rest, red, value)
-    return Plan(t, step, tuple(sums), replace(t, uid=fresh_uid(), body=rest))
+    return Plan(t, step, tuple(sums), replace(t, uid=fresh_uid(), body=rest), axis)
 
 
 def rewrite(computed: Sequence[Tensor], options) -> Tuple[List[Tuple[Tensor, str]],
@@ -217,6 +254,41 @@ def rewrite(computed: Sequence[Tensor], options) -> Tuple[List[Tuple[Tensor, str
         if not isinstance(t, Compute) or options.forced(t.name) not in (None, "steps"):
             continue
         p = plan(t)
+        if p is None:
+            continue
+        plans[t.uid] = p
+        scratch += [(s, f"{s.name} (scratch: the sum of one step of {t.name})") for s in p.sums]
+    return scratch, plans
+
+
+def rewrite_rows(computed: Sequence[Tensor], options, taken=()) -> Tuple[
+        List[Tuple[Tensor, str]], Dict[int, Plan]]:
+    """``(scratch, plans)`` as :func:`rewrite`, for the tensors (no recurrences) holding
+    sums that run along the steps of a checkpointed recurrence's gradient (step axes as
+    ``codegen.adjoint_sums.step_axes`` finds them, forward steps included): a
+    checkpointed gradient computes them a step at a time (``codegen.checkpoint``), so
+    every build of such a program does, each step lowered as in the other. None in a
+    program without one, for the tensors of ``taken`` (uids: sums added a step at a
+    time) and for those ``options`` force to another strategy.
+
+    >>> from codegen.schedule import DEFAULT
+    >>> rewrite_rows([], DEFAULT)
+    ([], {})
+    """
+    # only where a checkpointed recurrence has an adjoint (elsewhere nothing runs a
+    # step at a time, and one sum over all steps is faster)
+    recurrences = [t for t in computed if isinstance(t, Compute) and t.carry is not None]
+    if not (any(t.checkpoints is not None and t.carry.step > 0 for t in recurrences)
+            and any(t.carry.step < 0 for t in recurrences)):
+        return [], {}
+    axes = step_axes(computed, forward=True)
+    scratch: List[Tuple[Tensor, str]] = []
+    plans: Dict[int, Plan] = {}
+    for t in computed:
+        if (not isinstance(t, Compute) or t.carry is not None or t.uid not in axes
+                or t.uid in taken or options.forced(t.name) not in (None, "step-rows")):
+            continue
+        p = plan_rows(t, axes[t.uid])
         if p is None:
             continue
         plans[t.uid] = p

@@ -107,12 +107,20 @@ class RevolveSteps:
         """Forward step ``t`` (e's row ``t + H``), then reverse it: ``de[t]``, and every
         consumer's row ``t``."""
         out = self._advance(s, t, Op("add", (t, Lit(1, I64)), I64))
-        one = Op("add", (t, Lit(1, I64)), I64)
+        # each forward tensor's lowest row the turn reads: the others, computed at the
+        # turns before (from the same rows of e), are still in its ring
+        for x, a, lo, _ in s.fore:
+            at = Op("add", (t, Lit(lo, I64)), I64)
+            out += self.clipped(x, a, at, Op("add", (at, Lit(1, I64)), I64))
+        return out + self._reverse_step(s, t, Op("add", (t, Lit(1, I64)), I64))
+
+    def _reverse_step(self, s, t, one) -> List[Stmt]:
+        """``de[t]``, the consumers' rows of turn ``t`` (``one``: ``t + 1``), the sums'
+        step ``t``."""
         self.lw.owner = s.de
-        out += self.rows(s.de, 0, t, one)
-        for x, a in s.consumers:
-            self.lw.owner = x
-            out += self.rows(x, a, t, one)
+        out = self.rows(s.de, 0, t, one)
+        for x, a, c in s.consumers:
+            out += self.consumer_rows(s, x, a, c, t, one)
         return out + self.add_steps(s, t)
 
     def zero_sums(self, s) -> List[Stmt]:
@@ -168,13 +176,10 @@ class RevolveSteps:
         for x in s.early:
             body.append(self._tensor(x))
         body += self.zero_sums(s)
-        last, end = Lit(T - 1, I64), Lit(T, I64)
-        self.lw.owner = s.de
-        body += self.rows(s.de, 0, last, end)
-        for x, a in s.consumers:
-            self.lw.owner = x
-            body += self.rows(x, a, last, end)
-        body += self.add_steps(s, last)
+        last = Lit(T - 1, I64)
+        for x, a, lo, hi in s.fore:  # (every row the first turn reads)
+            body += self.clipped(x, a, Lit(T - 1 + lo, I64), Lit(T + hi, I64))
+        body += self._reverse_step(s, last, Lit(T, I64))
         body.append(self._interpret(s, first + 1, len(codes) // 3, self.cur,
                                     ("advance", "takeshot", "restore", "youturn")))
         return Block(tuple(body))

@@ -16,6 +16,9 @@ sequential;
 ========================  ===================================================
 ``adjoint-steps``         a sum over the steps of an adjoint (a weight gradient):
                           a step at a time, last first (``codegen.adjoint_sums``)
+``step-rows``             a tensor holding sums along a checkpointed gradient's
+                          steps: a step (row) at a time, each step's sums for all
+                          its positions at once (``codegen.recurrence_steps``)
 ``padded-copy``           a gather sum over a zero-padded copy of its input
                           (``codegen.padcopy``), the plain sum kept for
                           non-finite weights
@@ -45,7 +48,7 @@ A scatter-add runs ``scatter-rows`` (a contiguous target row per source row)
 or ``scatter``.
 
 >>> [s.name for s in TABLE]  # doctest: +NORMALIZE_WHITESPACE
-['adjoint-steps', 'padded-copy', 'rows', 'jam', 'taps', 'gather-rows', 'pieces', 'blocks',
+['adjoint-steps', 'step-rows', 'padded-copy', 'rows', 'jam', 'taps', 'gather-rows', 'pieces', 'blocks',
  'split', 'steps', 'interchange', 'loops', 'scatter-rows', 'scatter']
 """
 from __future__ import annotations
@@ -139,7 +142,14 @@ def _steps(lw, t):
     # planned with the program rewrite that gave the per-step sums their buffers
     # (codegen.recurrence_steps.rewrite), for the recurrence as written
     p = lw.steps.get(t.uid)
-    return p if p is not None and p.t is t else None
+    return p if p is not None and p.t is t and t.carry is not None else None
+
+
+def _step_rows(lw, t):
+    # (codegen.recurrence_steps.rewrite_rows): a tensor along a checkpointed gradient's
+    # steps, holding sums
+    p = lw.steps.get(t.uid)
+    return p if p is not None and p.t is t and t.carry is None else None
 
 
 def _adjoint_steps(lw, t):
@@ -175,6 +185,9 @@ TABLE: Tuple[Strategy, ...] = (
     Strategy("adjoint-steps", Compute, _adjoint_steps,
              lambda lw, t, p: lw.compute_adjoint_sum(t, p),
              lambda p: p.params()),
+    # as early: a checkpointed gradient computes these a step at a time, so every build does
+    Strategy("step-rows", Compute, _step_rows, lambda lw, t, p: lw.compute_steps(t, p),
+             lambda p: (("step sums", tuple(x.name for x in p.sums)),)),
     Strategy("padded-copy", Compute, _padded_copy,
              lambda lw, t, p: lw.compute_padded_copy(t, *p),
              lambda p: (("copy", p[1].fill.name),)),

@@ -199,9 +199,10 @@ def test_docstring_examples():
     assert runner.failures == 0 and runner.tries > 0
 
 
-def test_reductions_in_the_segment_keep_the_full_tape():
+def test_a_consumer_holding_a_sum_runs_by_steps_in_both_builds():
     # dd[t, j] = sum_r de[t, r] * M[j, r]: the C backend vectorizes that sum, in an order
-    # that may depend on the alignment of de's rows, so it is not checkpointed
+    # that may depend on the alignment of de's rows; every build of the program computes
+    # dd a step at a time (step-rows), the same C in the full tape and at the turns
     T, J, R = 30, 8, 40
 
     def grads(k):
@@ -218,10 +219,16 @@ def test_reductions_in_the_segment_keep_the_full_tape():
     x, m = rng.standard_normal((T, J)).astype(np.float32), rng.standard_normal((J, R)).astype(
         np.float32)
     d, M, g = grads(4)
-    f = te.build(g, inputs=[d, M])
-    assert "checkpointed gradient" not in f.source
+    for mode in (True, "segments"):
+        f = te.build(g, inputs=[d, M], options=te.ScheduleOptions(checkpoint=mode))
+        assert "checkpointed gradient" in f.source
+        full = te.build(g, inputs=[d, M], options=te.ScheduleOptions(checkpoint=False))
+        assert full.schedule["dd"].strategy == "step-rows"
+        assert np.array_equal(f(x, m), full(x, m))
     d0, M0, g0 = grads(None)
-    assert np.array_equal(f(x, m), te.build(g0, inputs=[d0, M0])(x, m))
+    plain = te.build(g0, inputs=[d0, M0])
+    assert plain.schedule["dd"].strategy != "step-rows"  # (no checkpoints: unchanged)
+    assert_same(f(x, m), plain(x, m))
     assert_same(f(x, m), te.build(g, inputs=[d, M], backend="numpy")(x, m))
 
 
@@ -270,7 +277,7 @@ def test_consumers_reading_farther_back_and_ahead(T, k):
     s = plan(Signature(outs, [d])).segments
     if k < T:  # (k >= T: e is cheaper kept whole than in k checkpoints of 4 rows)
         assert (s.mode, s.width, s.back, s.ahead, s.look_d) == ("revolve", 4, 3, 1, 2)
-    assert sorted(c.name for c, _ in s.consumers) == ["X", "dd"]
+    assert sorted(c.name for c, *_ in s.consumers) == ["X", "dd"]
     x = np.random.default_rng(T).standard_normal((R, T)).astype(np.float32)
     got = te.build(outs, inputs=[d])(x)
     d0, outs0 = outputs(None)
@@ -610,20 +617,18 @@ def test_gru_by_revolve_is_bit_identical_to_the_full_tape(T, k):
 
 
 @pytest.mark.parametrize("head", ["last", "every"])
-def test_a_gru_whose_adjoint_reads_h_through_hoisted_tensors_keeps_h_whole(head):
+@pytest.mark.parametrize("mode", [True, "segments"])
+def test_a_gru_whose_adjoint_reads_h_through_hoisted_tensors_is_checkpointed(head, mode):
     # from 5 units on, passes.hoist moves the gates out of dh's sum over the units into
-    # tensors computed before dh at every step: with a head over every step dh reads h
-    # only through them (not a shape the segments have: the full tape); where dh still
-    # reads h itself (the loss of the last step), h's ring would keep all its rows
+    # tensors computed before dh at every step (dh_h0..2, reading the forward sums h_sum):
+    # forward rows, recomputed with h at each turn and kept in rings of a turn's rows
     T = 9
     ins, g = _gru(T, 2, 8, 3, head=head)
-    ck = _agrees_with_its_full_tape(ins, g, True)
+    ck = _agrees_with_its_full_tape(ins, g, mode)
     assert "dh_h0[t, b, j] from dh" in ck.schedule.hoisted
-    if head == "every":
-        assert "checkpointed gradient" not in ck.source
-    else:
-        assert ("checkpointed gradient" not in ck.source
-                or f"h (ring of {T} rows)" in ck.schedule.checkpoint)
+    assert "checkpointed gradient" in ck.source
+    kept = " ".join(ck.schedule.checkpoint)
+    assert f"h (ring of {T} rows)" not in kept and "dh_h0 (ring of" in kept
 
 
 @pytest.mark.parametrize("mode", [True, "segments"])
@@ -640,9 +645,24 @@ def test_stacked_rnn_checkpoints_its_first_layer(T, k, mode):
 
 @pytest.mark.parametrize("mode", [True, "segments"])
 def test_a_sum_over_the_steps_reading_what_the_segments_precede_keeps_the_full_tape(mode):
-    # S sums over the steps a tensor computed after the segments (dx2, read from the
-    # consumer dx): at a step's turn it is not there yet. (Added at the turns, S matched
-    # numpy only from a second call on, reading the buffer the first call left.)
+    # S sums over the steps a tensor computed after the segments (dx2, reading the
+    # consumer dx backwards in time): at a step's turn it is not there yet. (Added at the
+    # turns, S matched numpy only from a second call on, reading the buffer the first
+    # call left.)
+    T, H = 9, 4
+    ins, (dx, dW) = _rnn(T, 2, H, 3, "float64")
+    dx2 = te.compute((T, 2, H), lambda t, b, j: dx[T - 1 - t, b, j] * 2.0, name="dx2")
+    t, b = te.reduce_axis(T, "t"), te.reduce_axis(2, "b")
+    h = next(p for p in te.ir.topo_order([dx]) if p.name == "h")
+    S = te.compute((H,), lambda j: te.sum(dx2[t, b, j] * h[t, b, j], axis=[t, b]), name="S")
+    ck = _agrees_with_its_full_tape(ins, [S, dW], mode)
+    assert "checkpointed gradient" not in ck.source
+
+
+@pytest.mark.parametrize("mode", [True, "segments"])
+def test_a_sum_over_the_steps_of_a_consumer_holding_a_sum(mode):
+    # dx2 = dx @ W (a sum: by steps in both builds) is a consumer: its turn's row is
+    # computed before S adds that step
     T, H = 9, 4
     ins, (dx, dW) = _rnn(T, 2, H, 3, "float64")
     i = te.reduce_axis(H, "i")
@@ -652,7 +672,26 @@ def test_a_sum_over_the_steps_reading_what_the_segments_precede_keeps_the_full_t
     h = next(p for p in te.ir.topo_order([dx]) if p.name == "h")
     S = te.compute((H,), lambda j: te.sum(dx2[t, b, j] * h[t, b, j], axis=[t, b]), name="S")
     ck = _agrees_with_its_full_tape(ins, [S, dW], mode)
-    assert "checkpointed gradient" not in ck.source
+    assert "checkpointed gradient" in ck.source
+    assert "dx2 (ring of" in " ".join(ck.schedule.checkpoint)  # read at its turn only
 
 
 # }}}
+
+
+@pytest.mark.parametrize("mode", [True, "segments"])
+def test_a_tensor_reading_the_last_step_along_another_axis_stays_before_the_turns(mode):
+    # p[r] = exp(e[T - 1, r]) (a log-sum-exp loss): within some distance of its axis r
+    # with constant sizes, but it reads e's last row only: computed once from the
+    # forward ring, not recomputed at every turn (which would keep e whole)
+    T, R = 40, 3
+    d = te.placeholder((R, T), "float32", "d")
+    e = te.recurrence((T, R), lambda e, t, r: te.tanh(d[r, t] + te.select(
+        t == 0, 0.0, 0.9 * e[t - 1, r])), name="e", checkpoints=4)
+    p = te.compute((R,), lambda r: te.exp(e[T - 1, r]), name="p")
+    r = te.reduce_axis(R)
+    L = te.compute((), lambda: te.log(te.sum(p[r], axis=r)), name="L")
+    (g,) = te.differentiate(L, [d])
+    ck = _agrees_with_its_full_tape([d], [g], mode)
+    kept = " ".join(ck.schedule.checkpoint)
+    assert "checkpointed gradient" in ck.source and f"e (ring of {T} rows)" not in kept

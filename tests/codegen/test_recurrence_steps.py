@@ -4,7 +4,6 @@ loops (the same values), for cells of several shapes, both directions, rings, gr
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import tensorexpr as te
 from codegen import recurrence_steps
@@ -180,3 +179,42 @@ def test_forcing_loops_on_a_recurrence_leaves_no_step_buffers():
     f = te.build(h, ins, options=te.ScheduleOptions(force={"h": "loops"}))
     assert f.schedule.strategies() == {"h": "loops"}
     assert "h_step0" not in f.source
+
+
+def test_a_sum_on_both_branches_of_a_condition_on_the_step_is_computed_at_both():
+    # one sum object under t == 2 and under its negation (as a let-bound value is): its
+    # domain is what both paths share, t >= 2 (a domain of the first path found alone,
+    # t != 2, read it as 0.0 at t == 2)
+    def step(h, t, b, j, x, W, k):
+        S = te.sum(h[t - 1, b, k] * W[k, j], axis=k)
+        return x[t, b, j] + te.select(t < 2, 0.0, te.select(t == 2, S, 0.5 * te.tanh(S)))
+    h, ins, arrays = _cell(step)
+    f, _ = agree([h], ins, *arrays)
+    assert f.schedule["h"].strategy == "steps"
+
+
+def test_an_lstm_with_its_two_part_state_runs_by_steps():
+    # s[t, b, 0] = c, s[t, b, 1] = h: the gate sums sit under select(w == 0, c,
+    # o * tanh(c)), both branches reading c
+    from benchmarks.recurrence_cells import te_cell
+    ins, s, _ = te_cell("lstm", 5, 2, 6, 3, None, "float64")
+    p = recurrence_steps.plan(s)
+    # one sum per gate and unit (the part of the state w is not one of their axes)
+    assert [x.shape for x in p.sums] == [(2, 6)] * 4
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(p.shape) * (0.3 if p.name[0] == "U" else 1.0) for p in ins]
+    f, _ = agree([s], ins, *arrays)
+    assert f.schedule["s"].strategy == "steps"
+    H = te.placeholder(s.shape, "float64", "H")
+    grads = te.differentiate(s, ins, head=H)
+    agree(list(grads), ins + [H], *arrays, rand(s.shape, "float64", seed=2))
+
+
+def test_a_sum_under_a_condition_on_an_axis_it_uses_is_computed_only_there():
+    # (b < 1 is on an axis the sum reads at: the condition stays in the sum's domain)
+    h, ins, arrays = _cell(lambda h, t, b, j, x, W, k: x[t, b, j] + te.select(
+        (t > 0), te.select(b < 1, te.sum(h[t - 1, b, k] * W[k, j], axis=k), 0.0), 0.0))
+    (s,) = recurrence_steps.plan(h).sums
+    assert "b < 1" in str(s.body.where).replace("(", "").replace(")", "")
+    f, _ = agree([h], ins, *arrays)
+    assert f.schedule["h"].strategy == "steps"

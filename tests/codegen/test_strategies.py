@@ -96,6 +96,21 @@ def _adjoint_steps():
     return [dW], [x, W, H], arrays + [rand((6, 3, 16), seed=2)]
 
 
+def _step_rows():
+    # the input gradient of a checkpointed tanh RNN fed through a projection: a sum along
+    # the adjoint's steps, computed a step at a time in every build of the program
+    X = te.placeholder((6, 3, 8), name="X")
+    Wx, W = te.placeholder((8, 16), name="Wx"), te.placeholder((16, 16), name="W")
+    d, k = te.reduce_axis(8, name="d"), te.reduce_axis(16, name="k")
+    xp = te.compute((6, 3, 16), lambda t, b, j: te.sum(X[t, b, d] * Wx[d, j], axis=d), name="xp")
+    h = te.recurrence((6, 3, 16), lambda h, t, b, j: te.tanh(xp[t, b, j] + te.select(
+        t == 0, 0.0, te.sum(h[t - 1, b, k] * W[k, j], axis=k))), name="h", checkpoints=2)
+    H = te.placeholder(h.shape, name="H")
+    dX, = te.differentiate(h, [X], head=H)
+    return [dX], [X, Wx, W, H], [rand((6, 3, 8)), rand((8, 16), seed=1) * 0.3,
+                                 rand((16, 16), seed=2) * 0.3, rand((6, 3, 16), seed=3)]
+
+
 def _interchange():
     # a cumulative sum along rows: the rows outside the carried loop, in blocks
     X = te.placeholder((40, 24), name="X")
@@ -127,7 +142,7 @@ def _scatter():
     return [dE], [H, idx], [rand(4), np.array([3, 0, 9, 3], np.int32)]
 
 
-PROGRAMS = {"adjoint-steps": _adjoint_steps, "rows": _matmul, "jam": _dot_rows,
+PROGRAMS = {"adjoint-steps": _adjoint_steps, "step-rows": _step_rows, "rows": _matmul, "jam": _dot_rows,
             "taps": _conv_weight_gradient,
             "padded-copy": _padded_gradient, "gather-rows": _gather_rows, "pieces": _pieces,
             "blocks": _blocks, "split": _split, "steps": _steps, "interchange": _interchange,
@@ -175,7 +190,7 @@ def test_forcing_a_strategy_that_does_not_apply_names_the_tensor_and_the_choices
 
 def test_an_unknown_strategy_is_refused_with_the_list():
     outs, ins, _ = _loops()
-    with pytest.raises(ValueError, match="the strategies are adjoint-steps, padded-copy, rows, jam"):
+    with pytest.raises(ValueError, match="the strategies are adjoint-steps, step-rows, padded-copy, rows"):
         te.build(outs, ins, options=te.ScheduleOptions(force={"Y": "fast"}))
 
 

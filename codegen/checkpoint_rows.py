@@ -1,0 +1,324 @@
+"""Which tensors a checkpointed gradient computes a row at a time, and which rows each needs.
+
+``codegen.checkpoint`` runs the gradient of a checkpointed recurrence ``e`` step by
+step backwards: each *turn* ``t`` (from the last step down) has ``e``'s rows around
+``t``, computes its adjoint ``de[t]``, and whatever else reads them a step at a time.
+:func:`classify` sorts the tensors of the program after ``e`` into
+
+* *forward rows* (:attr:`Rows.fore`): computed before ``de``, reading ``e`` (or
+  other forward rows) within a constant distance of one of their axes, at every step
+  (a GRU's forward sums ``h_sum[t] = h[t - 1] @ U`` and the gate values ``passes.hoist``
+  moves out of ``de``'s sum). They are recomputed with ``e``: a turn ``t`` needs rows
+  ``[t + lo, t + hi]`` of each, kept in a ring;
+* *consumers* (:attr:`Rows.consumers`): after ``de``, reading ``de``, ``e``, forward
+  rows or other consumers within a constant distance of one of their axes (the input
+  gradient ``dx[t]``); row ``a`` is computed at turn ``a + shift`` (a weight gradient's
+  hoisted terms ``dU_h0[t] = f(dh[t + 1], ...)`` have ``shift = 1``), when every row
+  of ``de`` it reads exists (the turns run down: ``de``'s rows ``>= t``) and every
+  consumer row it reads is that turn's;
+* *sums over the steps* (``codegen.adjoint_sums`` plans), added at each turn, reading
+  consumers at that turn's rows;
+* the rest: tensors reading ``e``'s last rows only (computed from the forward ring),
+  tensors reading none of these, and tensors computed after the segments (reading
+  consumers whole).
+
+Tensors holding sums among the rows run by steps (``codegen.recurrence_steps``), as
+in every build of the program, so that a row is the same C in both. Any other shape
+returns None: the program keeps its full tape.
+
+>>> import tensorexpr as te
+>>> u = te.placeholder((3, 8), name="u")
+>>> e = te.recurrence((8, 3), lambda e, t, r: te.sin(u[r, t] + te.select(
+...     t > 0, e[t - 1, r], 0.0)), name="e", checkpoints=2)
+>>> L = te.compute((), lambda: e[7, 0] + e[7, 2], name="L")
+>>> (g,) = te.differentiate(L, [u])
+>>> order = [t for t in te.ir.topo_order([g]) if not isinstance(t, te.ir.Placeholder)]
+>>> de = next(t for t in order if t.name == "de")
+>>> rows = classify(e, de, order, set(), ())
+>>> [(c.name, a, shift) for c, a, shift in rows.consumers], rows.need  # (du reads e[t - 1], de e[t])
+([('du', 1, 0)], [(-1, -1), (0, 0)])
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from tensorexpr import polyhedral
+from tensorexpr.bounds import read_sites
+from tensorexpr.ir import (INDEX_DTYPE, Binary, Compute, Const, Expr, Read, Reduce, Tensor, same,
+                           tensor_inputs, walk)
+
+I64 = INDEX_DTYPE
+
+
+def offsets(reader: Tensor, target: Compute, base: Expr, params,
+            axis: Optional[int] = None) -> Optional[Tuple[int, int]]:
+    """``(lo, hi)`` of ``index of a read of target - base`` along ``target``'s carried
+    axis (``axis``: that one instead) over all reads of ``target`` (or its self handle)
+    in ``reader``; ``()`` if none runs, None if unbounded, not affine, or not analysable
+    (scatter-adds, reads in bounds)."""
+    if not isinstance(reader, Compute):
+        return None
+    uids = {target.uid} | ({target.self_ref.uid} if target.self_ref is not None else set())
+    c = target.carry.axis if axis is None else axis
+    lo = hi = None
+    found = False
+    for r, guards, raxes in read_sites(reader.body):
+        if r.tensor.uid not in uids:
+            continue
+        found = True
+        rng = polyhedral.offset_range(tuple(reader.axes) + tuple(raxes), guards,
+                                      r.indices[c], base, params)
+        if rng is None:
+            return None
+        if rng == ():
+            continue
+        lo = rng[0] if lo is None else min(lo, rng[0])
+        hi = rng[1] if hi is None else max(hi, rng[1])
+    for x in walk(reader.body, unique=True):  # reads in reduction bounds: read_sites does not see them
+        if isinstance(x, Reduce) and any(
+                isinstance(y, Read) and y.tensor.uid in uids
+                for ax in x.axes for b in (ax.lo, ax.hi) for y in walk(b, unique=True)):
+            return None
+    if not found and target.uid in {t.uid for t in tensor_inputs(reader)}:
+        return None
+    return () if lo is None else (lo, hi)
+
+
+def reads(x: Tensor, t: Tensor) -> bool:
+    """Does ``x`` read ``t``?"""
+    return any(p.uid == t.uid for p in tensor_inputs(x))
+
+
+def last_rows(reader: Tensor, e: Compute, params) -> Optional[int]:
+    """``m`` such that ``reader`` reads only the last ``m`` steps of ``e`` (0: none)."""
+    T = e.dims[e.carry.axis]
+    if e.carry.step > 0:
+        last = Const(T.value - 1, I64) if isinstance(T, Const) else Binary("sub", T, Const(1, I64),
+                                                                              I64)
+        rng = offsets(reader, e, last, params)
+        return None if rng is None else (0 if rng == () else 1 - rng[0])
+    rng = offsets(reader, e, Const(0, I64), params)
+    return None if rng is None else (0 if rng == () else rng[1] + 1)
+
+
+def has_reduce(t: Compute) -> bool:
+    """Does ``t``'s body hold a reduction? The C backend may vectorize its sum, and the
+    order of a vectorized sum can depend on the alignment of the rows read, which a
+    ring changes: such a tensor runs inside a checkpointed gradient only by steps, as
+    the full tape runs it (``codegen.recurrence_steps``)."""
+    return any(isinstance(x, Reduce) for x in walk(t.body, unique=True))
+
+
+@dataclass
+class Rows:
+    """:func:`classify`'s answer: the tensors run a row at a time, in program order."""
+
+    fore: List[Tuple[Compute, int, int, int]] = field(default_factory=list)
+    # (tensor, step axis, lo, hi): turn t needs its rows [t + lo, t + hi]
+    consumers: List[Tuple[Compute, int, int]] = field(default_factory=list)
+    # (tensor, step axis, shift): row a at turn a + shift
+    sums: List = field(default_factory=list)  # codegen.adjoint_sums plans, added per turn
+    early: List[Tensor] = field(default_factory=list)  # after de, computed before the turns
+    need: List[Tuple[int, int]] = field(default_factory=list)  # e's rows, from the turn
+    look_d: int = 0  # de's rows ahead of the turn read
+    taken: set = field(default_factory=set)  # uids computed at the turns or after them
+    ringed: set = field(default_factory=set)  # consumers read only at the turns
+
+
+def _step_axis(x: Compute, targets: Dict[int, Tuple[Compute, int]], params):
+    """``(axis, {uid: offsets})``: the axis of ``x`` within a constant distance of which
+    it reads every tensor of ``targets`` (uid -> (tensor, its step axis)) it reads, the
+    nearest (with constant sizes every read is within some distance of every axis)."""
+    read = [u for u in targets if reads(x, targets[u][0])]
+    best = None
+    for a, ax in enumerate(x.axes):
+        got = {}
+        for u in read:
+            t, ta = targets[u]
+            got[u] = offsets(x, t, ax, params, ta)
+            if got[u] is None:
+                break
+        else:
+            spread = sum(r[1] - r[0] for r in got.values() if r)
+            if best is None or spread < best[0]:
+                best = (spread, a, got)
+    return None if best is None else best[1:]
+
+
+def _by_steps_ok(x: Compute, a: int, steps) -> bool:
+    """A tensor holding sums runs a row at a time only as every build runs it: by steps."""
+    if not has_reduce(x):
+        return True
+    p = steps.get(x.uid)
+    return p is not None and p.t is x and p.axis == a
+
+
+def classify(e: Compute, de: Compute, order: Sequence[Tensor], outputs, params,
+             sums=None, steps=None) -> Optional[Rows]:
+    """The rows of the tensors after ``e`` in ``order`` (see the module docstring), or
+    None when one of them has no place in a turn. ``outputs``: uids of the program's
+    outputs; ``sums``, ``steps``: the ``codegen.adjoint_sums`` and
+    ``codegen.recurrence_steps`` plans by uid."""
+    sums, steps = sums or {}, steps or {}
+    T = e.dims[0]
+    pos = {t.uid: k for k, t in enumerate(order)}
+    readers: Dict[int, List[Tensor]] = {}
+    for x in order:
+        for p in tensor_inputs(x):
+            readers.setdefault(p.uid, []).append(x)
+    out = Rows()
+    # uid -> (tensor, step axis): what a turn has rows of (e and de: their carried axis)
+    stepped: Dict[int, Tuple[Compute, int]] = {e.uid: (e, 0), de.uid: (de, 0)}
+    fore: Dict[int, List] = {}  # uid -> [tensor, axis, lo, hi, its reads]
+    shift: Dict[int, int] = {}  # consumers
+    for x in order[pos[e.uid] + 1:]:
+        if x.uid == de.uid:
+            continue
+        before = pos[x.uid] < pos[de.uid]
+        on_fore = any(reads(x, f[0]) for f in fore.values())
+        if before:
+            if not (reads(x, e) or on_fore):
+                continue
+            m = None if on_fore else last_rows(x, e, params)
+            if m is not None and not (isinstance(T, Const) and m >= T.value):
+                continue  # computed as the full tape computes it (from e's last rows)
+            got = None
+            if isinstance(x, Compute) and x.carry is None:
+                got = _step_axis(x, {u: v for u, v in stepped.items() if u != de.uid}, params)
+            if got is None and m is not None:
+                continue  # (every row of e, kept: exact, nothing saved)
+            if got is None or x.uid in outputs or not _by_steps_ok(x, got[0], steps):
+                return None
+            fore[x.uid] = [x, got[0], None, None, got[1]]
+            stepped[x.uid] = (x, got[0])
+            continue
+        on_turns = reads(x, de) or reads(x, e) or on_fore or any(
+            reads(x, c) for c in (stepped[u][0] for u in shift))
+        if on_turns and any(p.uid in out.taken and p.uid not in shift
+                            for p in tensor_inputs(x)):
+            return None  # reads a sum over the steps, or a tensor after the turns
+        if x.uid in sums and on_turns:  # a sum over the steps, added a step at a time
+            if not _sum_reads(sums[x.uid], x, T, stepped, fore, shift, out, params):
+                return None
+            out.sums.append(sums[x.uid])
+            out.taken.add(x.uid)
+            continue
+        if on_turns:
+            late = [(r, sums[r.uid]) for r in readers.get(x.uid, []) if r.uid in sums]
+            got = _consumer(x, T, stepped, fore, shift, out, params, steps, late)
+            if got is None:
+                if not (reads(x, de) or on_fore) and last_rows(x, e, params) is not None \
+                        and not any(reads(x, stepped[u][0]) for u in shift):
+                    out.early.append(x)  # only the last steps of e: before the turns
+                    continue
+                return None
+            a, c = got
+            out.consumers.append((x, a, c))
+            shift[x.uid] = c
+            stepped[x.uid] = (x, a)
+            out.taken.add(x.uid)
+        elif any(p.uid in out.taken for p in tensor_inputs(x)):
+            out.taken.add(x.uid)
+        else:
+            out.early.append(x)
+    if not out.consumers and not out.sums:
+        return None
+    # the rows of the forward tensors each turn needs, from their readers down
+    rng = offsets(de, e, de.axes[0], params)
+    if rng is None:
+        return None
+    out.need += [rng] if rng else []
+    for u, f in fore.items():
+        got = offsets(de, f[0], de.axes[0], params, f[1])
+        if got is None:
+            return None
+        _widen(f, got)
+    for f in reversed(list(fore.values())):
+        if f[2] is None:
+            continue  # read by nothing that runs at the turns
+        for u, rng in f[4].items():
+            if not rng:
+                continue
+            lo, hi = rng
+            if u == e.uid:
+                out.need.append((f[2] + lo, f[3] + hi))
+            else:
+                _widen(fore[u], (f[2] + lo, f[3] + hi))
+    if any(f[2] is None for f in fore.values()):
+        return None  # (an unread forward tensor: nothing would compute it)
+    out.fore = [(f[0], f[1], f[2], f[3]) for f in fore.values()]
+    # a consumer read only at the turns (by consumers and sums) needs its turn's rows only
+    inside = set(shift) | {p.t.uid for p in out.sums}
+    out.ringed = {u for u in shift if u not in outputs
+                  and all(r.uid in inside for r in readers.get(u, []))}
+    return out
+
+
+def _widen(f: List, rng) -> None:
+    """Forward tensor ``f`` ([tensor, axis, lo, hi, reads]) is read at ``rng`` from the turn."""
+    if not rng:
+        return
+    f[2] = rng[0] if f[2] is None else min(f[2], rng[0])
+    f[3] = rng[1] if f[3] is None else max(f[3], rng[1])
+
+
+def _turn_reads(x: Compute, base: Expr, c: int, stepped, fore, shift, out, params) -> bool:
+    """Record what ``x``'s row at turn ``t`` (read at ``base``, its row ``t - c``) reads,
+    relative to the turn; False if it cannot: ``de`` at an earlier step, or another
+    consumer at another turn's row."""
+    e, de = (stepped[u][0] for u in list(stepped)[:2])
+    for u, (t, ta) in stepped.items():
+        if not reads(x, t):
+            continue
+        rng = offsets(x, t, base, params, ta)
+        if rng is None:
+            return False
+        if rng == ():
+            continue
+        lo, hi = rng[0] - c, rng[1] - c
+        if u == e.uid:
+            out.need.append((lo, hi))
+        elif u == de.uid:
+            if lo < 0:
+                return False
+            out.look_d = max(out.look_d, hi)
+        elif u in fore:
+            _widen(fore[u], (lo, hi))
+        elif u in shift and (lo + shift[u], hi + shift[u]) != (0, 0):
+            return False  # (a consumer's rows are computed at their own turn only)
+    return True
+
+
+def _consumer(x: Tensor, T: Expr, stepped, fore, shift, out, params, steps, late):
+    """``(axis, shift)`` of a consumer, or None. ``late``: ``(tensor, plan)`` of the sums
+    over the steps reading it."""
+    if not isinstance(x, Compute) or x.carry is not None:
+        return None
+    got = _step_axis(x, stepped, params)
+    if got is None or not _by_steps_ok(x, got[0], steps):
+        return None
+    a, rng = got
+    # row a at the turn of the consumers it reads, or of the sums reading it (a sum adds
+    # step t at turn t), else at turn a (de's rows it reads are there: de's rows >= t)
+    c = [rng[u][0] + shift[u] for u in rng if u in shift and rng[u]]
+    for r, p in late:
+        o = offsets(r, x, p.axis, params, a)
+        if o:
+            c.append(-o[0])
+    c = c[0] if c else 0
+    n = x.dims[a]
+    if c < 0 or not ((c == 0 and same(n, T)) or (isinstance(n, Const) and isinstance(T, Const)
+                                                 and n.value + c <= T.value)):
+        return None  # (rows no turn would compute)
+    if not _turn_reads(x, x.axes[a], c, stepped, fore, shift, out, params):
+        return None
+    return a, c
+
+
+def _sum_reads(p, x: Compute, T: Expr, stepped, fore, shift, out, params) -> bool:
+    """Can the sum over the steps ``x`` (plan ``p``) add step ``t`` at turn ``t``?"""
+    lo, hi = p.steps()
+    if not (isinstance(T, Const) and 0 <= lo and hi <= T.value):
+        return False
+    return _turn_reads(x, p.axis, 0, stepped, fore, shift, out, params)

@@ -1,21 +1,32 @@
-"""Sums over a zero-padded copy: a convolution's input gradient as a plain "valid" sum.
+"""Sums over a zero-padded copy: a padded convolution as a plain "valid" sum.
 
-The input gradient of a convolution gathers the output gradient ``H`` at
+A padded convolution, or the input gradient of any convolution, gathers a tensor
+``R`` at positions that move with the output's spatial axes and may fall outside
+``R``. The input gradient of a 2-D convolution gathers the output gradient ``H`` at
 ``(y - d*ky, x - d*kx)`` where that is inside ``H``::
 
     dX[n, c, y, x] = sum_{f, ky, kx if 0 <= y - d*ky < Hh and 0 <= x - d*kx < Wh}
                          H[n, f, y - d*ky, x - d*kx] * W[f, c, ky, kx]
 
-The tests move with the output's row axis ``x``: the row loops of
+and a 1-D convolution (NCW, padding ``P``) gathers ``X`` along one axis::
+
+    Y[n, f, t] = sum_{c, k if 0 <= t + k - P < L} X[n, c, t + k - P] * W[f, c, k]
+
+The tests move with the output's row axis (``x``, ``t``): the row loops of
 ``lower.Lowerer.compute_rows`` then get bounds that move with the taps, a masked
-or staged tile per tap (``codegen.rowsum_masked``), and a row of ``Wh + 2*d`` elements
-is rarely a whole number of vectors. Here the sum reads instead a copy of ``H``
-made once per call, with zeros around it::
+or staged tile per tap (``codegen.rowsum_masked``) with its sums in memory, and a
+row of ``Wh + 2*d`` elements is rarely a whole number of vectors. Here the sum
+reads instead a copy of ``R`` made once per call, with zeros around it along each
+padded dimension: the last one alone (1-D), or the last two (2-D), each described
+by the zeros before ``R``'s elements and the copy's extent (``Plan.before``)::
 
-    Hp[n, f, r, col] = H[n, f, r - T, col - L]  inside, 0 elsewhere   (rows of S = dX's width)
+    Hp[n, f, r, col] = H[n, f, r - T, col - L]  inside, 0 elsewhere   (2-D: T rows above)
+    Xp[n, c, col]    = X[n, c, col - P]         inside, 0 elsewhere   (1-D)
 
-and sums over the whole box of taps, unconditionally. When the copy's row length
-``S`` is the output's row length, the element read for ``(y, x)`` is
+and sums over the whole box of taps, unconditionally.
+
+2-D only, as an option on top: when the copy's row length ``S`` is the output's
+row length, the element read for ``(y, x)`` is
 ``Hp.flat[(y + a) * S + x + b] = Hp.flat[p + off]`` with ``p = y*S + x``, the
 output's own flat position: the two innermost output axes become one axis ``p``
 of ``Hy * S`` elements (a whole number of vectors far more often than a row),
@@ -25,11 +36,12 @@ contiguous in ``dX`` and in the copy for every tap. A read past the end of a row
 which ``compute_rows`` runs with constant bounds and register-tiled accumulators,
 as it runs a forward convolution.
 
-A padded convolution reads left of column 0 and past the last one: its copy's
-rows must be wider than the output's, and the flat positions no longer line up.
-The sum then keeps its two axes and reads ``Hp[n, f, y + a, x + b]`` (a "valid"
-convolution over the copy, which ``compute_rows`` runs as it runs a forward one),
-keeping the tests on ``y`` alone (exact, they skip the taps of zero rows).
+Otherwise (a 1-D sum; a padded 2-D convolution, which reads left of column 0 and
+past the last one, so its copy's rows are wider than the output's and the flat
+positions no longer line up) the sum keeps its axes and reads
+``Hp[n, f, y + a, x + b]`` or ``Xp[n, c, t + k]``: a "valid" convolution over the
+copy, which ``compute_rows`` runs as it runs an unpadded one (2-D: keeping the
+tests on ``y`` alone, exact, they skip the taps of zero rows).
 
 The terms added outside the original domain are ``0 * w``: +0 or -0 when the
 weight ``w`` is finite, which changes no sum (a sum that starts at +0 is never
@@ -39,10 +51,12 @@ sum runs when it holds a non-finite value. Sums keep their terms' values; only
 their order and the zero terms change (the reassociation ir.py allows for sums).
 
 :func:`plan` says when this applies: a float sum that is the whole body of a
-tensor ``t`` (no recurrence), of ``R[..., y + A(k), x + B(k)] * w`` with ``w`` a
-read of a stored tensor that does not move with ``(y, x)``, constant extents of
-``y``, ``x``, the reduction axes and ``R``'s last two dimensions, a domain whose
-tests on ``(y, x)`` say exactly that the read is inside ``R`` (isl checks both
+tensor ``t`` (no recurrence), of ``R[..., y + A(k), x + B(k)] * w`` (2-D) or
+``R[..., x + B(k)] * w`` (1-D, tried when 2-D does not apply) with ``w`` a read of
+a stored tensor that does not move with the padded axes, constant extents of those
+axes, the reduction axes and ``R``'s padded dimensions, some read outside ``R``
+(else there is nothing to pad: a valid convolution, a matmul), a domain whose tests
+on the padded axes say exactly that the read is inside ``R`` (isl checks both
 directions), and a copy at most ``MAX_GROWTH`` times ``R``. Flat positions need
 rows of ``S`` to hold the copy (``L + Wr <= S`` and no read beyond ``x + B <= S - 1``).
 """

@@ -143,8 +143,9 @@ def conv1d_grads(shape_x, shape_w, dtype="float32", **kw):
     return X, W, H, Y, dX, dW
 
 
-def check_conv1d(shape_x, shape_w, dtype="float32", pad=0, dil=1):
-    """Forward and both gradients, C against numpy; the copies the plans promise."""
+def check_conv1d(shape_x, shape_w, dtype="float32", pad=0, dil=1, copies=True):
+    """Forward and both gradients, C against numpy; the copies the plans promise (if
+    ``copies``; else no copy without padding: tiny programs may take other strategies)."""
     X, W, H, Y, dX, dW = conv1d_grads(shape_x, shape_w, dtype, pad=pad, dil=dil)
     x, w = rand(X.shape, dtype), rand(W.shape, dtype, seed=1)
     h = rand(Y.shape, dtype, seed=2)
@@ -152,9 +153,10 @@ def check_conv1d(shape_x, shape_w, dtype="float32", pad=0, dil=1):
     fg, _ = agree([dX, dW], [X, W, H], x, w, h)
     K = shape_w[-1]
     # the forward reads outside X iff padded; dX reads outside H unless pad = dil*(K-1)
-    assert ("X_padded" in fy.schedule.copies) == (pad > 0), str(fy.schedule)
-    assert ("H_padded" in fg.schedule.copies) == (pad < dil * (K - 1)), str(fg.schedule)
-    if pad:
+    for f, name, padded in ((fy, "X_padded", pad > 0), (fg, "H_padded", pad < dil * (K - 1))):
+        made = name in f.schedule.copies
+        assert made == padded if copies else made <= padded, str(f.schedule)
+    if pad and copies:
         assert "Y: padded-copy" in str(fy.schedule)
     return fy, fg
 
@@ -230,6 +232,6 @@ def test_conv1d_plan_declines():
 def test_conv1d_random_shapes(n, c, f, L, K, dil, padf, dtype):
     pad = round(padf * dil * (K - 1))
     assume(L + 2 * pad - dil * (K - 1) >= 1)
-    check_conv1d((n, c, L), (f, c, K), dtype, pad=pad, dil=dil)
+    check_conv1d((n, c, L), (f, c, K), dtype, pad=pad, dil=dil, copies=False)
 
 # }}}

@@ -22,7 +22,7 @@ LAYERS = [["tensorexpr.errors"], ["tensorexpr.ir.dtypes"], ["tensorexpr.ir.nodes
           ["tensorexpr.polyhedral.fibers", "tensorexpr.polyhedral.loops"],
           ["tensorexpr.polyhedral.queries"], ["tensorexpr.polyhedral"], ["tensorexpr.bounds"],
           ["tensorexpr.recurrence"], ["tensorexpr.api"], ["passes.extract"], ["passes.contexts"],
-          ["passes.simplify", "passes.normalize", "passes.hoist"], ["passes.partials"],
+          ["passes.simplify", "passes.normalize", "passes.hoist", "passes.share"], ["passes.partials"],
           ["tensorexpr.nn.arguments"],
           ["tensorexpr.nn.reductions", "tensorexpr.nn.activations", "tensorexpr.nn.products",
            "tensorexpr.nn.convolution", "tensorexpr.nn.embeddings", "tensorexpr.nn.resampling",

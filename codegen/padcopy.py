@@ -1,21 +1,32 @@
-"""Sums over a zero-padded copy: a convolution's input gradient as a plain "valid" sum.
+"""Sums over a zero-padded copy: a padded convolution as a plain "valid" sum.
 
-The input gradient of a convolution gathers the output gradient ``H`` at
+A padded convolution, or the input gradient of any convolution, gathers a tensor
+``R`` at positions that move with the output's spatial axes and may fall outside
+``R``. The input gradient of a 2-D convolution gathers the output gradient ``H`` at
 ``(y - d*ky, x - d*kx)`` where that is inside ``H``::
 
     dX[n, c, y, x] = sum_{f, ky, kx if 0 <= y - d*ky < Hh and 0 <= x - d*kx < Wh}
                          H[n, f, y - d*ky, x - d*kx] * W[f, c, ky, kx]
 
-The tests move with the output's row axis ``x``: the row loops of
+and a 1-D convolution (NCW, padding ``P``) gathers ``X`` along one axis::
+
+    Y[n, f, t] = sum_{c, k if 0 <= t + k - P < L} X[n, c, t + k - P] * W[f, c, k]
+
+The tests move with the output's row axis (``x``, ``t``): the row loops of
 ``lower.Lowerer.compute_rows`` then get bounds that move with the taps, a masked
-or staged tile per tap (``codegen.rowsum_masked``), and a row of ``Wh + 2*d`` elements
-is rarely a whole number of vectors. Here the sum reads instead a copy of ``H``
-made once per call, with zeros around it::
+or staged tile per tap (``codegen.rowsum_masked``) with its sums in memory, and a
+row of ``Wh + 2*d`` elements is rarely a whole number of vectors. Here the sum
+reads instead a copy of ``R`` made once per call, with zeros around it along each
+padded dimension: the last one alone (1-D), or the last two (2-D), each described
+by the zeros before ``R``'s elements and the copy's extent (``Plan.before``)::
 
-    Hp[n, f, r, col] = H[n, f, r - T, col - L]  inside, 0 elsewhere   (rows of S = dX's width)
+    Hp[n, f, r, col] = H[n, f, r - T, col - L]  inside, 0 elsewhere   (2-D: T rows above)
+    Xp[n, c, col]    = X[n, c, col - P]         inside, 0 elsewhere   (1-D)
 
-and sums over the whole box of taps, unconditionally. When the copy's row length
-``S`` is the output's row length, the element read for ``(y, x)`` is
+and sums over the whole box of taps, unconditionally.
+
+2-D only, as an option on top: when the copy's row length ``S`` is the output's
+row length, the element read for ``(y, x)`` is
 ``Hp.flat[(y + a) * S + x + b] = Hp.flat[p + off]`` with ``p = y*S + x``, the
 output's own flat position: the two innermost output axes become one axis ``p``
 of ``Hy * S`` elements (a whole number of vectors far more often than a row),
@@ -25,11 +36,12 @@ contiguous in ``dX`` and in the copy for every tap. A read past the end of a row
 which ``compute_rows`` runs with constant bounds and register-tiled accumulators,
 as it runs a forward convolution.
 
-A padded convolution reads left of column 0 and past the last one: its copy's
-rows must be wider than the output's, and the flat positions no longer line up.
-The sum then keeps its two axes and reads ``Hp[n, f, y + a, x + b]`` (a "valid"
-convolution over the copy, which ``compute_rows`` runs as it runs a forward one),
-keeping the tests on ``y`` alone (exact, they skip the taps of zero rows).
+Otherwise (a 1-D sum; a padded 2-D convolution, which reads left of column 0 and
+past the last one, so its copy's rows are wider than the output's and the flat
+positions no longer line up) the sum keeps its axes and reads
+``Hp[n, f, y + a, x + b]`` or ``Xp[n, c, t + k]``: a "valid" convolution over the
+copy, which ``compute_rows`` runs as it runs an unpadded one (2-D: keeping the
+tests on ``y`` alone, exact, they skip the taps of zero rows).
 
 The terms added outside the original domain are ``0 * w``: +0 or -0 when the
 weight ``w`` is finite, which changes no sum (a sum that starts at +0 is never
@@ -39,15 +51,18 @@ sum runs when it holds a non-finite value. Sums keep their terms' values; only
 their order and the zero terms change (the reassociation ir.py allows for sums).
 
 :func:`plan` says when this applies: a float sum that is the whole body of a
-tensor ``t`` (no recurrence), of ``R[..., y + A(k), x + B(k)] * w`` with ``w`` a
-read of a stored tensor that does not move with ``(y, x)``, constant extents of
-``y``, ``x``, the reduction axes and ``R``'s last two dimensions, a domain whose
-tests on ``(y, x)`` say exactly that the read is inside ``R`` (isl checks both
+tensor ``t`` (no recurrence), of ``R[..., y + A(k), x + B(k)] * w`` (2-D) or
+``R[..., x + B(k)] * w`` (1-D, tried when 2-D does not apply) with ``w`` a read of
+a stored tensor that does not move with the padded axes, constant extents of those
+axes, the reduction axes and ``R``'s padded dimensions, some read outside ``R``
+(else there is nothing to pad: a valid convolution, a matmul), a domain whose tests
+on the padded axes say exactly that the read is inside ``R`` (isl checks both
 directions), and a copy at most ``MAX_GROWTH`` times ``R``. Flat positions need
 rows of ``S`` to hold the copy (``L + Wr <= S`` and no read beyond ``x + B <= S - 1``).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -70,18 +85,26 @@ MAX_GROWTH = 4
 class Plan:
     """``t``'s sum rewritten over a zero-padded copy (see the module docstring).
 
-    ``fill`` computes the copy (``R``'s leading dims, ``rows`` x ``S``); ``flat``
-    is the same buffer seen with the last two dimensions as one; ``sum`` is ``t``
-    with its two innermost axes as one (its buffer is ``t``'s); ``weight`` is the
-    read whose buffer must hold finite values."""
+    ``fill`` computes the copy (``R``'s leading dims, then one padded dimension per
+    padded axis); ``flat`` is the same buffer seen with the last two dimensions as
+    one (``fill`` itself when the sum keeps its axes); ``sum`` is ``t`` summed over
+    the copy (its buffer is ``t``'s); ``weight`` is the read whose buffer must hold
+    finite values; ``before`` the zeros before ``R``'s elements along each padded
+    dimension, outermost first (one entry for a 1-D sum, two for a 2-D one)."""
 
     t: Compute
     fill: Compute
     flat: Compute
     sum: Compute
     weight: Read
-    top: int
-    left: int
+    before: Tuple[int, ...]
+
+    def note(self) -> str:
+        """The copy's buffer note in the generated C (what its padding is)."""
+        cols = const_value(self.fill.dims[-1])
+        rows = f", {self.before[-2]} zero rows above" if len(self.before) > 1 else ""
+        return (f"{self.fill.name} (scratch: rows of {cols}{rows}, {self.before[-1]} zero "
+                f"columns left)")
 
 
 def _span(e: Expr, axes: Sequence[Axis]) -> Optional[Tuple[int, int]]:
@@ -102,6 +125,8 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
          ) -> Optional[Plan]:
     """The rewrite of ``t`` (its sum ``red``) over a zero-padded copy, or None.
 
+    Padded along ``t``'s last two axes (a 2-D convolution, rows and columns) when
+    the read moves with both, else along the last one alone (a 1-D convolution).
     ``stored(read)`` says whether a read's tensor has a buffer of its own (not
     computed where it is read): the weight's buffer is what is checked finite.
 
@@ -115,94 +140,124 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
     ...     & (x - 2 * kx < 12)), name="dX")
     >>> with target.use(target.Target(64, 32, True)):   # AVX-512: tiles of 32 positions
     ...     p = plan(dX, dX.body)
-    >>> p.fill.shape, p.sum.shape, (p.top, p.left)
+    >>> p.fill.shape, p.sum.shape, p.before
     ((2, 4, 21, 16), (2, 3, 8, 32), (4, 4))
     >>> with target.use(target.Target(32, 16, True)):   # AVX2: tiles of 16
     ...     plan(dX, dX.body).sum.shape
     (2, 3, 16, 16)
+
+    A 1-D convolution (NCW, padding 2 each side) pads its rows alone:
+
+    >>> X = te.placeholder((2, 4, 30), name="X"); V = te.placeholder((3, 4, 5), name="V")
+    >>> c, k = te.reduce_axis(4), te.reduce_axis(5)
+    >>> Y = te.compute((2, 3, 30), lambda n, g, i: te.sum(
+    ...     X[n, c, i + k - 2] * V[g, c, k], axis=[c, k],
+    ...     where=(i + k - 2 >= 0) & (i + k - 2 < 30)), name="Y")
+    >>> p = plan(Y, Y.body)
+    >>> p.fill.shape, p.sum.shape, p.before, p.note()
+    ((2, 4, 34), (2, 3, 30), (2,), 'X_padded (scratch: rows of 34, 2 zero columns left)')
     """
-    if (t.carry is not None or t.self_ref is not None or len(t.axes) < 2 or t.body is not red
+    if (t.carry is not None or t.self_ref is not None or t.body is not red
             or red.op != "sum" or red.dtype not in ("float32", "float64")):
         return None
     axes = list(t.axes) + list(red.axes)
     if any(const_value(a.lo) is None or const_value(a.hi) is None for a in axes):
         return None
-    y, x = t.axes[-2], t.axes[-1]
-    if const_value(y.lo) != 0 or const_value(x.lo) != 0:
+    for s in (2, 1):
+        p = _plan(t, red, s, stored, params)
+        if p is not None:
+            return p
+    return None
+
+
+def _plan(t: Compute, red: Reduce, s: int, stored, params: Sequence[str]) -> Optional[Plan]:
+    """:func:`plan` padding ``t``'s last ``s`` axes (``s`` = 1 or 2)."""
+    if len(t.axes) < s:
         return None
-    yx = {y.uid, x.uid}
+    sp = list(t.axes[-s:])   # the padded axes: (y, x) or (x,)
+    if any(const_value(a.lo) != 0 for a in sp):
+        return None
+    spu = {a.uid for a in sp}
     body, where = where_form(red)
     if not (isinstance(body, Binary) and body.op == "mul"):
         return None
     for R, w in ((body.a, body.b), (body.b, body.a)):
-        if (isinstance(R, Read) and isinstance(w, Read) and uses(R, yx) and not uses(w, yx)
-                and R.dtype == w.dtype == red.dtype and R.tensor.ndim >= 2
+        if (isinstance(R, Read) and isinstance(w, Read) and uses(R, spu) and not uses(w, spu)
+                and R.dtype == w.dtype == red.dtype and R.tensor.ndim >= s
                 and isinstance(R.tensor, (Placeholder, Compute))
                 and isinstance(w.tensor, (Placeholder, Compute)) and stored(w)):
             break
     else:
         return None
-    lead, (ri, ci) = R.indices[:-2], R.indices[-2:]
-    if any(uses(i, yx) for i in lead):
+    lead, idx = R.indices[:-s], R.indices[-s:]
+    if any(uses(i, spu) for i in lead):
         return None
-    Hr, Wr = (const_value(d) for d in R.tensor.dims[-2:])
-    Hy, S = const_value(y.hi), const_value(x.hi)
+    sizes = [const_value(d) for d in R.tensor.dims[-s:]]
     taps = list(red.axes)
-    # the row index is y + A(taps), the column index x + B(taps): nothing else moves
-    if Hr is None or Wr is None or not all(
-            {a.uid for a in walk(i, unique=True) if isinstance(a, Axis)} <= yx | {a.uid for a in taps}
-            for i in (ri, ci)):
+    box = sp + taps
+    # each padded index is its own axis + A(taps): nothing else moves
+    if None in sizes or not all(
+            {a.uid for a in walk(i, unique=True) if isinstance(a, Axis)} <= spu | {a.uid for a in taps}
+            for i in idx):
         return None
-    form_r = polyhedral.affine_form(ri, [y, x] + taps)
-    form_c = polyhedral.affine_form(ci, [y, x] + taps)
-    if form_r is None or form_c is None or form_r[1][:2] != (1, 0) or form_c[1][:2] != (0, 1):
-        return None
-    rs, cs = _span(ri, [y, x] + taps), _span(ci, [y, x] + taps)
-    top, left = max(0, -rs[0]), max(0, -cs[0])
-    # flat positions need the copy's rows as long as the output's; else (a padded
+    for j, i in enumerate(idx):
+        form = polyhedral.affine_form(i, box)
+        if form is None or form[1][:s] != tuple(int(m == j) for m in range(s)):
+            return None
+    spans = [_span(i, box) for i in idx]
+    if all(0 <= lo and hi < n for (lo, hi), n in zip(spans, sizes)):
+        return None   # every read is inside R (a "valid" sum, a matmul): nothing to pad
+    before = [max(0, -lo) for lo, _ in spans]
+    widths = [max(b + n, b + hi + 1) for b, n, (_, hi) in zip(before, sizes, spans)]
+    S = const_value(sp[-1].hi)
+    # 2-D: flat positions need the copy's rows as long as the output's; else (a padded
     # convolution reads left of column 0 and past the last) rows as wide as the reads
-    flat_rows = left + Wr <= S and cs[1] <= S - 1
-    S = S if flat_rows else max(left + Wr, left + cs[1] + 1)
-    # flat: one more row, where a read past the end of the last row runs into zeros
-    rows = max(top + Hr, top + rs[1] + 1) + (1 if flat_rows else 0)
-    if rows * S > MAX_GROWTH * Hr * Wr:
+    flat_rows = s == 2 and before[-1] + sizes[-1] <= S and spans[-1][1] <= S - 1
+    if flat_rows:
+        # one more row, where a read past the end of the last row runs into zeros
+        widths = [widths[0] + 1, S]
+    if math.prod(widths) > MAX_GROWTH * math.prod(sizes):
         return None
-    # the domain: the tests on (y, x) must say exactly "the read is inside R"
+    # the domain: the tests on the padded axes must say exactly "the read is inside R"
+    axes = list(t.axes) + taps
     conds = polyhedral.conjuncts(where)
-    kept = [c for c in conds if not uses(c, yx)]
-    inside = [ri >= 0, ri < Hr, ci >= 0, ci < Wr]
+    kept = [c for c in conds if not uses(c, spu)]
+    inside = [e for i, n in zip(idx, sizes) for e in (i >= 0, i < n)]
     if not all(polyhedral.implies(axes, conds, c, params) for c in inside):
         return None
     if not all(polyhedral.implies(axes, kept + inside, c, params)
-               for c in conds if uses(c, yx)):
+               for c in conds if uses(c, spu)):
         return None
     # the other reads, now evaluated on the whole box where ``kept`` holds
     ps = polyhedral.PointSet(axes, kept, params)
     for r in (R, w):
         dims = r.tensor.dims
-        idx = r.indices[:-2] if r is R else r.indices
-        if not all(ps.within(i, d) for i, d in zip(idx, dims)):
+        ix = r.indices[:-s] if r is R else r.indices
+        if not all(ps.within(i, d) for i, d in zip(ix, dims)):
             return None
     # the copy
     la = tuple(Axis(f"a{k}", Const(0, I64), d, fresh_uid())
-               for k, d in enumerate(R.tensor.dims[:-2]))
-    ra = Axis("row", Const(0, I64), Const(rows, I64), fresh_uid())
-    ca = Axis("col", Const(0, I64), Const(S, I64), fresh_uid())
-    src = Read(R.tensor, la + (ra - top, ca - left), R.dtype)
-    ok = (ra >= top) & (ra < top + Hr) & (ca >= left) & (ca < left + Wr)
+               for k, d in enumerate(R.tensor.dims[:-s]))
+    pa = tuple(Axis(nm, Const(0, I64), Const(n, I64), fresh_uid())
+               for nm, n in zip(("row", "col")[-s:], widths))
+    src = Read(R.tensor, la + tuple(a - b for a, b in zip(pa, before)), R.dtype)
+    ok = conj([e for a, b, n in zip(pa, before, sizes) for e in (a >= b, a < b + n)])
     name = f"{R.tensor.name}_padded"
-    fill = Compute(name, R.tensor.dims[:-2] + (Const(rows, I64), Const(S, I64)), R.dtype,
-                   fresh_uid(), t.origin, axes=la + (ra, ca),
+    fill = Compute(name, R.tensor.dims[:-s] + tuple(Const(n, I64) for n in widths), R.dtype,
+                   fresh_uid(), t.origin, axes=la + pa,
                    body=Select(ok, src, Const(0.0, R.dtype), R.dtype))
     if not flat_rows:
         # a "valid" convolution over the copy, run as a forward convolution is; the
-        # tests on y alone stay (exact: they skip the taps of zero rows)
-        rows_only = [c for c in conds if uses(c, {y.uid}) and not uses(c, {x.uid})]
-        moved = Read(fill, tuple(lead) + (ri + top, ci + left), R.dtype)
+        # tests on the outer padded axis alone stay (exact: they skip the taps of
+        # zero rows)
+        rows_only = [c for c in conds if uses(c, spu) and not uses(c, {sp[-1].uid})]
+        moved = Read(fill, tuple(lead) + tuple(i + b for i, b in zip(idx, before)), R.dtype)
         new = Reduce("sum", _term(body, R, moved, w, red.dtype), red.axes,
                      conj(kept + rows_only), red.dtype)
         total = Compute(t.name, t.dims, t.dtype, fresh_uid(), t.origin, axes=t.axes, body=new)
-        return Plan(t, fill, fill, total, w, top, left)
+        return Plan(t, fill, fill, total, w, tuple(before))
+    (y, x), (ri, ci), (top, left) = sp, idx, before
+    rows, Hy = widths[0], const_value(y.hi)
     flat = Compute(name, R.tensor.dims[:-2] + (Const(rows * S, I64),), R.dtype, fresh_uid(),
                    t.origin)
     # the sum over p = y*S + x (dX's own flat position in its last two dimensions), in
@@ -233,7 +288,7 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
                  red.dtype)
     total = Compute(t.name, t.dims[:-2] + tuple(a.hi for a in out_axes), t.dtype, fresh_uid(),
                     t.origin, axes=t.axes[:-2] + out_axes, body=new)
-    return Plan(t, fill, flat, total, w, top, left)
+    return Plan(t, fill, flat, total, w, tuple(before))
 
 
 def _term(body: Binary, R: Read, moved: Read, w: Read, dtype: str) -> Binary:
@@ -289,9 +344,7 @@ def rewrite(sig, computed: Sequence[Tensor], inline: set, options
             params=tuple(sig.size_names))
         if p is None:
             continue
-        cols = const_value(p.fill.dims[-1])
-        scratch.append((p.fill, f"{p.fill.name} (scratch: rows of {cols}, {p.top} zero rows "
-                                f"above, {p.left} zero columns left)"))
+        scratch.append((p.fill, p.note()))
         plans[t.uid] = p
     return scratch, plans
 

@@ -1,10 +1,12 @@
 """Convolution input gradients over a zero-padded copy (``codegen.padcopy``) against the
 numpy backend: dilated, ragged widths (not a multiple of 16), flat tiles and the flat
-axis, non-finite weights (the exact path), and the cases the rewrite leaves alone."""
+axis, non-finite weights (the exact path), and the cases the rewrite leaves alone; 1-D
+convolutions (NCW, padded along one axis) forward and gradients, with random shapes."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings, strategies as st
 
 import tensorexpr as te
 from codegen import padcopy
@@ -111,3 +113,125 @@ def test_tests_on_x_that_padding_does_not_imply_decline():
     h, w = rand(H.shape), rand(W.shape, seed=1)
     got = te.build(dX, inputs=[H, W])(h, w)
     assert_same(got, te.build(dX, inputs=[H, W], backend="numpy")(h, w), rtol=1e-4)
+
+
+# {{{ 1-D convolutions (NCW): the copy padded along the last axis alone
+
+def conv1d(X, W, s=1, pad=0, dil=1):
+    """``Y[n, f, t] = sum_{c, k} X[n, c, t*s + k*dil - pad] * W[f, c, k]``, zero padding
+    as a select (as benchmark case 20 writes it)."""
+    N, C, L = X.shape
+    F, _, K = W.shape
+    lo = (L + 2 * pad - dil * (K - 1) - 1) // s + 1
+    c, k = te.reduce_axis((0, C), name="c"), te.reduce_axis((0, K), name="k")
+
+    def body(n, f, t):
+        i = t * s + k * dil - pad
+        term = X[n, c, i] * W[f, c, k]
+        if pad:
+            term = te.select((i >= 0) & (i < L), term, 0.0)
+        return te.sum(term, axis=[c, k])
+    return te.compute((N, F, lo), body, name="Y")
+
+
+def conv1d_grads(shape_x, shape_w, dtype="float32", **kw):
+    X = te.placeholder(shape_x, dtype=dtype, name="X")
+    W = te.placeholder(shape_w, dtype=dtype, name="W")
+    Y = conv1d(X, W, **kw)
+    H = te.placeholder(Y.shape, dtype=dtype, name="H")
+    dX, dW = te.differentiate(Y, [X, W], head=H)
+    return X, W, H, Y, dX, dW
+
+
+def check_conv1d(shape_x, shape_w, dtype="float32", pad=0, dil=1, copies=True):
+    """Forward and both gradients, C against numpy; the copies the plans promise (if
+    ``copies``; else no copy without padding: tiny programs may take other strategies)."""
+    X, W, H, Y, dX, dW = conv1d_grads(shape_x, shape_w, dtype, pad=pad, dil=dil)
+    x, w = rand(X.shape, dtype), rand(W.shape, dtype, seed=1)
+    h = rand(Y.shape, dtype, seed=2)
+    fy, _ = agree([Y], [X, W], x, w)
+    fg, _ = agree([dX, dW], [X, W, H], x, w, h)
+    K = shape_w[-1]
+    # the forward reads outside X iff padded; dX reads outside H unless pad = dil*(K-1)
+    for f, name, padded in ((fy, "X_padded", pad > 0), (fg, "H_padded", pad < dil * (K - 1))):
+        made = name in f.schedule.copies
+        assert made == padded if copies else made <= padded, str(f.schedule)
+    if pad and copies:
+        assert "Y: padded-copy" in str(fy.schedule)
+    return fy, fg
+
+
+@pytest.mark.parametrize("L,K,pad,dil", [
+    (40, 5, 2, 1),    # case 20's shape, small
+    (37, 5, 2, 1),    # odd length, not a multiple of the vector width
+    (21, 3, 1, 1),
+    (19, 4, 3, 1),    # pad = K - 1: dX is a valid sum (no copy for it)
+    (33, 5, 0, 1),    # unpadded forward: dX alone pads H
+    (50, 3, 2, 2),    # dilation 2
+    (29, 5, 3, 2),    # dilation 2, odd, pad between
+    (64, 7, 3, 1),    # rows of whole vectors
+])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_conv1d_padded_copy_matches(L, K, pad, dil, dtype):
+    check_conv1d((2, 3, L), (4, 3, K), dtype, pad=pad, dil=dil)
+
+
+def test_conv1d_forward_sums_in_registers():
+    # case 20's forward at a size a tile of 32 divides: a masked staged row before
+    fy, _ = check_conv1d((2, 8, 128), (16, 8, 5), pad=2)
+    line = next(s for s in str(fy.schedule).splitlines() if "finite weights" in s
+                and "non-finite" not in s)
+    assert "register tile=" in line, str(fy.schedule)
+
+
+@pytest.mark.parametrize("K,pad,dil", [(5, 2, 1), (3, 2, 2), (4, 1, 1)])
+def test_conv1d_gradients_against_central_differences(K, pad, dil):
+    from tests.passes.gradcheck import check_grads, sum_of_squares
+    X = te.placeholder((2, 3, 11), dtype="float64", name="X")
+    W = te.placeholder((2, 3, K), dtype="float64", name="W")
+    Y = conv1d(X, W, pad=pad, dil=dil)
+    H = te.placeholder(Y.shape, dtype="float64", name="H")
+    L = sum_of_squares(Y, H)
+    arrays = [rand(X.shape, "float64"), rand(W.shape, "float64", seed=1),
+              rand(Y.shape, "float64", seed=2)]
+    check_grads(L, [X, W, H], arrays, wrt=[0, 1], backend="c")
+
+
+def test_conv1d_non_finite_weights_take_the_exact_path():
+    X, W, H, Y, dX, dW = conv1d_grads((2, 3, 37), (4, 3, 5), pad=2)
+    x, w, h = rand(X.shape), rand(W.shape, seed=1), rand(Y.shape, seed=2)
+    w[1, 0, 0] = np.inf    # edge taps: the first (last) positions never use them
+    w[2, 1, 0] = np.nan
+    w[3, 2, 4] = -np.inf
+    fy, (y,) = agree([Y], [X, W], x, w)
+    fg, (gx,) = agree([dX], [X, W, H], x, w, h)
+    assert "X_padded" in fy.schedule.copies and "H_padded" in fg.schedule.copies
+    # padding terms 0 * inf would have made these NaN
+    assert np.isfinite(y[:, 1:3, :2]).all() and np.isfinite(y[:, 3, -2:]).all()
+    assert np.isfinite(gx[:, 0, -2:]).all()
+
+
+def test_conv1d_plan_declines():
+    # strided: the read moves by 2 per output position
+    *_, Y, dX, dW = conv1d_grads((1, 2, 21), (3, 2, 3), s=2, pad=1)
+    assert padcopy.plan(Y, Y.body) is None
+    # unpadded: every read inside X (nothing to gain from a copy)
+    *_, Y, dX, dW = conv1d_grads((1, 2, 21), (3, 2, 3))
+    assert padcopy.plan(Y, Y.body) is None
+    # a matmul: its reads never leave the operands
+    A, B = te.placeholder((8, 6), name="A"), te.placeholder((6, 10), name="B")
+    k = te.reduce_axis(6)
+    C = te.compute((8, 10), lambda i, j: te.sum(A[i, k] * B[k, j], axis=[k]), name="C")
+    assert padcopy.plan(C, C.body) is None
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=st.integers(1, 2), c=st.integers(1, 4), f=st.integers(1, 5), L=st.integers(1, 45),
+       K=st.integers(1, 6), dil=st.integers(1, 2), padf=st.floats(0, 1),
+       dtype=st.sampled_from(["float32", "float64"]))
+def test_conv1d_random_shapes(n, c, f, L, K, dil, padf, dtype):
+    pad = round(padf * dil * (K - 1))
+    assume(L + 2 * pad - dil * (K - 1) >= 1)
+    check_conv1d((n, c, L), (f, c, K), dtype, pad=pad, dil=dil, copies=False)
+
+# }}}

@@ -66,9 +66,9 @@ def span(axes: Sequence[Axis], guards: Sequence[Expr], axis: Axis,
     non-affine guards only enlarge the set); 0 when there is no point, None when
     unbounded.
 
-    >>> from tensorexpr.ir import Axis, Const
-    >>> i = Axis("i", Const(0, "int64"), Const(32, "int64"), 5)
-    >>> y = Axis("y", Const(0, "int64"), Const(64, "int64"), 6)
+    >>> from tensorexpr.ir import Axis, Const, fresh_uid
+    >>> i = Axis("i", Const(0, "int64"), Const(32, "int64"), fresh_uid())
+    >>> y = Axis("y", Const(0, "int64"), Const(64, "int64"), fresh_uid())
     >>> span([i, y], [y >= 2 * i, y <= 2 * i + 1], y), span([i, y], [], y)
     (2, 64)
     """

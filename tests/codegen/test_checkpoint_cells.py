@@ -112,3 +112,47 @@ def test_checkpointed_cells_keep_k_plus_t_over_k_rows(cell):
         checkpoint="segments")).schedule.checkpoint
     assert f"{state} (segments: {k} checkpoints x 1 rows)" in kept
     assert f"{state} (ring of {seg + 1} rows)" in kept
+
+
+def _three_part_cell(checkpoints):
+    # a state of three parts s[t, b, w, j] with selects on w, two sums over different
+    # parts of the previous step, a gate read by every gradient (passes.share), an input
+    # projection over a unit axis (passes.squeeze) and a loss over every step
+    T, Bn, Dn, Hn = 5, 3, 4, 6
+    x = te.placeholder((T, Bn, Dn), "float64", "x")
+    Wx = te.placeholder((Dn, 1, Hn), "float64", "Wx")
+    U = te.placeholder((Hn, Hn), "float64", "U")
+    V = te.placeholder((Hn, Hn), "float64", "V")
+    d, k = te.reduce_axis(Dn, "d"), te.reduce_axis(Hn, "k")
+    xp = te.compute((T, Bn, 1, Hn), lambda t, b, o, j: te.sum(x[t, b, d] * Wx[d, o, j], axis=d),
+                    name="xp", dtype="float64")
+
+    def prev(s, t, b, j, W, part):
+        return te.select(t == 0, 0.0, te.sum(s[t - 1, b, part, k] * W[k, j], axis=k))
+
+    def fn(s, t, b, w, j):
+        g = te.sigmoid(xp[t, b, 0, j] + prev(s, t, b, j, U, 2))
+        c = g * te.select(t == 0, 0.0, s[t - 1, b, 0, j]) + (1.0 - g) * te.tanh(xp[t, b, 0, j])
+        m = te.tanh(prev(s, t, b, j, V, 0) + c)
+        return te.select(w == 0, c, te.select(w == 1, m, g * te.tanh(c) + 0.1 * m))
+    s = te.recurrence((T, Bn, 3, Hn), fn, name="s", dtype="float64", checkpoints=checkpoints)
+    r = [te.reduce_axis(n) for n in (T, Bn, Hn)]
+    L = te.compute((), lambda: te.sum(s[r[0], r[1], 2, r[2]] ** 2 + 0.5 * s[r[0], r[1], 1, r[2]],
+                                      axis=r), name="L", dtype="float64")
+    ins = [x, Wx, U, V]
+    rng = np.random.default_rng(7)
+    return L, ins, [rng.uniform(-1, 1, t.shape) * (1.0 if t is x else 0.5) for t in ins]
+
+
+def test_a_three_part_state_agrees_with_central_differences_and_its_full_tape():
+    from tests.passes.gradcheck import check_grads
+    L, ins, arrs = _three_part_cell(None)
+    check_grads(L, ins, arrs, backend="c", tol=1e-6)
+    L, ins, arrs = _three_part_cell(2)
+    grads = list(te.differentiate(L, ins))
+    full = te.build(grads, ins, options=te.ScheduleOptions(checkpoint=False))(*arrs)
+    for mode in MODES:
+        f = te.build(grads, ins, options=te.ScheduleOptions(checkpoint=mode))
+        assert any("ring" in c for c in f.schedule.checkpoint)
+        for a, b in zip(f(*arrs), full):
+            np.testing.assert_array_equal(a, b)

@@ -302,7 +302,7 @@ class RowSumLowering:
                                simd=simd_safe(eblock)))
             return out
 
-        work = self.work(t, axes)
+        work = self.work(t, axes, dense=True)
         loops = [(ax, v, self.size_expr(ax.lo)) for ax, v in zip(outer, vars_)]
         if tiled:
             loops.append((jt, tv, Lit(0, I64)))

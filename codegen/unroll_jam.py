@@ -44,7 +44,7 @@ class JamLowering:
         j, outer = axes[-1], axes[:-1]
         vars_ = [self.fresh("i", I64) for _ in outer]
         env = {ax.uid: v for ax, v in zip(outer, vars_)}
-        work = self.work(t, axes)
+        work = self.work(t, axes, dense=True)
         ri = row_block_axis(t, red, JAM)
         self.record.note("jam", f"{JAM} x {JAM}" if ri is not None else f"1 x {JAM}")
 

@@ -405,3 +405,21 @@ def test_long_extrema_in_several_vectors_of_lanes_combined_as_a_tree(n, op, dtyp
     x[3, :] = -np.inf if op == "max" else np.inf
     want = getattr(np, op)(x, axis=1)
     np.testing.assert_array_equal(f(x), want)
+
+
+def test_a_tiled_contraction_counts_its_work_per_vector():
+    # the thread threshold prices a streaming loop's operation; a register-tiled
+    # contraction does a vector's lanes of FMAs per operation (a tanh RNN's step sums
+    # ran on the team every step: 4x slower on 2 threads than on 1)
+    from codegen import target
+    from codegen.pipeline import source_text
+    from codegen.signature import Signature
+    A, B = te.placeholder((64, 64), name="A"), te.placeholder((64, 64), name="B")
+    k = te.reduce_axis(64, "k")
+    Y = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="Y")
+    with target.use(target.Target(64, 32, True)):   # AVX-512: 16 float32 lanes
+        src = source_text(Signature([Y], [A, B]))
+    assert "if(parallel: 16384 >= te_min_work)" in src   # 64 * 64 * 64 / 16
+    E = te.compute((64, 64), lambda i, j: te.exp(A[i, j]), name="E")  # streaming: per point
+    with target.use(target.Target(64, 32, True)):
+        assert "4096 >= te_min_work" in source_text(Signature([E], [A]))

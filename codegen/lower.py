@@ -79,9 +79,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Placeholder, Reduce, ScatterAdd,
+from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Placeholder, Read, Reduce,
+                           ScatterAdd,
                            Tensor, fresh_uid, tensor_exprs, walk)
-from tensorexpr.transform import const_value
+from tensorexpr.transform import const_value, free_axes
 
 from . import fuse, padcopy, piecewise, strategies, tapsum, target
 from .cexpr import I64, add, cast, mul, ring_row
@@ -526,9 +527,11 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         to be worth threads) or a C expression for symbolic sizes.
 
         The thread threshold prices an operation at a streaming loop's cost
-        (``codegen.threads``); a ``dense`` nest (a tiled contraction: each vector FMA
-        does a vector's lanes of operations on operands held in registers) counts one
-        operation per vector. A tanh RNN's step sums (16 x 128 x 128) ran on the team
+        (``codegen.threads``); a ``dense`` nest of a contraction whose two operands are
+        each reused across an output axis the other uses (a register-tiled matrix
+        product: each vector FMA does a vector's lanes of operations on operands held in
+        registers) counts one operation per vector; a sum streaming its operand once
+        (a column sum, a matrix-vector product) keeps the streaming count. A tanh RNN's step sums (16 x 128 x 128) ran on the team
         each step and took 4x longer on 2 threads than on 1."""
         factors = [ax.hi for ax in axes]
         for x in walk(t.body, unique=True):
@@ -537,7 +540,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
                     lo, hi = const_value(ax.lo), const_value(ax.hi)
                     factors.append(Const(hi - lo, I64) if lo is not None and hi is not None
                                    else Binary("sub", ax.hi, ax.lo, I64))
-        if not dense:
+        if not (dense and _reuses_both(t)):
             return self.work_of(factors)
         lanes = target.current().lanes(t.dtype)
         static = [f for f in factors if const_value(f) is not None]
@@ -549,6 +552,18 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
 
 
 # {{{ helpers
+
+
+def _reuses_both(t: Compute) -> bool:
+    """Does a sum of ``t``'s body read two tensors each missing an output axis that the
+    other uses (``A[i, k] * B[k, j]``: A reused across j, B across i)?"""
+    out = {a.uid for a in t.axes}
+    for r in (x for x in walk(t.body, unique=True) if isinstance(x, Reduce)):
+        used = [out & {a.uid for a in free_axes(x)} for x in walk(r.body, unique=True)
+                if isinstance(x, Read)]
+        if any(a - b and b - a for a in used for b in used):
+            return True
+    return False
 
 
 def _split_memo(body: Expr, j: Axis, c: int, q: Var, r: int) -> Dict[Expr, CExpr]:

@@ -50,7 +50,8 @@ def test_a_nest_reading_the_previous_one_waits_for_it():
 
 
 def test_gradients_with_several_nests_agree():
-    B, I, O = 33, 20, 12
+    # (large enough for threads: a tiled product counts its work per vector)
+    B, I, O = 133, 64, 48
     X = te.placeholder((B, I), name="X")
     W = te.placeholder((I, O), name="W")
     b = te.placeholder((O,), name="b")

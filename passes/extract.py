@@ -12,7 +12,7 @@ import dataclasses
 from typing import Dict, Tuple
 
 from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, INDEX_DTYPE, Read, Reduce,
-                           ScatterAdd, Tensor, fresh_uid, walk)
+                           ScatterAdd, SizeVar, Tensor, fresh_uid, walk)
 from tensorexpr.transform import free_axes, map_reads, substitute
 
 
@@ -66,8 +66,8 @@ def _zero(e: Expr) -> bool:
 
 
 def _extent(a: Axis) -> Expr:
-    if _zero(a.lo):
-        return a.hi
+    if _zero(a.lo) and isinstance(a.hi, (Const, SizeVar)):
+        return a.hi  # (a size is >= 1)
     if isinstance(a.lo, Const) and isinstance(a.hi, Const):
         return Const(max(a.hi.value - a.lo.value, 0), INDEX_DTYPE)
     # a symbolic range may be empty at some sizes ([2, n) at n = 1): never a negative size

@@ -202,3 +202,16 @@ def test_second_order_with_an_empty_clamped_tail(n_value):
 
     T0 = te.compute((2, n), body, name="T0", dtype="float64")
     check(T0, [X0], [_rand(n_value, 4)], second_order=True)
+
+
+# fixed: an extracted tensor over an axis [0, e) with e a symbolic expression that may be
+# negative (here 3 - n) got the size e itself: numpy refused -1 at n = 4 (fuzz seed 1134)
+def test_an_extracted_range_from_zero_to_a_negative_expression_is_empty():
+    # (the fuzzer's shrunk program, as printed)
+    n = te.var("n")
+    X0 = te.placeholder((n,), dtype="float64", name="X0")
+    T0 = te.recurrence((3,), lambda S, i0: te.tanh(X0[te.minimum(i0 + 1, n - (1))] + te.const(
+        1.0, 'float64') + -(X0[te.minimum(2 - (i0), n - (1))]) + (te.const(0.5, 'float64')) * (
+        te.select(i0 >= 1, S[i0 - (1)], 0.0))), name="T0", dtype="float64")
+    check(T0, [X0], [np.array([0.4108850619643629, -0.6906398587083891, -1.3770794281914158,
+                               -1.4504170934144127], dtype='float64')], second_order=True, seed=0)

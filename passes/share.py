@@ -21,7 +21,8 @@ points where each occurrence is evaluated, its guards included) when
 - the work saved pays for storing ``G`` (:data:`STORE_COST` per element against the
   form's cost per evaluation saved).
 
-The largest forms are taken first; an occurrence inside a taken one goes with it.
+Forms are taken costliest first, innermost first over rounds: a form holds no other
+costly operation, and what holds a stored one is a form of the next round.
 Values are unchanged: ``G`` computes the same expression in the same type, and each
 occurrence reads it at its own index tuple.
 
@@ -323,17 +324,11 @@ def _round(outputs, n: int) -> Tuple[Dict[int, Tensor], List[Tuple[Compute, List
     found = _find(order, reached)
     by_tensor: Dict[int, Dict[int, Expr]] = {}  # tensor uid -> node id -> replacement
     made: List[Tuple[Compute, List[Tensor]]] = []
-    taken: Dict[int, set] = {}  # tensor uid -> ids of nodes inside taken occurrences
     tensors = {t.uid: t for t in order}
+    # (a form holds no other costly operation, so no occurrence lies inside another)
     for occ in sorted(found.values(), key=lambda o: -cost(o.form)):
         if n + len(made) >= MAX_SHARED:
             break
-        # occurrences inside a larger form taken already are computed with it
-        for node, (uid, at) in list(occ.nodes.items()):
-            if node in taken.get(uid, ()):
-                del occ.nodes[node]
-        live = {site for site in occ.nodes.values()}
-        occ.sites = {k: v for k, v in occ.sites.items() if k in live}
         if not occ.worth():
             continue
         users = [tensors[uid] for uid in dict.fromkeys(uid for uid, _ in occ.sites)]
@@ -345,10 +340,6 @@ def _round(outputs, n: int) -> Tuple[Dict[int, Tensor], List[Tuple[Compute, List
             idx = tuple(e if lo == 0 else Binary("sub", e, Const(lo, e.dtype), e.dtype)
                         for e, (lo, _) in zip(at, occ.box))
             by_tensor.setdefault(uid, {})[node] = Read(g, idx, g.dtype)
-        for t in users:
-            inside = taken.setdefault(t.uid, set())
-            for x in {id(x): x for x, _, _, _ in reached(t) if id(x) in occ.nodes}.values():
-                inside |= {id(y) for y in walk(x, unique=True)}
     if not made:
         return {t.uid: t for t in order}, []
     rewritten: Dict[int, Tensor] = {}

@@ -49,6 +49,20 @@ def sanitize(text: str, limit: int = 400) -> str:
 
 # {{{ helpers (printed only when used)
 
+def _print_order(names) -> List[str]:
+    """``names`` sorted, each after the math functions it calls (``mathlib.DEPENDS``)."""
+    out: List[str] = []
+
+    def visit(n: str) -> None:
+        if n not in out:
+            for d in mathlib.DEPENDS.get(n, ()):
+                visit(d)
+            out.append(n)
+    for n in sorted(names):
+        visit(n)
+    return out
+
+
 def _helper_src(name: str) -> str:
     if name in mathlib.FUNCTIONS:
         return mathlib.source(name)
@@ -626,7 +640,7 @@ def emit(kernel: Kernel) -> str:
         head.append(_vfma_prelude(vfma))
     for dt in em.vectors:
         head.append(_vector_typedefs(dt))
-    for name in sorted(em.helpers):
+    for name in _print_order(em.helpers):
         head.append(_helper_src(name))
     if em.threaded:
         head.append(f"/* set by the runtime when it loads the library (codegen.threads) */\n"

@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from tensorexpr.errors import CompilerError, CompilerNotFoundError, TensorExprError
 
@@ -62,6 +62,7 @@ CXX_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-x", "c++")
 #: bump when the calling convention or file layout of cached libraries changes
 CACHE_FORMAT = "1"
 
+_stats_lock = threading.Lock()
 #: what this process did, for tests and curious users: compilations, cache hits, the
 #: seconds spent waiting for the C compiler (the benchmark reports build time without
 #: them) and the CPU seconds the compiler's processes used (``compile_cpu_s``: on a loaded
@@ -393,6 +394,19 @@ def compile_shared(source: str, compiler: Optional[Compiler] = None, count: bool
 
     >>> path = compile_shared("int te_kernel(void) { return 0; }")  # doctest: +SKIP
     """
+    so, job = prepare(source, compiler, count)
+    return so if job is None else job()
+
+
+def prepare(source: str, compiler: Optional[Compiler] = None, count: bool = True
+            ) -> Tuple[str, Optional[Callable[[], str]]]:
+    """``(path, job)``: where :func:`compile_shared` puts the library of ``source``, and
+    None if the cache holds it, else the function that compiles it there (and returns
+    the path; ``codegen.background`` runs it on a thread). The compiler, its flags and
+    the cache directory are resolved now, by the caller.
+
+    >>> so, job = prepare("int te_kernel(void) { return 0; }")  # doctest: +SKIP
+    """
     compiler = compiler or find_compiler()
     flags = compiler.flags(source)
     key = digest(CACHE_FORMAT, source, compiler.identity, shlex.join(flags + LIBS), machine())
@@ -400,7 +414,13 @@ def compile_shared(source: str, compiler: Optional[Compiler] = None, count: bool
     so = os.path.join(d, f"te_{key[:40]}.so")
     if verify(so):
         stats["cache_hits"] += count
-        return so
+        return so, None
+    return so, lambda: _compile(source, compiler, flags, d, key, count)
+
+
+def _compile(source: str, compiler: Compiler, flags: Tuple[str, ...], d: str, key: str,
+             count: bool) -> str:
+    so = os.path.join(d, f"te_{key[:40]}.so")
     src = os.path.join(d, f"te_{key[:40]}.c")
     import subprocess
     import tempfile
@@ -421,8 +441,9 @@ def compile_shared(source: str, compiler: Optional[Compiler] = None, count: bool
             raise CompilerError(f"running the C compiler failed: {exc}\n"
                                 f"command: {shlex.join(cmd)}\nsource kept at {src}") from None
         finally:
-            stats["compile_s"] += time.perf_counter() - t0
-            stats["compile_cpu_s"] += _children_cpu() - cpu0
+            with _stats_lock:  # compiles may run on several threads (codegen.background)
+                stats["compile_s"] += time.perf_counter() - t0
+                stats["compile_cpu_s"] += _children_cpu() - cpu0
         if r.returncode != 0:
             msg = (r.stderr or r.stdout).strip()
             if len(msg) > 8000:
@@ -437,7 +458,8 @@ def compile_shared(source: str, compiler: Optional[Compiler] = None, count: bool
         os.replace(tmp, so)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    stats["compiled"] += count
+    with _stats_lock:
+        stats["compiled"] += count
     return so
 
 

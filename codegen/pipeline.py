@@ -27,26 +27,36 @@ part that decides and lowers (steps 3-7), :func:`generate` adds the C text.
    (``codegen.regions``);
 8. **emission**: the loop AST as C (``codegen.cemit``);
 9. **compile and load**: the system compiler, the on-disk cache, the ctypes
-   call (``codegen.compiler``, ``codegen.runtime``).
+   call (``codegen.compiler``, ``codegen.runtime``); with ``te.build(...,
+   wait=False)`` the compiler runs on a thread and the program loads at its first
+   call (``codegen.background``), so a caller building several programs lowers the
+   next while the last one compiles.
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from tensorexpr.ir import Placeholder
 
-from . import c_backend, compiler, runtime, views
+from . import background, c_backend, compiler, runtime, views
 from .schedule import DEFAULT, Options, Schedule
 from .signature import Signature
 
 
-def build(sig, options: Options = DEFAULT, name: Optional[str] = None
+#: builds whose library is still compiling, by cache entry (codegen.background)
+_building: Dict[str, Tuple] = {}
+_building_lock = threading.Lock()
+
+
+def build(sig, options: Options = DEFAULT, name: Optional[str] = None, wait: bool = True
           ) -> Tuple[Callable[..., List], str, Callable[[], Schedule]]:
     """Steps 1-9: ``(impl, source, schedule)``; ``impl(arrays, sizes)`` runs the compiled
     program, ``schedule()`` gives its :class:`Schedule` (on a cache hit, by lowering
-    the program again: nothing is compiled).
+    the program again: nothing is compiled). ``wait=False``: the compiler runs on a
+    thread, joined by ``impl``'s first call (``codegen.background.PendingKernel``).
 
     >>> import numpy as np, tensorexpr as te
     >>> A = te.placeholder((3,), name="A")
@@ -62,28 +72,41 @@ def build(sig, options: Options = DEFAULT, name: Optional[str] = None
         if not rest:
             return (views.WithViews(len(sig.outputs), found, None), note,
                     lambda: Schedule(options=options))
-        impl, source, schedule = build(Signature(rest, sig.inputs), options, name)
+        impl, source, schedule = build(Signature(rest, sig.inputs), options, name, wait)
         return views.WithViews(len(sig.outputs), found, impl), note + source, schedule
     comp = compiler.find_compiler()
     entry = c_backend.entry_path(sig, comp, options)                  # 2. cache
+    with _building_lock:
+        building = _building.get(entry) if entry is not None else None
+    if building is not None:  # the same program, still compiling: shares that compile
+        c_backend.stats["build_hits"] += 1
+        job, layout, source, schedule = building
+        impl = background.PendingKernel(job, layout, sig,
+                                        lambda: compiler.compile_shared(source, comp))
+        return (impl.resolve() if wait else impl), source, lambda: schedule
     if entry is not None:
         hit = c_backend.load_entry(entry, sig)
         if hit is not None:
             c_backend.stats["build_hits"] += 1
             return hit + (lambda: generate(sig, options, name)[2],)
     program, source, schedule = generate(sig, options, name)          # 3-8.
-    path = compiler.compile_shared(source, comp)                      # 9. compile, load
+    # 9. compile (on a thread: the caller may lower its next program meanwhile), load at
+    # the first call
     layout = runtime.Layout.of(program, sig)
-    try:
-        impl = runtime.KernelFunction(path, layout, sig)
-    except OSError:
-        # Damaged between its check and loading, or it does not load: compiled once more
-        # (a second failure is not the cache's fault and is raised).
-        compiler.discard(path)
-        impl = runtime.KernelFunction(compiler.compile_shared(source, comp), layout, sig)
+    job = background.start(source, comp, wait)
+    impl = background.PendingKernel(job, layout, sig,
+                                    lambda: compiler.compile_shared(source, comp))
     if entry is not None:
-        c_backend.store_entry(entry, path, source, layout)
-    return impl, source, lambda: schedule
+        # the same program built again before its entry is on disk shares this compile
+        with _building_lock:
+            _building[entry] = (job, layout, source, schedule)
+
+        def recorded() -> None:
+            c_backend.store_entry(entry, job.path, source, layout)
+            with _building_lock:
+                _building.pop(entry, None)
+        job.then(recorded)
+    return (impl.resolve() if wait else impl), source, lambda: schedule
 
 
 def source_text(sig, options: Options = DEFAULT, name: Optional[str] = None) -> str:

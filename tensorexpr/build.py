@@ -57,6 +57,9 @@ class Function:
         >>> type(te.build(te.compute((2,), lambda i: X[i] * X[i])).impl).__name__
         'KernelFunction'
         """
+        resolve = getattr(self._impl, "resolve", None)  # a compile in the background, joined
+        if resolve is not None:
+            self._impl = resolve()
         return self._impl
 
     @property
@@ -149,7 +152,8 @@ class Function:
 
 
 def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Tensor]] = None,
-          backend: str = "c", name: Optional[str] = None, options=None) -> Function:
+          backend: str = "c", name: Optional[str] = None, options=None,
+          wait: bool = True) -> Function:
     """Compile ``outputs`` into a function of ``inputs``.
 
     ``inputs=None`` takes every placeholder the outputs read, in creation order.
@@ -163,7 +167,10 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
     ``te.ScheduleOptions``) set the C backend's schedule: checkpointing, register
     tiles, fusion, copies, hoisting (costly parts stored once, ``passes.hoist``), or
     a strategy forced on a tensor; the built function's
-    ``schedule`` says what was chosen.
+    ``schedule`` says what was chosen. ``wait=False`` returns as soon as the C is
+    generated, the compiler running on a thread until the function's first call waits
+    for it (a compiler error is raised there): build the next program meanwhile (a
+    forward, then its gradient) and two compiles share two cores.
 
     >>> import numpy as np, tensorexpr as te
     >>> A = te.placeholder((3,), name="A")
@@ -205,7 +212,7 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
         from codegen.schedule import DEFAULT, Options
         if options is not None and not isinstance(options, Options):
             raise TypeError(f"options= takes a te.ScheduleOptions, not {type(options).__name__}")
-        impl, source, schedule = pipeline.build(sig, options or DEFAULT, name=name)
+        impl, source, schedule = pipeline.build(sig, options or DEFAULT, name=name, wait=wait)
         fn = Function(outs, sig, impl, source, "c", schedule)
     else:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")

@@ -14,7 +14,9 @@ def test_a_tiny_case_is_measured_cold_then_cached(monkeypatch, tmp_path):
     # a fresh cache: softmax's forward, saving forward and VJP were generated and compiled
     assert row["programs"] == 3 and row["c_kb"] > 1
     assert row["cc_s"] > 0 and row["lower_s"] > 0 and row["diff_s"] > 0
-    assert row["fwd_build_s"] + row["vjp_build_s"] > row["cc_s"] + row["lower_s"]
+    # the VJP's compiles overlap the lowering (wait=False), the forward's does not
+    assert row["fwd_build_s"] + row["vjp_build_s"] > row["lower_s"] + row["emit_s"]
+    assert row["fwd_build_s"] + row["vjp_build_s"] > row["cc_s"] / 2
     assert row["fwd_cached_s"] > 0 and row["vjp_cached_s"] > 0
     assert result["new_process"]["case"] == 8 and result["new_process"]["build_s"] > 0
     text = build_time.report(result)

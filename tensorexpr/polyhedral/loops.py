@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -173,6 +174,12 @@ SHARED_SETS = 256
 _SHARED: "OrderedDict[tuple, PointSet]" = OrderedDict()
 
 
+#: how many loop nests :func:`loop_nest` keeps (least recently used dropped first)
+SHARED_NESTS = 64
+_NESTS: "OrderedDict[tuple, Tuple[LoopTree, Tuple[Expr, ...]]]" = OrderedDict()
+_NESTS_LOCK = threading.Lock()
+
+
 def loop_nest(axes: Sequence[Axis], conds: Sequence[Expr], outer: Sequence[Axis] = (),
               facts: Sequence[Expr] = ()) -> Tuple[LoopTree, List[Expr]]:
     """Loops that visit exactly the points of ``axes``' box where the affine ``conds`` hold.
@@ -196,6 +203,26 @@ def loop_nest(axes: Sequence[Axis], conds: Sequence[Expr], outer: Sequence[Axis]
     >>> tree.step, rest
     (2, [])
     """
+    # The same nest is asked for again and again (a register-tiled sum's main rows and
+    # its last rows: half of an LSTM gradient's 44 nests). The IR and the trees are
+    # immutable, so the last ones are shared, as PointSet.of shares sets.
+    key = (tuple(axes), tuple(conds), tuple(outer), tuple(facts))
+    with _NESTS_LOCK:  # programs may be lowered on several threads
+        known = _NESTS.get(key)
+        if known is not None:
+            _NESTS.move_to_end(key)
+    if known is None:
+        tree, rest = _loop_nest(list(axes), list(conds), list(outer), list(facts))
+        known = (tree, tuple(rest))
+        with _NESTS_LOCK:
+            _NESTS[key] = known
+            if len(_NESTS) > SHARED_NESTS:
+                _NESTS.popitem(last=False)
+    return known[0], list(known[1])
+
+
+def _loop_nest(axes: List[Axis], conds: List[Expr], outer: List[Axis], facts: List[Expr]
+               ) -> Tuple[LoopTree, List[Expr]]:
     axes, outer = list(axes), list(outer)
     sp = Space(outer + axes, params_of(list(conds) + list(facts) + outer + axes))
     dom, rest = sp.box(axes), []

@@ -80,6 +80,26 @@ Checkpointed gradient by segments
     an LSTM's state ``s[t, b, 2, H]`` holds ``c`` and ``h``) are checkpointed this way in
     both modes.
 
+Several recurrences: a group in lockstep (``codegen.checkpoint_groups``)
+    ``e`` may be a *group*: the checkpointed ascending recurrences of the same steps
+    that read the earlier members at their own step or earlier (the layers of a
+    stacked RNN, a GRU layer on an RNN layer, a third layer on those), with the
+    tensors between them reading members a step at a time (a GRU layer's input
+    projections ``h1 @ Wz2``), all along their first axis. Both modes run it as one
+    recurrence whose state is the tuple of the members: a forward step computes the
+    row of each in program order; a checkpoint holds ``width`` (``W``) rows of each (the
+    rows kept are the most any member needs); the rings of the members and of their
+    adjoints have the same rows; a turn (a segment) runs the adjoints ``de`` and the
+    consumers in program order (a consumer between two adjoints, such as a GRU layer's
+    ``dh2_sum``, is read by the later one at its own turn), then adds the sums'
+    step. Forward tensors an adjoint reads (a lower layer's forward sums
+    ``h1[t - 1] @ U1``) are forward rows wherever they are in the program. ``k`` is the
+    least of the members'. The schedule lists each member (``h2 (revolve: 4
+    checkpoints x 2 rows)``) and the group (``h1, h2: in lockstep``). The longest
+    prefix of the candidates with a supported gradient is checkpointed, down to the
+    first recurrence alone; the rest keep the full tape (a second layer without
+    ``checkpoints`` reads every row of the first: its ring is then whole).
+
     Not supported, in either mode (full tape instead, still exact): a tensor holding a
     sum along the steps that does not run by steps (a sum under a condition on an axis
     it reads: the C backend vectorizes some sums, and the order of a vectorized sum may
@@ -90,9 +110,13 @@ Checkpointed gradient by segments
     turn; tensors before ``de`` reading ``e`` other than within a constant distance of
     one of their axes or at its last steps; tensors after the segments reading forward
     rows; ``e``, ``de`` or a forward row being outputs, scatter-adds reading them,
-    carried axes other than the first, and more than one checkpointed recurrence per
-    program (the first one found is checkpointed; in a stacked RNN, the first layer).
-    The numpy backend always keeps the full tape (it is the reference).
+    carried axes other than the first; more than one group per program (the first
+    group found is checkpointed): independent recurrences that are not of the same
+    steps, or that another tensor reads between them (a bidirectional RNN's reversed
+    layer ``g[t]`` reading ``x[T - 1 - t]``, read back as ``g[T - 1 - t]``: no turn has its
+    rows; it keeps its full tape, the forward layer is checkpointed when it qualifies);
+    a member read ahead of its step by a later one; an adjoint reading a consumer at
+    another turn. The numpy backend always keeps the full tape (it is the reference).
 
 Ring and checkpoint buffers are ordinary program buffers of their reduced
 shape (``runtime`` allocates them like any intermediate); the full ``T``-row
@@ -108,15 +132,16 @@ from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, Tensor, fr
                            size_vars, tensor_inputs, INDEX_DTYPE)
 from tensorexpr.transform import eval_int
 
-from .loopast import (Block, Comment, Decl, For, If, Kernel, Lit, Load, Op, Stmt,
-                      Store, Var)
+from .loopast import Block, Comment, For, Kernel, Lit, Load, Op, Stmt, Store
 from .cexpr import add, cast, mul
 from .program import Program
 from .scope import Scope
 from . import checkpoint_rows
 from . import revolve as revolve_schedule
-from .checkpoint_rows import has_reduce, last_rows, offsets
+from .checkpoint_groups import adjoints, group
+from .checkpoint_rows import has_reduce, last_rows, offsets, window
 from .revolve_lowering import RevolveSteps
+from .segments_lowering import SegmentSteps
 
 I64 = INDEX_DTYPE
 
@@ -133,14 +158,6 @@ def _bin(op: str, a: Expr, b: Expr) -> Expr:
 
 
 # {{{ analysis
-
-
-def _window(e: Compute, params) -> Optional[int]:
-    """How many steps back (along its direction) ``e`` reads itself: ``w >= 1``."""
-    rng = offsets(e, e, e.axes[e.carry.axis], params)
-    if rng is None or rng == ():
-        return None
-    return -rng[0] if e.carry.step > 0 else rng[1]
 
 
 @dataclass
@@ -255,7 +272,7 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
     for e in order:
         if not (isinstance(e, Compute) and e.carry is not None) or e.uid in outputs:
             continue
-        w = _window(e, params)
+        w = window(e, params)
         if w is None or e.uid in grouped:
             continue
         seg = None
@@ -289,67 +306,6 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
     return out
 
 
-def group(e: Compute, order, outputs, params) -> List[Compute]:
-    """The recurrences checkpointed with ``e``, in lockstep: ``e`` and the later ascending
-    recurrences with checkpoints, of the same steps along their first axis, that read
-    the group's members (if at all) at steps no later than their own, up to the first
-    other tensor depending on a member (the group's forward steps run where its last
-    member is in the program). Layers of a stacked RNN are one group. Tensors between
-    two recurrences that read members so, the first axis their step (a layer's input
-    projections ``h @ Wz``), are members too: a step computes their row in turn.
-
-    >>> import tensorexpr as te
-    >>> x = te.placeholder((6, 2), name="x")
-    >>> h = te.recurrence((6, 2), lambda h, t, r: te.tanh(x[t, r] + te.select(
-    ...     t == 0, 0.0, h[t - 1, r])), name="h", checkpoints=2)
-    >>> g = te.recurrence((6, 2), lambda g, t, r: te.tanh(h[t, r] + te.select(
-    ...     t == 0, 0.0, g[t - 1, r])), name="g", checkpoints=2)
-    >>> [t.name for t in group(h, list(te.ir.topo_order([g]))[1:], set(), ())]
-    ['h', 'g']
-    """
-    es, tainted = [e], {e.uid}
-    T = e.dims[0]
-    for x in order[order.index(e) + 1:]:
-        ins = {p.uid for p in tensor_inputs(x)}
-        if (isinstance(x, Compute) and x.dims and same(x.dims[0], T) and x.uid not in outputs
-                and (x.carry is None and ins & tainted or x.carry is not None
-                     and x.checkpoints and x.carry.step > 0 and x.carry.axis == 0
-                     and _window(x, params) is not None)
-                and not (ins & (tainted - {y.uid for y in es}))
-                and all(_no_later(x, y, params) for y in es)):
-            es.append(x)
-            tainted.add(x.uid)
-        elif ins & tainted:
-            break
-    while es[-1].carry is None:  # (read by no later recurrence: a forward row at most)
-        es.pop()
-    return es
-
-
-def _no_later(x: Compute, y: Compute, params) -> bool:
-    """Does ``x`` read ``y`` (if at all) within a constant distance of its step, at most 0?"""
-    if not checkpoint_rows.reads(x, y):
-        return True
-    rng = offsets(x, y, x.axes[0], params, 0)
-    return rng is not None and (rng == () or rng[1] <= 0)
-
-
-def _adjoints(es: Sequence[Compute], readers) -> List[Compute]:
-    """The descending recurrences reading ``es``, or reading them only through tensors
-    that are no recurrences (a GRU's forward sums and hoisted gates)."""
-    via, des, todo = {e.uid for e in es}, [], list(es)
-    while todo:
-        for x in readers.get(todo.pop().uid, []):
-            if not isinstance(x, Compute) or x.uid in via:
-                continue
-            if x.carry is None:
-                via.add(x.uid)
-                todo.append(x)
-            elif x.carry.step < 0 and x not in des:
-                des.append(x)
-    return des
-
-
 def _segments(es: Sequence[Compute], order, readers, outputs, params,
               mode: str = "revolve", sums=None, steps=None) -> Optional[Segments]:
     """The checkpointed plan for the group ``es`` and its adjoints, or None (full tape)."""
@@ -357,7 +313,7 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
     e = es[0]
     T = e.dims[0]
     pos = {t.uid: n for n, t in enumerate(order)}
-    des = sorted(_adjoints(es, readers), key=lambda x: pos[x.uid])
+    des = sorted(adjoints(es, readers), key=lambda x: pos[x.uid])
     # one adjoint per recurrence at most (a second descending reader of e is no adjoint
     # a turn could run)
     if not 1 <= len(des) <= len(es):
@@ -369,8 +325,8 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
     if any(has_reduce(x) and x.uid not in steps for x in list(es) + des) or not all(
             checkpoint_rows.by_steps_ok(x, 0, steps) for x in es if x.carry is None):
         return None
-    wds = [_window(de, params) for de in des]
-    ws = [_window(x, params) if x.carry is not None else 0 for x in es]
+    wds = [window(de, params) for de in des]
+    ws = [window(x, params) if x.carry is not None else 0 for x in es]
     rows = checkpoint_rows.classify(tuple(es), tuple(des), order, outputs, params, sums, steps)
     if None in wds or None in ws or rows is None:
         return None
@@ -486,7 +442,7 @@ def rings(sig, mode: str = "revolve", sums=None, steps=None) -> Optional[Plan]:
     return p if p.rings else None
 
 
-class RingProgram(RevolveSteps):
+class RingProgram(RevolveSteps, SegmentSteps):
     """The program of a lowerer whose ring tensors are addressed modulo their row count
     (``Lowerer.rings``), with the checkpointed segments of ``p`` (if any)."""
 
@@ -678,80 +634,6 @@ class RingProgram(RevolveSteps):
         return For(z, Lit(0, I64), n, 1, Block((
             Store(dst, add(mul(dst_row, n), z), Load(src, add(mul(src_row, n), z), dtype)),)),
             note="copy a row")
-
-    def _save(self, s: Segments):
-        """After forward step ``t``: keep it if it is one of the ``W`` rows before a
-        segment start ``j * S`` (``j = t // S + 1``)."""
-        def after(t: Var) -> List[Stmt]:
-            seg = self.lw.size_expr(s.seg)
-            j = self.lw.fresh("k", I64)
-            first = self.lw.fresh("k", I64)
-            at = Op("add", (Op("mul", (j, Lit(s.back, I64)), I64), Op("sub", (t, first), I64)),
-                    I64)
-            copies = tuple(self._copy_row(
-                self.lw.buf[s.stores[e.uid].uid].name, at, self.lw.buf[e.uid].name,
-                Op("mod", (t, self.lw.size_expr(self.ring_of[e.uid].rows)), I64),
-                self._row_size(e), e.dtype) for e in s.es)
-            return [Decl(j, Op("add", (Op("floordiv", (t, seg), I64), Lit(1, I64)), I64)),
-                    Decl(first, Op("sub", (Op("mul", (j, seg), I64), Lit(s.back, I64)), I64)),
-                    If(Op("and", (Op("lt", (j, Lit(s.k, I64)), "bool"),
-                                  Op("ge", (t, first), "bool")), "bool"), Block(copies))]
-        return after
-
-    def _restore(self, s: Segments, j: Var, lo: Var) -> Stmt:
-        """Copy segment ``j``'s checkpoint (the ``W`` rows before ``lo``) into the ring."""
-        w, row = self.lw.fresh("k", I64), self.lw.fresh("k", I64)
-        at = Op("add", (Op("mul", (j, Lit(s.back, I64)), I64), w), I64)
-        copies = tuple(self._copy_row(
-            self.lw.buf[e.uid].name,
-            Op("mod", (row, self.lw.size_expr(self.ring_of[e.uid].rows)), I64),
-            self.lw.buf[s.stores[e.uid].uid].name, at, self._row_size(e), e.dtype)
-            for e in s.es)
-        return For(w, Lit(0, I64), Lit(s.back, I64), 1, Block((
-            Decl(row, Op("add", (Op("sub", (lo, Lit(s.back, I64)), I64), w), I64)),
-            If(Op("ge", (row, Lit(0, I64)), "bool"), Block(copies)),)),
-            note="restore the checkpoint")
-
-    def _segments(self, s: Segments) -> Stmt:
-        e, de = s.e, s.de
-        T = self.lw.size_expr(e.dims[0])
-        seg_v, nseg = self.lw.fresh("k", I64), self.lw.fresh("k", I64)
-        j, lo, hi = self.lw.fresh("k", I64), self.lw.fresh("k", I64), self.lw.fresh("k", I64)
-        inner: List[Stmt] = [
-            Decl(lo, Op("mul", (j, seg_v), I64)),
-            Decl(hi, Op("min", (T, Op("add", (lo, seg_v), I64)), I64)),
-        ]
-        if s.recompute:
-            inner += [self._restore(s, j, lo), Comment(f"recompute {s.names} over the segment")]
-            e_hi = Op("min", (T, Op("add", (hi, Lit(s.ahead, I64)), I64)), I64)
-            inner += self.lockstep(s.es, lo, e_hi)
-        for x, a, r0, r1 in s.fore:
-            inner.append(Comment(f"{x} [the rows the segment reads]"))
-            inner += self.clipped(x, a, Op("add", (lo, Lit(r0, I64)), I64),
-                                  Op("add", (hi, Lit(r1, I64)), I64))
-        for x, a, c in s.reversal():
-            if a is None:
-                inner.append(Comment(f"{x} [ring of {self.ring_of[x.uid].rows} rows]"))
-                self.lw.owner = x
-                inner += self.rows(x, 0, lo, hi)
-                continue
-            inner.append(Comment(f"{x} [rows of the segment]"))
-            inner += self.consumer_rows(s, x, a, c, lo, hi)
-        if s.sums:
-            t = self.lw.fresh("k", I64)
-            inner.append(For(t, lo, hi, 1, Block(tuple(self.add_steps(s, t))), descending=True,
-                             note="the sums' steps, last first"))
-        return Block(tuple(self.zero_sums(s)) + (
-            Comment(f"checkpointed gradient of {s.names}: {s.k} segments, "
-                    + ("recomputed backwards" if s.recompute else
-                       f"{de.name} runs backwards a segment at a time ({e.name} is read "
-                       f"only at its last steps: nothing to recompute)")),
-            Decl(seg_v, self.lw.size_expr(s.seg)),
-            Decl(nseg, Op("floordiv", (Op("add", (T, Op("sub", (seg_v, Lit(1, I64)), I64)), I64),
-                                       seg_v), I64)),
-            For(j, Lit(0, I64), nseg, 1, Block(tuple(inner)), descending=True,
-                note="segments, last first (sequential)"),
-        ))
 
     # }}}
 

@@ -85,6 +85,22 @@ def offsets(reader: Tensor, target: Compute, base: Expr, params,
     return () if lo is None else (lo, hi)
 
 
+def window(e: Compute, params) -> Optional[int]:
+    """How many steps back (along its direction) the recurrence ``e`` reads itself:
+    ``w >= 1`` (None: not a constant distance).
+
+    >>> import tensorexpr as te
+    >>> d = te.placeholder((9,), name="d")
+    >>> e = te.recurrence((9,), lambda e, t: d[t] + te.select(t < 2, 0.0, e[t - 2]), name="e")
+    >>> window(e, ())
+    2
+    """
+    rng = offsets(e, e, e.axes[e.carry.axis], params)
+    if rng is None or rng == ():
+        return None
+    return -rng[0] if e.carry.step > 0 else rng[1]
+
+
 def reads(x: Tensor, t: Tensor) -> bool:
     """Does ``x`` read ``t``?"""
     return any(p.uid == t.uid for p in tensor_inputs(x))

@@ -22,7 +22,9 @@ Checkpointed gradient by revolve (``te.recurrence(..., checkpoints=k)``, a const
     turn: ``e``'s next row, ``de``'s row, the consumers' rows). Memory is ``k``
     checkpoints and a few rows at any ``T``; ``k = 1`` recomputes from the start for
     every step (``T (T - 1) / 2`` steps). A symbolic ``T``, or
-    ``Options.checkpoint == "segments"``, runs the segments below instead.
+    ``Options.checkpoint == "segments"``, runs the segments below instead (with the
+    weight gradients: their steps ``[1, T)`` are added at the turns, in every build, as
+    with a constant ``T``).
 
 Checkpointed gradient by segments
     The supported pattern is the one ``te.differentiate`` produces for a loss of

@@ -375,7 +375,9 @@ def _consumer(x: Tensor, T: Expr, stepped, fore, shift, out, params, steps, late
 
 def _sum_reads(p, x: Compute, T: Expr, stepped, fore, shift, out, params) -> bool:
     """Can the sum over the steps ``x`` (plan ``p``) add step ``t`` at turn ``t``?"""
-    lo, hi = p.steps()
-    if not (isinstance(T, Const) and 0 <= lo and hi <= T.value):
+    lo, hi = p.bounds()  # within the turns [0, T), for every value of the sizes
+    first = polyhedral.offset_range((), (), lo, Const(0, I64), params)
+    last = polyhedral.offset_range((), (), hi, T, params)
+    if not (first and first[0] >= 0 and last and last[1] <= 0):
         return False
     return _turn_reads(x, p.axis, 0, stepped, fore, shift, out, params)

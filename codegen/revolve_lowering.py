@@ -146,10 +146,10 @@ class RevolveSteps:
         (``Lowerer.adjoint_step``), where ``t`` is one of its steps."""
         out: List[Stmt] = []
         for p in s.sums:
-            lo, hi = p.steps()
+            lo, hi = self.lw.adjoint_bounds(p)
             self.lw.owner = p.t
-            out.append(If(Op("and", (Op("ge", (t, Lit(lo, I64)), "bool"),
-                                     Op("lt", (t, Lit(hi, I64)), "bool")), "bool"),
+            out.append(If(Op("and", (Op("ge", (t, lo), "bool"), Op("lt", (t, hi), "bool")),
+                             "bool"),
                           Block((Comment(f"{p.t.name} += the terms of this step"),)
                                 + tuple(self.lw.adjoint_step(p, t)))))
         return out

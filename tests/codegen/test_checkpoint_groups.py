@@ -136,3 +136,32 @@ def test_second_order_through_checkpointed_stacked_layers():
     full = te.build([gW, gV], inputs=[x, W, V], options=te.ScheduleOptions(checkpoint=False))
     for a, b in zip(te.build([gW, gV], inputs=[x, W, V])(*arrays), full(*arrays)):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("head", ["last", "every"])
+def test_stacked_layers_of_symbolic_length_with_weight_gradients(head):
+    # a symbolic T runs segments; the weight gradients' steps [1, T) are added at the
+    # turns (as the full tape adds them); no buffer has T rows
+    n = te.var("n")
+    x = te.placeholder((n, 2, 4), "float32", "x")
+    W, V = (te.placeholder((4, 4), "float32", name) for name in ("W", "V"))
+    h = tanh_layer(tanh_layer(x, W, 3, "h1"), V, 3, "h2")
+    if head == "every":
+        Hd = te.placeholder((n, 2, 4), "float32", "Hd")
+        ins, grads = [x, W, V, Hd], list(te.differentiate(h, [x, W, V], head=Hd))
+    else:
+        r1, r2 = te.reduce_axis(2), te.reduce_axis(4)
+        L = te.compute((), lambda: te.sum(h[n - 1, r1, r2] * h[n - 1, r1, r2], axis=[r1, r2]),
+                       name="L")
+        ins, grads = [x, W, V], list(te.differentiate(L, [x, W, V]))
+    for T in (1, 7, 12):
+        shapes = {"x": (T, 2, 4), "Hd": (T, 2, 4)}
+        ck = agrees_with_its_full_tape(ins, grads, True, T, shapes)
+        assert _lockstep(ck, "segments")
+        assert "dW: adjoint-steps (step=t, added=at the checkpointed turns)" in str(ck.schedule)
+    sig = Signature(grads, ins)
+    prog, _, _ = generate(sig)
+    skip = {t.uid for t in list(ins) + list(grads)}
+    T = 240
+    rows = {t.name: sig.shape(t, {"n": T}) for t in prog.tensors if t.uid not in skip}
+    assert not {name: r for name, r in rows.items() if r and r[0] >= T - 1}, rows

@@ -9,18 +9,23 @@ lowerer (``self.lw``), rings (``self.ring_of``), ``rows``, ``lockstep``,
 ``consumer_rows``, ``_row_size`` and ``_copy_row``; ``s`` is the program's
 ``checkpoint.Segments``.
 
+Two stacked layers, as one group (``codegen.checkpoint_groups``), by segments of 3 steps:
+
 >>> import tensorexpr as te
 >>> from codegen.pipeline import lower
 >>> from codegen.schedule import Options
 >>> from codegen.signature import Signature
->>> d = te.placeholder((4, 10), name="d")
->>> e = te.recurrence((10, 4), lambda e, t, r: te.tanh(d[r, t] + te.select(
-...     t == 0, 0.0, 0.9 * e[t - 1, r])), name="e", checkpoints=3)
->>> x = te.reduce_axis(4)
->>> L = te.compute((), lambda: te.sum(e[9, x] * e[9, x], axis=x), name="L")
->>> (g,) = te.differentiate(L, [d])
->>> lower(Signature([g], [d]), Options(checkpoint="segments"))[1].checkpoint[-1]
-'e (segments: 3 checkpoints x 1 rows)'
+>>> u = te.placeholder((12, 3), name="u")
+>>> def layer(x, name):
+...     return te.recurrence((12, 3), lambda h, t, r: te.sin(x[t, r] + te.select(
+...         t > 0, h[t - 1, r], 0.0)), name=name, checkpoints=4)
+>>> h2 = layer(layer(u, "h1"), "h2")
+>>> L = te.compute((), lambda: h2[11, 0] * h2[11, 1], name="L")
+>>> (g,) = te.differentiate(L, [u])
+>>> kept = lower(Signature([g], [u]), Options(checkpoint="segments"))[1].checkpoint
+>>> [c for c in kept if "segments" in c or "dh" in c]  # doctest: +NORMALIZE_WHITESPACE
+['dh2 (ring of 4 rows)', 'dh1 (ring of 4 rows)', 'h1 (segments: 4 checkpoints x 1 rows)',
+ 'h2 (segments: 4 checkpoints x 1 rows)']
 """
 from __future__ import annotations
 

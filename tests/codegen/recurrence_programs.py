@@ -161,3 +161,32 @@ def bidirectional(T, B, H, k, head="last"):
     g = tanh_layer(xr, V, k, "g")
     y = te.compute((T, B, H), lambda t, b, j: h[t, b, j] + g[T - 1 - t, b, j], name="y")
     return with_head(y, [x, W, V], head)
+
+
+def lstm_layer(x, Ws, Us, k, name):
+    """An LSTM layer over ``x`` (steps, rows, units), its state ``name[t, b, 2, H]``
+    holding ``c`` (0) and ``h`` (1), as ``benchmarks.recurrence_cells`` keeps it; input
+    weights ``Ws`` and recurrent ``Us`` of the gates i, f, o, g.
+
+    >>> x = te.placeholder((4, 2, 3), "float32", "x")
+    >>> W = [te.placeholder((3, 3), "float32", n) for n in ("Wi", "Wf", "Wo", "Wg")]
+    >>> lstm_layer(x, W, W, 2, "s").shape
+    (4, 2, 2, 3)
+    """
+    T, B, H = x.shape
+
+    def proj(t, b, j, W):
+        d = te.reduce_axis(H, "d")
+        return te.sum(x[t, b, d] * W[d, j], axis=d)
+
+    def prev(s, t, b, j, U):
+        kk = te.reduce_axis(H, "k")
+        return te.select(t == 0, 0.0, te.sum(s[t - 1, b, 1, kk] * U[kk, j], axis=kk))
+
+    def fn(s, t, b, w, j):
+        i, f, o = (te.sigmoid(proj(t, b, j, W) + prev(s, t, b, j, U))
+                   for W, U in zip(Ws[:3], Us[:3]))
+        g = te.tanh(proj(t, b, j, Ws[3]) + prev(s, t, b, j, Us[3]))
+        c = f * te.select(t == 0, 0.0, s[t - 1, b, 0, j]) + i * g
+        return te.select(w == 0, c, o * te.tanh(c))
+    return te.recurrence((T, B, 2, H), fn, name=name, dtype=x.dtype, checkpoints=k)

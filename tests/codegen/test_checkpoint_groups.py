@@ -1,7 +1,7 @@
 """Several checkpointed recurrences in one program (issue 15 item 2): recurrences of the
 same steps that read each other at their own step or earlier (the layers of a stacked
 RNN, a GRU on an RNN, with the input projections between them) are checkpointed as one
-group in lockstep, in both modes, bit-identical to the full tape of the same program,
+group in lockstep (GRU and LSTM layers too), in both modes, bit-identical to the full tape of the same program,
 close to the numpy backend, and with no buffer of ``T`` rows."""
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from codegen.schedule import Options
 from codegen.signature import Signature
 
 from .recurrence_programs import (STEPS, agrees_with_its_full_tape, bidirectional,
-                                  checkpointed, layers, random_arrays, tanh_layer, with_head)
+                                  checkpointed, layers, lstm_layer, random_arrays, tanh_layer,
+                                  with_head)
 
 MODES = [True, "segments"]
 HEADS_MODES = pytest.mark.parametrize("head,mode", [(h, m) for h in ("last", "every")
@@ -165,3 +166,22 @@ def test_stacked_layers_of_symbolic_length_with_weight_gradients(head):
     T = 240
     rows = {t.name: sig.shape(t, {"n": T}) for t in prog.tensors if t.uid not in skip}
     assert not {name: r for name, r in rows.items() if r and r[0] >= T - 1}, rows
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("T,k", [(13, 3), (4, 9)])
+def test_an_lstm_on_an_rnn_layer(T, k, mode):
+    # the LSTM's state s[t, b, 2, H] holds c and h; its input projections of h1 are
+    # members of the group, its adjoint's sums reading ds between the adjoints
+    B, H = 2, 3
+    x = te.placeholder((T, B, H), "float32", "x")
+    W1 = te.placeholder((H, H), "float32", "W1")
+    Ws = [te.placeholder((H, H), "float32", f"W{g}") for g in "ifog"]
+    Us = [te.placeholder((H, H), "float32", f"U{g}") for g in "ifog"]
+    s = lstm_layer(tanh_layer(x, W1, k, "h1"), Ws, Us, k, "s")
+    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
+    L = te.compute((), lambda: te.sum(s[T - 1, r1, 1, r2] * s[T - 1, r1, 1, r2],
+                                      axis=[r1, r2]), name="L")
+    ins = [x, W1] + Ws + Us
+    ck = agrees_with_its_full_tape(ins, list(te.differentiate(L, ins)), mode, T)
+    assert _lockstep(ck, mode, ("h1", "s"))

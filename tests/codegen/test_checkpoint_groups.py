@@ -1,8 +1,8 @@
 """Several checkpointed recurrences in one program (issue 15 item 2): recurrences of the
 same steps that read each other at their own step or earlier (the layers of a stacked
-RNN, a GRU on an RNN, with the input projections between them) are checkpointed as one
-group in lockstep (GRU and LSTM layers too), in both modes, bit-identical to the full tape of the same program,
-close to the numpy backend, and with no buffer of ``T`` rows."""
+RNN; a GRU or an LSTM on an RNN, with the input projections between them) are
+checkpointed as one group in lockstep, in both modes, bit-identical to the full tape of
+the same program, close to the numpy backend, and with no buffer of ``T`` rows."""
 from __future__ import annotations
 
 import numpy as np

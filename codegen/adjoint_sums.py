@@ -13,7 +13,8 @@ that loop whole (the ``adjoint-steps`` strategy), a checkpointed gradient one st
 turn of its schedule (:meth:`codegen.lower.Lowerer.adjoint_step`): the same C for each
 step, in the same order.
 
-The step axis of a sum is a reduction axis with constant bounds that indexes the
+The step axis of a sum is a reduction axis (constant bounds, or expressions of the
+size variables: a symbolic number of steps) that indexes the
 *step axis* of a tensor it reads: the carried axis of a descending recurrence, or the
 axis of a tensor computed from one that reads it at that axis (:func:`step_axes`).
 
@@ -58,8 +59,13 @@ class Plan:
     add: Compute
 
     def steps(self) -> Tuple[int, int]:
-        """``(lo, hi)``: the steps the sum adds (constant bounds)."""
+        """``(lo, hi)``: the steps the sum adds, when its bounds are constant."""
         return int(self.axis.lo.value), int(self.axis.hi.value)
+
+    def bounds(self) -> Tuple[Expr, Expr]:
+        """``(lo, hi)``: the steps the sum adds, constants or expressions of the size
+        variables (an RNN of a symbolic length ``T``: ``[0, T)``)."""
+        return self.axis.lo, self.axis.hi
 
     def params(self) -> Tuple[Tuple[str, str], ...]:
         """The sum's parameters in a build's schedule (its step axis), whether the full
@@ -116,7 +122,7 @@ def _axis_of(ix: Expr) -> Optional[Axis]:
 def plan(x: Tensor, steps: Dict[int, int]) -> Optional[Plan]:
     """The step-at-a-time form of the sum ``x`` (see the module docstring), or None when
     ``x`` is not a float sum (its body the sum itself) over the steps of a tensor of
-    ``steps`` (:func:`step_axes`) with constant bounds."""
+    ``steps`` (:func:`step_axes`)."""
     if not isinstance(x, Compute) or x.carry is not None or not isinstance(x.body, Reduce):
         return None
     red = x.body
@@ -154,8 +160,6 @@ def plan(x: Tensor, steps: Dict[int, int]) -> Optional[Plan]:
 
 def _step_axis(red: Reduce, steps: Dict[int, int]) -> Optional[Axis]:
     for ra in red.axes:
-        if not (isinstance(ra.lo, Const) and isinstance(ra.hi, Const)):
-            continue
         for r in walk(red.body, unique=True):
             if isinstance(r, Read) and r.tensor.uid in steps:
                 a = _axis_of(r.indices[steps[r.tensor.uid]])

@@ -22,7 +22,9 @@ Checkpointed gradient by revolve (``te.recurrence(..., checkpoints=k)``, a const
     turn: ``e``'s next row, ``de``'s row, the consumers' rows). Memory is ``k``
     checkpoints and a few rows at any ``T``; ``k = 1`` recomputes from the start for
     every step (``T (T - 1) / 2`` steps). A symbolic ``T``, or
-    ``Options.checkpoint == "segments"``, runs the segments below instead.
+    ``Options.checkpoint == "segments"``, runs the segments below instead (with the
+    weight gradients: their steps ``[1, T)`` are added at the turns, in every build, as
+    with a constant ``T``).
 
 Checkpointed gradient by segments
     The supported pattern is the one ``te.differentiate`` produces for a loss of
@@ -80,6 +82,26 @@ Checkpointed gradient by segments
     an LSTM's state ``s[t, b, 2, H]`` holds ``c`` and ``h``) are checkpointed this way in
     both modes.
 
+Several recurrences: a group in lockstep (``codegen.checkpoint_groups``)
+    ``e`` may be a *group*: the checkpointed ascending recurrences of the same steps
+    that read the earlier members at their own step or earlier (the layers of a
+    stacked RNN, a GRU layer on an RNN layer, a third layer on those), with the
+    tensors between them reading members a step at a time (a GRU layer's input
+    projections ``h1 @ Wz2``), all along their first axis. Both modes run it as one
+    recurrence whose state is the tuple of the members: a forward step computes the
+    row of each in program order; a checkpoint holds ``width`` (``W``) rows of each (the
+    rows kept are the most any member needs); the rings of the members and of their
+    adjoints have the same rows; a turn (a segment) runs the adjoints ``de`` and the
+    consumers in program order (a consumer between two adjoints, such as a GRU layer's
+    ``dh2_sum``, is read by the later one at its own turn), then adds the sums'
+    step. Forward tensors an adjoint reads (a lower layer's forward sums
+    ``h1[t - 1] @ U1``) are forward rows wherever they are in the program. ``k`` is the
+    least of the members'. The schedule lists each member (``h2 (revolve: 4
+    checkpoints x 2 rows)``) and the group (``h1, h2: in lockstep``). The longest
+    prefix of the candidates with a supported gradient is checkpointed, down to the
+    first recurrence alone; the rest keep the full tape (a second layer without
+    ``checkpoints`` reads every row of the first: its ring is then whole).
+
     Not supported, in either mode (full tape instead, still exact): a tensor holding a
     sum along the steps that does not run by steps (a sum under a condition on an axis
     it reads: the C backend vectorizes some sums, and the order of a vectorized sum may
@@ -90,9 +112,13 @@ Checkpointed gradient by segments
     turn; tensors before ``de`` reading ``e`` other than within a constant distance of
     one of their axes or at its last steps; tensors after the segments reading forward
     rows; ``e``, ``de`` or a forward row being outputs, scatter-adds reading them,
-    carried axes other than the first, and more than one checkpointed recurrence per
-    program (the first one found is checkpointed; in a stacked RNN, the first layer).
-    The numpy backend always keeps the full tape (it is the reference).
+    carried axes other than the first; more than one group per program (the first
+    group found is checkpointed): independent recurrences that are not of the same
+    steps, or that another tensor reads between them (a bidirectional RNN's reversed
+    layer ``g[t]`` reading ``x[T - 1 - t]``, read back as ``g[T - 1 - t]``: no turn has its
+    rows; it keeps its full tape, the forward layer is checkpointed when it qualifies);
+    a member read ahead of its step by a later one; an adjoint reading a consumer at
+    another turn. The numpy backend always keeps the full tape (it is the reference).
 
 Ring and checkpoint buffers are ordinary program buffers of their reduced
 shape (``runtime`` allocates them like any intermediate); the full ``T``-row
@@ -108,15 +134,16 @@ from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, Tensor, fr
                            size_vars, tensor_inputs, INDEX_DTYPE)
 from tensorexpr.transform import eval_int
 
-from .loopast import (Block, Comment, Decl, For, If, Kernel, Lit, Load, Op, Stmt,
-                      Store, Var)
+from .loopast import Block, Comment, For, Kernel, Lit, Load, Op, Stmt, Store
 from .cexpr import add, cast, mul
 from .program import Program
 from .scope import Scope
 from . import checkpoint_rows
 from . import revolve as revolve_schedule
-from .checkpoint_rows import has_reduce, last_rows, offsets
+from .checkpoint_groups import adjoints, group
+from .checkpoint_rows import has_reduce, last_rows, offsets, window
 from .revolve_lowering import RevolveSteps
+from .segments_lowering import SegmentSteps
 
 I64 = INDEX_DTYPE
 
@@ -135,14 +162,6 @@ def _bin(op: str, a: Expr, b: Expr) -> Expr:
 # {{{ analysis
 
 
-def _window(e: Compute, params) -> Optional[int]:
-    """How many steps back (along its direction) ``e`` reads itself: ``w >= 1``."""
-    rng = offsets(e, e, e.axes[e.carry.axis], params)
-    if rng is None or rng == ():
-        return None
-    return -rng[0] if e.carry.step > 0 else rng[1]
-
-
 @dataclass
 class Ring:
     """``tensor`` stored in ``rows`` rows along its carried axis (``axis``: for a tensor
@@ -157,10 +176,12 @@ class Ring:
 
 @dataclass
 class Segments:
-    """The checkpointed-gradient plan (see the module docstring)."""
+    """The checkpointed-gradient plan (see the module docstring): ``es``, the forward
+    recurrences run in lockstep (one of them, or a group), ``des`` their adjoints, in
+    program order; ``e`` and ``de`` name the first of each."""
 
-    e: Compute
-    de: Compute
+    es: Tuple[Compute, ...]
+    des: Tuple[Compute, ...]
     k: int
     back: int  # W: rows before a segment start kept in a checkpoint
     ahead: int  # H: steps of e recomputed past the segment end
@@ -171,7 +192,7 @@ class Segments:
     last: int = 1  # last steps of e read before the segments (the forward ring keeps them)
     window: int = 1  # w: how far back e reads itself
     recompute: bool = True  # False: only e's last steps are read, its ring keeps them
-    store: Optional[Tensor] = None  # the checkpoint buffer (when recomputing)
+    stores: Dict[int, Tensor] = field(default_factory=dict)  # uid -> checkpoint buffer
     mode: str = "segments"  # or "revolve": one step at a time, by codegen.revolve's schedule
     width: int = 1  # revolve: rows of e a checkpoint holds (max(w, back + ahead))
     sums: List = field(default_factory=list)  # codegen.adjoint_sums plans: added per step
@@ -179,6 +200,32 @@ class Segments:
     # needs rows [t + lo, t + hi]
     fore: List[Tuple[Compute, int, int, int]] = field(default_factory=list)
     ringed: set = field(default_factory=set)  # consumers kept in rings of a turn's rows
+    order: List[Tensor] = field(default_factory=list)  # the program's tensors, in order
+
+    @property
+    def e(self) -> Compute:
+        return self.es[0]
+
+    @property
+    def de(self) -> Compute:
+        return self.des[0]
+
+    @property
+    def store(self) -> Optional[Tensor]:
+        """The checkpoint buffer of ``e`` (None: nothing recomputed)."""
+        return self.stores.get(self.e.uid)
+
+    def reversal(self) -> List[Tuple[Compute, Optional[int], int]]:
+        """What a turn (a segment) runs backwards, in program order: each adjoint
+        (``(de, None, 0)``) and consumer (``(tensor, step axis, shift)``); a consumer
+        between two adjoints is read by the later one (a layer's ``dh_sum``)."""
+        pos = {x.uid: n for n, x in enumerate(self.order)}
+        return sorted([(d, None, 0) for d in self.des] + list(self.consumers),
+                      key=lambda r: pos[r[0].uid])
+
+    @property
+    def names(self) -> str:
+        return ", ".join(x.name for x in self.es)
 
 
 @dataclass
@@ -223,17 +270,24 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
         for p in tensor_inputs(x):
             readers.setdefault(p.uid, []).append(x)
     out = Plan()
+    grouped: set = set()
     for e in order:
         if not (isinstance(e, Compute) and e.carry is not None) or e.uid in outputs:
             continue
-        w = _window(e, params)
-        if w is None:
+        w = window(e, params)
+        if w is None or e.uid in grouped:
             continue
         seg = None
-        if e.checkpoints and out.segments is None and e.carry.step > 0:
-            seg = _segments(e, w, order, readers, outputs, params, mode, sums, steps)
+        if e.checkpoints and out.segments is None and e.carry.step > 0 and e.carry.axis == 0:
+            # the largest group that has the supported shape, down to e alone
+            es = group(e, order, outputs, params)
+            for n in range(len(es), 0, -1):
+                seg = _segments(es[:n], order, readers, outputs, params, mode, sums, steps)
+                if seg is not None:
+                    break
         if seg is not None:
             out.segments = seg
+            grouped = {x.uid for x in seg.es}
             continue
         m = 0
         for x in readers.get(e.uid, []):
@@ -254,46 +308,38 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
     return out
 
 
-def _segments(e: Compute, w: int, order, readers, outputs, params,
+def _segments(es: Sequence[Compute], order, readers, outputs, params,
               mode: str = "revolve", sums=None, steps=None) -> Optional[Segments]:
-    """The checkpointed plan for ``e`` and its adjoint, or None (full tape)."""
+    """The checkpointed plan for the group ``es`` and its adjoints, or None (full tape)."""
     sums, steps = sums or {}, steps or {}
-    if e.carry.axis != 0:
-        return None
+    e = es[0]
     T = e.dims[0]
-    # the adjoint: a descending recurrence reading e, or reading it only through tensors
-    # that are no recurrences (a GRU's forward sums and hoisted gates)
-    via, des, todo = {e.uid}, [], [e]
-    while todo:
-        for x in readers.get(todo.pop().uid, []):
-            if not isinstance(x, Compute) or x.uid in via:
-                continue
-            if x.carry is None:
-                via.add(x.uid)
-                todo.append(x)
-            elif x.carry.step < 0 and x not in des:
-                des.append(x)
-    if len(des) != 1:
+    pos = {t.uid: n for n, t in enumerate(order)}
+    des = sorted(adjoints(es, readers), key=lambda x: pos[x.uid])
+    # one adjoint per recurrence at most (a second descending reader of e is no adjoint
+    # a turn could run)
+    if not 1 <= len(des) <= len(es):
         return None
-    de = des[0]
-    if de.uid in outputs or de.carry.axis != 0 or not same(de.dims[0], T):
+    if any(de.uid in outputs or de.carry.axis != 0 or not same(de.dims[0], T) for de in des):
         return None
     # a recurrence by steps runs each step with the full tape's lowering of a step
     # (Lowerer.step_of), in either mode: its per-step sums are the same C, in the same order
-    if any(has_reduce(x) and x.uid not in steps for x in (e, de)):
+    if any(has_reduce(x) and x.uid not in steps for x in list(es) + des) or not all(
+            checkpoint_rows.by_steps_ok(x, 0, steps) for x in es if x.carry is None):
         return None
-    wd = _window(de, params)
-    rows = checkpoint_rows.classify(e, de, order, outputs, params, sums, steps)
-    if wd is None or rows is None:
+    wds = [window(de, params) for de in des]
+    ws = [window(x, params) if x.carry is not None else 0 for x in es]
+    rows = checkpoint_rows.classify(tuple(es), tuple(des), order, outputs, params, sums, steps)
+    if None in wds or None in ws or rows is None:
         return None
-    need, look_d = rows.need, rows.look_d
+    wd, w = max(wds), max(ws)
+    # a member reading an earlier one: the rows of it its step reads (lockstep)
+    cross = [offsets(x, y, x.axes[0], params, 0) for n, x in enumerate(es) for y in es[:n]]
+    need, look_d = rows.need + [r for r in cross if r], rows.look_d
     taken = rows.taken | {f.uid for f, *_ in rows.fore}
     back = max([w] + [-lo for lo, _ in need])
     ahead = max([0] + [hi for _, hi in need])
-    k = e.checkpoints
-    if k == "auto":  # see te.recurrence; a symbolic T runs segments, 64 of them
-        k = revolve_schedule.auto_slots(T.value) if isinstance(T, Const) else 64
-    k = int(k)
+    k = min(_slots(x.checkpoints, T) for x in es if x.carry is not None)
     if isinstance(T, Const):
         k = min(k, T.value)  # more checkpoints than steps would only cost memory
     # revolve needs its schedule as data, made for a known T: a symbolic T runs segments
@@ -301,16 +347,17 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
     seg = _c(1) if revolve else _bin("max", _ceil_div(T, k), _c(back))
     if not revolve and isinstance(seg, Const) and seg.value >= T.value:
         return None  # one segment (k = 1): the rings would be the whole tape
-    last = max([1] + [(last_rows(x, e, params) or 0) for x in readers.get(e.uid, [])
-                      if x.uid != de.uid and x.uid not in taken])
-    s = Segments(e, de, k, back, ahead, seg, rows.consumers, rows.early, max(wd, look_d),
-                 last, w)
-    s.sums, s.fore, s.ringed = rows.sums, rows.fore, rows.ringed
+    inner = rows.es | rows.des
+    last = max([1] + [(last_rows(x, y, params) or 0) for y in es for x in readers.get(y.uid, [])
+                      if x.uid not in inner and x.uid not in taken])
+    s = Segments(tuple(es), tuple(des), k, back, ahead, seg, rows.consumers, rows.early,
+                 max(wd, look_d), last, w)
+    s.sums, s.fore, s.ringed, s.order = rows.sums, rows.fore, rows.ringed, list(order)
     # When everything run inside the segments (de, the consumers, the sums added a step
     # at a time) reads only e's last steps (a linear recurrence such as an EWMA: its
     # adjoint does not depend on e), nothing needs recomputing: e keeps a rolling state
     # of those last steps and only de runs segment-wise.
-    inside = [de] + [c for c, *_ in rows.consumers] + [p.t for p in rows.sums] + [
+    inside = list(des) + [c for c, *_ in rows.consumers] + [p.t for p in rows.sums] + [
         f for f, *_ in rows.fore]
     tail = [last_rows(x, e, params) for x in inside]
     # (with a constant T every read is "in the last T steps": demand a ring smaller
@@ -318,7 +365,7 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
     width = max(w, back + ahead)
     # (revolve: its ring and checkpoints)
     ring = _c((k + 1) * width + 1) if revolve else _bin("add", seg, _c(back + ahead))
-    if not rows.fore and all(m is not None for m in tail) and (
+    if len(es) == 1 and not rows.fore and all(m is not None for m in tail) and (
             not isinstance(ring, Const) or max([w + 1, last] + tail) <= ring.value):
         s.recompute = False
         s.last = max([last] + tail)
@@ -329,21 +376,33 @@ def _segments(e: Compute, w: int, order, readers, outputs, params,
     return s
 
 
+def _slots(k, T: Expr) -> int:
+    """A recurrence's ``checkpoints`` as a number: ``"auto"`` (see ``te.recurrence``) is
+    revolve's for a constant ``T``; a symbolic ``T`` runs segments, 64 of them."""
+    if k == "auto":
+        return revolve_schedule.auto_slots(T.value) if isinstance(T, Const) else 64
+    return int(k)
+
+
 def _segment_buffers(p: Plan) -> None:
     s = p.segments
-    e, de = s.e, s.de
+    # (a group's members share the rows kept: a checkpoint holds each one's state)
+    held = None
     if s.mode == "revolve":
         # a checkpoint's rows, and the step computed from them
-        rows_e = _c(max(s.width + 1, s.last))
-        s.store = _scratch(e, (_c(s.k * s.width),) + tuple(e.dims[1:]), "checkpoints")
+        rows_e, held = _c(max(s.width + 1, s.last)), s.width
     elif s.recompute:
         rows_e = _bin("max", _bin("add", s.seg, _c(s.back + s.ahead)), _c(s.last))
-        s.store = _scratch(e, (_c(s.k * s.back),) + tuple(e.dims[1:]), "checkpoints")
+        held = s.back
     else:
         rows_e = _c(max(s.window + 1, s.last))
     rows_d = _bin("add", s.seg, _c(s.look_d))
-    p.rings[e.uid] = Ring(e, rows_e, _scratch(e, (rows_e,) + tuple(e.dims[1:]), "ring"))
-    p.rings[de.uid] = Ring(de, rows_d, _scratch(de, (rows_d,) + tuple(de.dims[1:]), "ring"))
+    for e in s.es:
+        if held is not None:
+            s.stores[e.uid] = _scratch(e, (_c(s.k * held),) + tuple(e.dims[1:]), "checkpoints")
+        p.rings[e.uid] = Ring(e, rows_e, _scratch(e, (rows_e,) + tuple(e.dims[1:]), "ring"))
+    for de in s.des:
+        p.rings[de.uid] = Ring(de, rows_d, _scratch(de, (rows_d,) + tuple(de.dims[1:]), "ring"))
     # the tensors run a row at a time: the rows a segment (a turn) reads; a forward
     # tensor's rows [lo, hi] from the turn, a consumer's its turn's row
     one = s.mode == "revolve"
@@ -385,7 +444,7 @@ def rings(sig, mode: str = "revolve", sums=None, steps=None) -> Optional[Plan]:
     return p if p.rings else None
 
 
-class RingProgram(RevolveSteps):
+class RingProgram(RevolveSteps, SegmentSteps):
     """The program of a lowerer whose ring tensors are addressed modulo their row count
     (``Lowerer.rings``), with the checkpointed segments of ``p`` (if any)."""
 
@@ -395,12 +454,13 @@ class RingProgram(RevolveSteps):
         lw.record.checkpoint.extend(
             f"{r.tensor.name} (ring of {r.rows} rows)" for r in p.rings.values())
         s = p.segments
-        if s is not None and s.mode == "revolve":
-            lw.record.checkpoint.append(f"{s.e.name} (revolve: {s.k} checkpoints x "
-                                        f"{s.width} rows)")
-        elif s is not None:
-            lw.record.checkpoint.append(f"{s.e.name} (segments: {s.k} "
-                                        f"checkpoints x {s.back} rows)")
+        for e in s.es if s is not None else ():
+            lw.record.checkpoint.append(
+                f"{e.name} (revolve: {s.k} checkpoints x {s.width} rows)" if s.mode == "revolve"
+                else f"{e.name} (segments: {s.k} checkpoints x {s.back} rows)")
+        if s is not None and len(s.es) > 1:
+            lw.record.checkpoint.append(f"{s.names}: in lockstep (a step of each in turn; "
+                                        f"a checkpoint holds the state of each)")
         self.ring_of: Dict[int, Ring] = {}
         self.logical: Dict[int, Tensor] = {}  # scratch buffer uid -> the tensor it holds
         self.recorded: set = set()  # uids of the tensors run by steps whose choice is recorded
@@ -418,12 +478,13 @@ class RingProgram(RevolveSteps):
                     lw.buf[uid] = lw.buf[ring.scratch.uid]
                     self.ring_of[uid] = ring
                     lw.rings[uid] = (ring.axis, ring.rows)
-        s = p.segments
-        if s is not None and s.store is not None:
-            st = s.store
-            lw.buf[st.uid] = type(lw.buf[s.e.uid])(
+        for e in s.es if s is not None else ():
+            st = s.stores.get(e.uid)
+            if st is None:
+                continue
+            lw.buf[st.uid] = type(lw.buf[e.uid])(
                 f"b{len(lw.tensors)}", st.dtype, False,
-                f"{s.e.name} checkpoints ({s.k} x {s.width if s.mode == 'revolve' else s.back}"
+                f"{e.name} checkpoints ({s.k} x {s.width if s.mode == 'revolve' else s.back}"
                 f" rows)")
             lw.dims[st.uid] = st.dims
             lw.tensors.append(st)
@@ -431,13 +492,20 @@ class RingProgram(RevolveSteps):
     def program(self) -> Program:
         s = self.plan.segments
         skip = set()
+        lowered = [self.logical.get(t.uid, t) for t in self.lw.lowered]
         if s is not None:
-            skip = ({s.de.uid} | {x.uid for x, *_ in s.consumers} | {x.uid for x in s.early}
-                    | {p.t.uid for p in s.sums} | {x.uid for x, *_ in s.fore})
+            skip = ({x.uid for x in s.des[1:]} | {x.uid for x, *_ in s.consumers}
+                    | {x.uid for x in s.early} | {p.t.uid for p in s.sums}
+                    | {x.uid for x, *_ in s.fore} | {x.uid for x in s.stores.values()})
+            # a group's forward steps run where its last member is (group(): nothing
+            # between its members reads them), its reversal where its first adjoint is
+            es = {x.uid for x in s.es}
+            last = [t for t in lowered if t.uid in es][-1]
+            skip |= es - {last.uid}
+            first_de = next(t for t in lowered if t.uid in {x.uid for x in s.des})
         body: List[Stmt] = []
-        for t in self.lw.lowered:  # (scratch tensors are lowered inside their users)
-            t = self.logical.get(t.uid, t)
-            if s is not None and t.uid == s.de.uid:
+        for t in lowered:  # (scratch tensors are lowered inside their users)
+            if s is not None and t.uid == first_de.uid:
                 if s.mode == "revolve":
                     body.append(self._reverse(s))
                     continue
@@ -445,16 +513,15 @@ class RingProgram(RevolveSteps):
                     body.append(self._tensor(x))
                 body.append(self._segments(s))
                 continue
-            if t.uid in skip or (s is not None and s.store is not None
-                                 and t.uid == s.store.uid):
+            if t.uid in skip:
                 continue
-            if s is not None and s.mode == "revolve" and t.uid == s.e.uid:
+            if s is not None and s.mode == "revolve" and t.uid == last.uid:
                 body.append(self._forward(s))
                 continue
-            if s is not None and s.recompute and t.uid == s.e.uid:
-                self.lw.owner = t
-                body.append(Block((Comment(f"{t} [forward sweep, checkpointed]"),) +
-                                  tuple(self.rows(t, 0, None, None, self._save(s)))))
+            if s is not None and s.recompute and t.uid == last.uid:
+                body.append(Block((Comment(f"{', '.join(map(str, s.es))} [forward sweep, "
+                                           f"checkpointed]"),) +
+                                  tuple(self.lockstep(s.es, None, None, self._save(s)))))
                 continue
             body.append(self._tensor(t))
         kernel = Kernel(self.lw.title, tuple((v, n) for n, v in self.lw.sizes.items()),
@@ -521,6 +588,25 @@ class RingProgram(RevolveSteps):
                               note=ax.name + (" (sequential)" if k == carry else "")),))
         return list(body.stmts)
 
+    def lockstep(self, ts: Sequence[Compute], lo, hi, after_step=None) -> List[Stmt]:
+        """The rows ``[lo, hi)`` (None: all) along the first axis of the tensors ``ts``
+        (a group of recurrences), a step of each in program order at a time
+        (a later one reads the earlier ones' rows of its step); one of them: its own
+        loop, as :meth:`rows` lowers it."""
+        if len(ts) == 1:
+            self.lw.owner = ts[0]
+            return self.rows(ts[0], 0, lo, hi, after_step)
+        n = self.lw.size_expr(ts[0].dims[0])
+        v = self.lw.fresh("k", I64)
+        step: List[Stmt] = []
+        for t in ts:
+            self.lw.owner = t
+            step += self.rows(t, 0, v, Op("add", (v, Lit(1, I64)), I64))
+        step += after_step(v) if after_step else []
+        return [For(v, lo if lo is not None else Lit(0, I64), hi if hi is not None else n, 1,
+                    Block(tuple(step)),
+                    note=f"steps of {', '.join(t.name for t in ts)} (sequential)")]
+
     # }}}
 
     # {{{ checkpoints and segments
@@ -545,87 +631,11 @@ class RingProgram(RevolveSteps):
             n = mul(n, self.lw.size_expr(d))
         return n
 
-    def _copy_row(self, dst: str, dst_row, src: str, src_row, n) -> Stmt:
+    def _copy_row(self, dst: str, dst_row, src: str, src_row, n, dtype) -> Stmt:
         z = self.lw.fresh("k", I64)
-        dtype = self.plan.segments.e.dtype
         return For(z, Lit(0, I64), n, 1, Block((
             Store(dst, add(mul(dst_row, n), z), Load(src, add(mul(src_row, n), z), dtype)),)),
             note="copy a row")
-
-    def _save(self, s: Segments):
-        """After forward step ``t``: keep it if it is one of the ``W`` rows before a
-        segment start ``j * S`` (``j = t // S + 1``)."""
-        e = s.e
-        ring, store = self.lw.buf[e.uid].name, self.lw.buf[s.store.uid].name
-
-        def after(t: Var) -> List[Stmt]:
-            seg, rows, n = (self.lw.size_expr(s.seg), self.lw.size_expr(self.ring_of[e.uid].rows),
-                            self._row_size(e))
-            j = self.lw.fresh("k", I64)
-            first = self.lw.fresh("k", I64)
-            return [Decl(j, Op("add", (Op("floordiv", (t, seg), I64), Lit(1, I64)), I64)),
-                    Decl(first, Op("sub", (Op("mul", (j, seg), I64), Lit(s.back, I64)), I64)),
-                    If(Op("and", (Op("lt", (j, Lit(s.k, I64)), "bool"),
-                                  Op("ge", (t, first), "bool")), "bool"),
-                       Block((self._copy_row(
-                           store, Op("add", (Op("mul", (j, Lit(s.back, I64)), I64),
-                                             Op("sub", (t, first), I64)), I64),
-                           ring, Op("mod", (t, rows), I64), n),)))]
-        return after
-
-    def _restore(self, s: Segments, j: Var, lo: Var) -> Stmt:
-        """Copy segment ``j``'s checkpoint (the ``W`` rows before ``lo``) into the ring."""
-        e = s.e
-        rows = self.lw.size_expr(self.ring_of[e.uid].rows)
-        w, row = self.lw.fresh("k", I64), self.lw.fresh("k", I64)
-        return For(w, Lit(0, I64), Lit(s.back, I64), 1, Block((
-            Decl(row, Op("add", (Op("sub", (lo, Lit(s.back, I64)), I64), w), I64)),
-            If(Op("ge", (row, Lit(0, I64)), "bool"), Block((
-                self._copy_row(self.lw.buf[e.uid].name, Op("mod", (row, rows), I64),
-                               self.lw.buf[s.store.uid].name,
-                               Op("add", (Op("mul", (j, Lit(s.back, I64)), I64), w), I64),
-                               self._row_size(e)),))),)),
-            note="restore the checkpoint")
-
-    def _segments(self, s: Segments) -> Stmt:
-        e, de = s.e, s.de
-        T = self.lw.size_expr(e.dims[0])
-        seg_v, nseg = self.lw.fresh("k", I64), self.lw.fresh("k", I64)
-        j, lo, hi = self.lw.fresh("k", I64), self.lw.fresh("k", I64), self.lw.fresh("k", I64)
-        inner: List[Stmt] = [
-            Decl(lo, Op("mul", (j, seg_v), I64)),
-            Decl(hi, Op("min", (T, Op("add", (lo, seg_v), I64)), I64)),
-        ]
-        if s.recompute:
-            inner += [self._restore(s, j, lo), Comment(f"recompute {e.name} over the segment")]
-            self.lw.owner = e
-            e_hi = Op("min", (T, Op("add", (hi, Lit(s.ahead, I64)), I64)), I64)
-            inner += self.rows(e, 0, lo, e_hi)
-        for x, a, r0, r1 in s.fore:
-            inner.append(Comment(f"{x} [the rows the segment reads]"))
-            inner += self.clipped(x, a, Op("add", (lo, Lit(r0, I64)), I64),
-                                  Op("add", (hi, Lit(r1, I64)), I64))
-        inner.append(Comment(f"{de} [ring of {self.ring_of[de.uid].rows} rows]"))
-        self.lw.owner = de
-        inner += self.rows(de, 0, lo, hi)
-        for x, a, c in s.consumers:
-            inner.append(Comment(f"{x} [rows of the segment]"))
-            inner += self.consumer_rows(s, x, a, c, lo, hi)
-        if s.sums:
-            t = self.lw.fresh("k", I64)
-            inner.append(For(t, lo, hi, 1, Block(tuple(self.add_steps(s, t))), descending=True,
-                             note="the sums' steps, last first"))
-        return Block(tuple(self.zero_sums(s)) + (
-            Comment(f"checkpointed gradient of {e.name}: {s.k} segments, "
-                    + ("recomputed backwards" if s.recompute else
-                       f"{de.name} runs backwards a segment at a time ({e.name} is read "
-                       f"only at its last steps: nothing to recompute)")),
-            Decl(seg_v, self.lw.size_expr(s.seg)),
-            Decl(nseg, Op("floordiv", (Op("add", (T, Op("sub", (seg_v, Lit(1, I64)), I64)), I64),
-                                       seg_v), I64)),
-            For(j, Lit(0, I64), nseg, 1, Block(tuple(inner)), descending=True,
-                note="segments, last first (sequential)"),
-        ))
 
     # }}}
 

@@ -54,13 +54,13 @@ I64 = INDEX_DTYPE
 def offsets(reader: Tensor, target: Compute, base: Expr, params,
             axis: Optional[int] = None) -> Optional[Tuple[int, int]]:
     """``(lo, hi)`` of ``index of a read of target - base`` along ``target``'s carried
-    axis (``axis``: that one instead) over all reads of ``target`` (or its self handle)
+    axis (its first if it is no recurrence; ``axis``: that one instead) over all reads of ``target`` (or its self handle)
     in ``reader``; ``()`` if none runs, None if unbounded, not affine, or not analysable
     (scatter-adds, reads in bounds)."""
     if not isinstance(reader, Compute):
         return None
     uids = {target.uid} | ({target.self_ref.uid} if target.self_ref is not None else set())
-    c = target.carry.axis if axis is None else axis
+    c = axis if axis is not None else target.carry.axis if target.carry is not None else 0
     lo = hi = None
     found = False
     for r, guards, raxes in read_sites(reader.body):
@@ -85,21 +85,44 @@ def offsets(reader: Tensor, target: Compute, base: Expr, params,
     return () if lo is None else (lo, hi)
 
 
+def window(e: Compute, params) -> Optional[int]:
+    """How many steps back (along its direction) the recurrence ``e`` reads itself:
+    ``w >= 1`` (None: not a constant distance).
+
+    >>> import tensorexpr as te
+    >>> d = te.placeholder((9,), name="d")
+    >>> e = te.recurrence((9,), lambda e, t: d[t] + te.select(t < 2, 0.0, e[t - 2]), name="e")
+    >>> window(e, ())
+    2
+    """
+    rng = offsets(e, e, e.axes[e.carry.axis], params)
+    if rng is None or rng == ():
+        return None
+    return -rng[0] if e.carry.step > 0 else rng[1]
+
+
 def reads(x: Tensor, t: Tensor) -> bool:
     """Does ``x`` read ``t``?"""
     return any(p.uid == t.uid for p in tensor_inputs(x))
 
 
 def last_rows(reader: Tensor, e: Compute, params) -> Optional[int]:
-    """``m`` such that ``reader`` reads only the last ``m`` steps of ``e`` (0: none)."""
-    T = e.dims[e.carry.axis]
-    if e.carry.step > 0:
+    """``m`` such that ``reader`` reads only the last ``m`` steps of ``e`` (0: none; the
+    steps of a tensor that is no recurrence: its first axis, ascending)."""
+    T = e.dims[e.carry.axis if e.carry is not None else 0]
+    if e.carry is None or e.carry.step > 0:
         last = Const(T.value - 1, I64) if isinstance(T, Const) else Binary("sub", T, Const(1, I64),
                                                                               I64)
         rng = offsets(reader, e, last, params)
         return None if rng is None else (0 if rng == () else 1 - rng[0])
     rng = offsets(reader, e, Const(0, I64), params)
     return None if rng is None else (0 if rng == () else rng[1] + 1)
+
+
+def _last_rows(reader: Tensor, es: Sequence[Compute], params) -> Optional[int]:
+    """:func:`last_rows` over each of ``es`` (the most; None if one is read otherwise)."""
+    got = [last_rows(reader, y, params) for y in es]
+    return None if None in got else max(got)
 
 
 def has_reduce(t: Compute) -> bool:
@@ -121,6 +144,8 @@ class Rows:
     sums: List = field(default_factory=list)  # codegen.adjoint_sums plans, added per turn
     early: List[Tensor] = field(default_factory=list)  # after de, computed before the turns
     need: List[Tuple[int, int]] = field(default_factory=list)  # e's rows, from the turn
+    es: set = field(default_factory=set)  # uids of the forward recurrences (one group)
+    des: set = field(default_factory=set)  # uids of their adjoints
     look_d: int = 0  # de's rows ahead of the turn read
     taken: set = field(default_factory=set)  # uids computed at the turns or after them
     ringed: set = field(default_factory=set)  # consumers read only at the turns
@@ -146,54 +171,76 @@ def _step_axis(x: Compute, targets: Dict[int, Tuple[Compute, int]], params):
     return None if best is None else best[1:]
 
 
-def _by_steps_ok(x: Compute, a: int, steps) -> bool:
-    """A tensor holding sums runs a row at a time only as every build runs it: by steps."""
+def by_steps_ok(x: Compute, a: int, steps) -> bool:
+    """A tensor holding sums runs a row at a time only as every build runs it: by steps
+    (``steps``: the ``codegen.recurrence_steps`` plans by uid) along its axis ``a``.
+
+    >>> import tensorexpr as te
+    >>> x = te.placeholder((4, 3), name="x")
+    >>> y = te.compute((4, 3), lambda t, r: x[t, r] * 2.0, name="y")
+    >>> by_steps_ok(y, 0, {})  # (no sum: any row is the same C)
+    True
+    """
     if not has_reduce(x):
         return True
     p = steps.get(x.uid)
     return p is not None and p.t is x and p.axis == a
 
 
-def classify(e: Compute, de: Compute, order: Sequence[Tensor], outputs, params,
+def classify(e, de, order: Sequence[Tensor], outputs, params,
              sums=None, steps=None) -> Optional[Rows]:
     """The rows of the tensors after ``e`` in ``order`` (see the module docstring), or
     None when one of them has no place in a turn. ``outputs``: uids of the program's
     outputs; ``sums``, ``steps``: the ``codegen.adjoint_sums`` and
-    ``codegen.recurrence_steps`` plans by uid."""
+    ``codegen.recurrence_steps`` plans by uid. ``e`` and ``de`` may be tuples: a group
+    of recurrences run in lockstep (``codegen.checkpoint``) and their adjoints, in
+    program order; :attr:`Rows.need` then holds the rows of every one of them."""
     sums, steps = sums or {}, steps or {}
-    T = e.dims[0]
+    es = (e,) if isinstance(e, Tensor) else tuple(e)
+    des = (de,) if isinstance(de, Tensor) else tuple(de)
+    T = es[0].dims[0]
     pos = {t.uid: k for k, t in enumerate(order)}
+    first_de = min(pos[d.uid] for d in des)
     readers: Dict[int, List[Tensor]] = {}
     for x in order:
         for p in tensor_inputs(x):
             readers.setdefault(p.uid, []).append(x)
-    out = Rows()
+    out = Rows(es={x.uid for x in es}, des={x.uid for x in des})
     # uid -> (tensor, step axis): what a turn has rows of (e and de: their carried axis)
-    stepped: Dict[int, Tuple[Compute, int]] = {e.uid: (e, 0), de.uid: (de, 0)}
+    stepped: Dict[int, Tuple[Compute, int]] = {x.uid: (x, 0) for x in es + des}
     fore: Dict[int, List] = {}  # uid -> [tensor, axis, lo, hi, its reads]
     shift: Dict[int, int] = {}  # consumers
-    for x in order[pos[e.uid] + 1:]:
-        if x.uid == de.uid:
+    on_adjoint = set(out.des)  # the tensors depending on an adjoint
+    read_by_de = {p.uid for d in des for p in tensor_inputs(d)}
+    for x in order[pos[es[0].uid] + 1:]:
+        if any(p.uid in on_adjoint for p in tensor_inputs(x)):
+            on_adjoint.add(x.uid)
+        if x.uid in stepped:
             continue
-        before = pos[x.uid] < pos[de.uid]
+        # (a forward tensor a later adjoint reads, after an earlier one in the program: a
+        # lower layer's forward sums h1[t - 1] @ U1)
+        before = pos[x.uid] < first_de or (x.uid not in on_adjoint and x.uid in read_by_de)
         on_fore = any(reads(x, f[0]) for f in fore.values())
+        on_e = any(reads(x, y) for y in es)
         if before:
-            if not (reads(x, e) or on_fore):
+            if not (on_e or on_fore):
                 continue
-            m = None if on_fore else last_rows(x, e, params)
+            m = None if on_fore else _last_rows(x, es, params)
             if m is not None and not (isinstance(T, Const) and m >= T.value):
                 continue  # computed as the full tape computes it (from e's last rows)
             got = None
             if isinstance(x, Compute) and x.carry is None:
-                got = _step_axis(x, {u: v for u, v in stepped.items() if u != de.uid}, params)
+                got = _step_axis(x, {u: v for u, v in stepped.items() if u not in out.des},
+                                 params)
             if got is None and m is not None:
                 continue  # (every row of e, kept: exact, nothing saved)
-            if got is None or x.uid in outputs or not _by_steps_ok(x, got[0], steps):
+            if got is None or x.uid in outputs or not by_steps_ok(x, got[0], steps):
                 return None
             fore[x.uid] = [x, got[0], None, None, got[1]]
             stepped[x.uid] = (x, got[0])
             continue
-        on_turns = reads(x, de) or reads(x, e) or on_fore or any(
+        on_de = any(reads(x, y) for y in des)
+        on_turns = on_de or on_e or on_fore or any(
             reads(x, c) for c in (stepped[u][0] for u in shift))
         if on_turns and any(p.uid in out.taken and p.uid not in shift
                             for p in tensor_inputs(x)):
@@ -208,7 +255,7 @@ def classify(e: Compute, de: Compute, order: Sequence[Tensor], outputs, params,
             late = [(r, sums[r.uid]) for r in readers.get(x.uid, []) if r.uid in sums]
             got = _consumer(x, T, stepped, fore, shift, out, params, steps, late)
             if got is None:
-                if not (reads(x, de) or on_fore) and last_rows(x, e, params) is not None \
+                if not (on_de or on_fore) and _last_rows(x, es, params) is not None \
                         and not any(reads(x, stepped[u][0]) for u in shift):
                     out.early.append(x)  # only the last steps of e: before the turns
                     continue
@@ -225,15 +272,26 @@ def classify(e: Compute, de: Compute, order: Sequence[Tensor], outputs, params,
     if not out.consumers and not out.sums:
         return None
     # the rows of the forward tensors each turn needs, from their readers down
-    rng = offsets(de, e, de.axes[0], params)
-    if rng is None:
-        return None
-    out.need += [rng] if rng else []
-    for u, f in fore.items():
-        got = offsets(de, f[0], de.axes[0], params, f[1])
-        if got is None:
-            return None
-        _widen(f, got)
+    for d in des:
+        for y in es:
+            rng = offsets(d, y, d.axes[0], params)
+            if rng is None:
+                return None
+            out.need += [rng] if rng else []
+        for y in des:  # (an adjoint read by a later one: rows the turns computed)
+            rng = offsets(d, y, d.axes[0], params) if y is not d and reads(d, y) else ()
+            if rng is None or (rng and rng[0] < 0):
+                return None
+            out.look_d = max([out.look_d] + list(rng[1:]))
+        for u in shift:  # (a consumer read by a later adjoint: at the same turn only)
+            x, a = stepped[u]
+            if reads(d, x) and (shift[u] or offsets(d, x, d.axes[0], params, a) != (0, 0)):
+                return None
+        for u, f in fore.items():
+            got = offsets(d, f[0], d.axes[0], params, f[1])
+            if got is None:
+                return None
+            _widen(f, got)
     for f in reversed(list(fore.values())):
         if f[2] is None:
             continue  # read by nothing that runs at the turns
@@ -241,7 +299,7 @@ def classify(e: Compute, de: Compute, order: Sequence[Tensor], outputs, params,
             if not rng:
                 continue
             lo, hi = rng
-            if u == e.uid:
+            if u in out.es:
                 out.need.append((f[2] + lo, f[3] + hi))
             else:
                 _widen(fore[u], (f[2] + lo, f[3] + hi))
@@ -249,7 +307,7 @@ def classify(e: Compute, de: Compute, order: Sequence[Tensor], outputs, params,
         return None  # (an unread forward tensor: nothing would compute it)
     out.fore = [(f[0], f[1], f[2], f[3]) for f in fore.values()]
     # a consumer read only at the turns (by consumers and sums) needs its turn's rows only
-    inside = set(shift) | {p.t.uid for p in out.sums}
+    inside = set(shift) | {p.t.uid for p in out.sums} | out.des
     out.ringed = {u for u in shift if u not in outputs
                   and all(r.uid in inside for r in readers.get(u, []))}
     return out
@@ -267,7 +325,6 @@ def _turn_reads(x: Compute, base: Expr, c: int, stepped, fore, shift, out, param
     """Record what ``x``'s row at turn ``t`` (read at ``base``, its row ``t - c``) reads,
     relative to the turn; False if it cannot: ``de`` at an earlier step, or another
     consumer at another turn's row."""
-    e, de = (stepped[u][0] for u in list(stepped)[:2])
     for u, (t, ta) in stepped.items():
         if not reads(x, t):
             continue
@@ -277,9 +334,9 @@ def _turn_reads(x: Compute, base: Expr, c: int, stepped, fore, shift, out, param
         if rng == ():
             continue
         lo, hi = rng[0] - c, rng[1] - c
-        if u == e.uid:
+        if u in out.es:
             out.need.append((lo, hi))
-        elif u == de.uid:
+        elif u in out.des:
             if lo < 0:
                 return False
             out.look_d = max(out.look_d, hi)
@@ -296,7 +353,7 @@ def _consumer(x: Tensor, T: Expr, stepped, fore, shift, out, params, steps, late
     if not isinstance(x, Compute) or x.carry is not None:
         return None
     got = _step_axis(x, stepped, params)
-    if got is None or not _by_steps_ok(x, got[0], steps):
+    if got is None or not by_steps_ok(x, got[0], steps):
         return None
     a, rng = got
     # row a at the turn of the consumers it reads, or of the sums reading it (a sum adds
@@ -318,7 +375,9 @@ def _consumer(x: Tensor, T: Expr, stepped, fore, shift, out, params, steps, late
 
 def _sum_reads(p, x: Compute, T: Expr, stepped, fore, shift, out, params) -> bool:
     """Can the sum over the steps ``x`` (plan ``p``) add step ``t`` at turn ``t``?"""
-    lo, hi = p.steps()
-    if not (isinstance(T, Const) and 0 <= lo and hi <= T.value):
+    lo, hi = p.bounds()  # within the turns [0, T), for every value of the sizes
+    first = polyhedral.offset_range((), (), lo, Const(0, I64), params)
+    last = polyhedral.offset_range((), (), hi, T, params)
+    if not (first and first[0] >= 0 and last and last[1] <= 0):
         return False
     return _turn_reads(x, p.axis, 0, stepped, fore, shift, out, params)

@@ -324,11 +324,17 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
     def compute_adjoint_sum(self, t: Compute, p) -> List[Stmt]:
         """The sum over an adjoint's steps ``t`` a step at a time (``codegen.adjoint_sums``'
         plan ``p``): zero, then each step's terms added, from the last step down."""
-        lo, hi = p.steps()
+        lo, hi = self.adjoint_bounds(p)
         s = self.fresh("s", I64)
         return self.adjoint_zero(p) + [
-            For(s, Lit(lo, I64), Lit(hi, I64), 1, Block(tuple(self.adjoint_step(p, s))),
+            For(s, lo, hi, 1, Block(tuple(self.adjoint_step(p, s))),
                 descending=True, note=p.axis.name + " (steps, last first)")]
+
+    def adjoint_bounds(self, p) -> Tuple[CExpr, CExpr]:
+        """The steps ``[lo, hi)`` the sum over an adjoint's steps of plan ``p`` adds, as C
+        (a symbolic ``T``: expressions of the kernel's sizes)."""
+        return tuple(Lit(int(b.value), I64) if isinstance(b, Const) else self.size_expr(b)
+                     for b in p.bounds())
 
     def adjoint_zero(self, p) -> List[Stmt]:
         """``p.t = 0`` (a sum starts at +0.0)."""

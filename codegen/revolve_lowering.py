@@ -45,36 +45,37 @@ class RevolveSteps:
             self._sched = (f"revolve_{self.lw.buf[s.e.uid].name}", codes,
                            [a.kind for a in sched.actions].index("firsturn"))
             self.lw.record.checkpoint.append(
-                f"{s.e.name} schedule: {len(sched.actions)} actions, "
+                f"{s.names} schedule: {len(sched.actions)} actions, "
                 f"{revolve.least_forward_steps(sched.steps, sched.slots)} steps recomputed")
         return self._sched
 
     def _state_rows(self, s, cur, slot, restore: bool) -> Stmt:
-        """Copy the state at position ``cur`` (e's rows ``[cur + H - width, cur + H)`` that
-        exist) between the ring and checkpoint ``slot``."""
-        e = s.e
-        T = int(e.dims[0].value)
-        rows = self.lw.size_expr(self.ring_of[e.uid].rows)
+        """Copy the state at position ``cur`` (the rows ``[cur + H - width, cur + H)`` that
+        exist of each recurrence of the group) between the rings and checkpoint ``slot``."""
+        T = int(s.e.dims[0].value)
         w, row = self.lw.fresh("k", I64), self.lw.fresh("k", I64)
-        ring, store = self.lw.buf[e.uid].name, self.lw.buf[s.store.uid].name
-        at_ring = Op("mod", (row, rows), I64)
         at_store = Op("add", (Op("mul", (slot, Lit(s.width, I64)), I64), w), I64)
-        copy = (self._copy_row(ring, at_ring, store, at_store, self._row_size(e)) if restore
-                else self._copy_row(store, at_store, ring, at_ring, self._row_size(e)))
+        copies = []
+        for e in s.es:
+            ring, store = self.lw.buf[e.uid].name, self.lw.buf[s.stores[e.uid].uid].name
+            at_ring = Op("mod", (row, self.lw.size_expr(self.ring_of[e.uid].rows)), I64)
+            n = self._row_size(e)
+            copies.append(self._copy_row(ring, at_ring, store, at_store, n, e.dtype) if restore
+                          else self._copy_row(store, at_store, ring, at_ring, n, e.dtype))
         first = Op("sub", (cur, Lit(s.width - s.ahead, I64)), I64)
         return For(w, Lit(0, I64), Lit(s.width, I64), 1, Block((
             Decl(row, Op("add", (first, w), I64)),
             If(Op("and", (Op("ge", (row, Lit(0, I64)), "bool"),
                           Op("lt", (row, Lit(T, I64)), "bool")), "bool"),
-               Block((copy,))),)),
+               Block(tuple(copies))),)),
             note="restore a checkpoint" if restore else "take a checkpoint")
 
     def _advance(self, s, lo, hi) -> List[Stmt]:
-        """Forward steps from position ``lo`` to ``hi``: e's rows ``[lo + H, hi + H)`` < T."""
+        """Forward steps from position ``lo`` to ``hi``: the group's rows ``[lo + H, hi + H)``
+        < T."""
         T = Lit(int(s.e.dims[0].value), I64)
-        self.lw.owner = s.e
-        return self.rows(s.e, 0, Op("add", (lo, Lit(s.ahead, I64)), I64),
-                         Op("min", (T, Op("add", (hi, Lit(s.ahead, I64)), I64)), I64))
+        return self.lockstep(s.es, Op("add", (lo, Lit(s.ahead, I64)), I64),
+                             Op("min", (T, Op("add", (hi, Lit(s.ahead, I64)), I64)), I64))
 
     def _interpret(self, s, start: int, stop: int, cur: Var, kinds) -> Stmt:
         """A loop over actions ``[start, stop)`` of the table, running ``kinds`` of them."""
@@ -115,12 +116,15 @@ class RevolveSteps:
         return out + self._reverse_step(s, t, Op("add", (t, Lit(1, I64)), I64))
 
     def _reverse_step(self, s, t, one) -> List[Stmt]:
-        """``de[t]``, the consumers' rows of turn ``t`` (``one``: ``t + 1``), the sums'
-        step ``t``."""
-        self.lw.owner = s.de
-        out = self.rows(s.de, 0, t, one)
-        for x, a, c in s.consumers:
-            out += self.consumer_rows(s, x, a, c, t, one)
+        """``de[t]`` (of each adjoint), the consumers' rows of turn ``t`` (``one``:
+        ``t + 1``), in program order, then the sums' step ``t``."""
+        out: List[Stmt] = []
+        for x, a, c in s.reversal():
+            if a is None:
+                self.lw.owner = x
+                out += self.rows(x, 0, t, one)
+            else:
+                out += self.consumer_rows(s, x, a, c, t, one)
         return out + self.add_steps(s, t)
 
     def zero_sums(self, s) -> List[Stmt]:
@@ -142,10 +146,10 @@ class RevolveSteps:
         (``Lowerer.adjoint_step``), where ``t`` is one of its steps."""
         out: List[Stmt] = []
         for p in s.sums:
-            lo, hi = p.steps()
+            lo, hi = self.lw.adjoint_bounds(p)
             self.lw.owner = p.t
-            out.append(If(Op("and", (Op("ge", (t, Lit(lo, I64)), "bool"),
-                                     Op("lt", (t, Lit(hi, I64)), "bool")), "bool"),
+            out.append(If(Op("and", (Op("ge", (t, lo), "bool"), Op("lt", (t, hi), "bool")),
+                             "bool"),
                           Block((Comment(f"{p.t.name} += the terms of this step"),)
                                 + tuple(self.lw.adjoint_step(p, t)))))
         return out
@@ -157,11 +161,11 @@ class RevolveSteps:
         self.cur = self.lw.fresh("k", I64)
         T = int(s.e.dims[0].value)
         body: List[Stmt] = [
-            Comment(f"{s.e} [forward sweep, revolve: {s.k} checkpoints x {s.width} rows]"),
+            Comment(f"{', '.join(map(str, s.es))} [forward sweep, revolve: {s.k} checkpoints x "
+                    f"{s.width} rows]"),
             Local(name, I64, len(codes), tuple(codes)),
             Decl(self.cur, Lit(0, I64))]
-        self.lw.owner = s.e
-        body += self.rows(s.e, 0, Lit(0, I64), Lit(min(s.ahead, T), I64))
+        body += self.lockstep(s.es, Lit(0, I64), Lit(min(s.ahead, T), I64))
         body.append(self._interpret(s, 0, first, self.cur, ("advance", "takeshot")))
         body += self._advance(s, Lit(T - 1, I64), Lit(T, I64))
         return Block(tuple(body))
@@ -171,7 +175,7 @@ class RevolveSteps:
         turn's reverse step, then the rest of the schedule."""
         name, codes, first = self._table(s)
         T = int(s.e.dims[0].value)
-        body: List[Stmt] = [Comment(f"checkpointed gradient of {s.e.name}: reversed by the "
+        body: List[Stmt] = [Comment(f"checkpointed gradient of {s.names}: reversed by the "
                                     f"revolve schedule ({s.k} checkpoints)")]
         for x in s.early:
             body.append(self._tensor(x))

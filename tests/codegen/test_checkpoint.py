@@ -9,6 +9,8 @@ from codegen.pipeline import generate
 from codegen.checkpoint import plan
 from codegen.signature import Signature
 
+from .recurrence_programs import (STEPS, agrees_with_its_full_tape, checkpointed, rnn,
+                                 tanh_layer, with_head)
 from .util import assert_same
 
 
@@ -411,84 +413,8 @@ def test_a_head_over_every_step_agrees_with_numpy(make, T, k):
 # {{{ recurrences with sums over the previous step, and sums over the steps (issue 15)
 
 
-def _with_head(h, ins, head):
-    """``(inputs, gradients of ins)`` through the recurrence ``h`` (steps, rows, units):
-    of ``sum(h[T - 1] ** 2)`` (``head="last"``) or with a head ``Hd`` over every step
-    (``head="every"``: every step's adjoint reads it, an input of the gradient)."""
-    T, B, H = h.shape
-    if head == "every":
-        Hd = te.placeholder(h.shape, h.dtype, "Hd")
-        return ins + [Hd], list(te.differentiate(h, ins, head=Hd))
-    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
-    L = te.compute((), lambda: te.sum(h[T - 1, r1, r2] * h[T - 1, r1, r2], axis=[r1, r2]),
-                   name="L")
-    return ins, list(te.differentiate(L, ins))
-
-
-def _tanh_layer(x, W, k, name):
-    """``name[t] = tanh(x[t] + name[t - 1] @ W)``: a sum over the previous step."""
-    T, B, H = x.shape
-    kk = te.reduce_axis(H, "k")
-    return te.recurrence((T, B, H), lambda h, t, b, j: te.tanh(x[t, b, j] + te.select(
-        t == 0, 0.0, te.sum(h[t - 1, b, kk] * W[kk, j], axis=kk))), name=name, dtype=x.dtype,
-        checkpoints=k)
-
-
-def _rnn(T, B, H, k, dtype="float32", head="last"):
-    """A tanh RNN's gradients w.r.t. its inputs and its weights (a sum over the steps)."""
-    x = te.placeholder((T, B, H), dtype, "x")
-    W = te.placeholder((H, H), dtype, "W")
-    return _with_head(_tanh_layer(x, W, k, "h"), [x, W], head)
-
-
-def _stacked(T, B, H, k, head="last"):
-    """Two tanh layers, the second reading the first at every step."""
-    x = te.placeholder((T, B, H), "float32", "x")
-    W, V = (te.placeholder((H, H), "float32", n) for n in ("W", "V"))
-    h = _tanh_layer(x, W, k, "h")
-    return _with_head(_tanh_layer(h, V, k, "g"), [x, W, V], head)
-
-
-def _arrays(ins, seed, shapes=None):
-    # inputs in [-1, 1), square weights scaled by 1 / sqrt(H): tanh stays off saturation;
-    # ``shapes``: name -> shape where a placeholder's is symbolic
-    rng = np.random.default_rng(seed)
-    out = []
-    for p in ins:
-        shape = tuple((shapes or {}).get(p.name, p.shape))
-        a = (rng.standard_normal(shape) / np.sqrt(shape[0]) if len(shape) == 2
-             else rng.uniform(-1.0, 1.0, shape))
-        out.append(a.astype(p.dtype))
-    return out
-
-
-def _agrees_with_its_full_tape(ins, grads, mode, seed=0, shapes=None):
-    """The build of ``grads`` with ``ScheduleOptions(checkpoint=mode)``, after checking it
-    bit-identical to the full tape of the same program and close to the numpy backend
-    (each build's first call: no buffer of an earlier call can hide a missing value)."""
-    arrays = _arrays(ins, seed, shapes)
-    ck = te.build(grads, inputs=ins, options=te.ScheduleOptions(checkpoint=mode))
-    full = te.build(grads, inputs=ins, options=te.ScheduleOptions(checkpoint=False))
-    ref = te.build(grads, inputs=ins, backend="numpy")
-    got, want, r = (list(f(*arrays)) if len(grads) > 1 else [f(*arrays)]
-                    for f in (ck, full, ref))
-    for a, b, c in zip(got, want, r):
-        assert np.array_equal(a, b)
-        np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-5)
-    return ck
-
-
 HEADS_MODES = pytest.mark.parametrize("head,mode", [(h, m) for h in ("last", "every")
                                                     for m in (True, "segments")])
-# T not a multiple of k, k = 1, k >= T, T = 1, and a T the no-recompute ring covers
-STEPS = [(13, 3), (7, 1), (4, 9), (1, 1), (6, 2)]
-
-
-def _checkpointed(T, k, mode) -> bool:
-    # one step has nothing to checkpoint; one segment (k = 1) would be the whole tape
-    return T > 1 and not (mode == "segments" and k == 1)
-
-
 @HEADS_MODES
 @pytest.mark.parametrize("T,k", STEPS)
 @pytest.mark.parametrize("net", ["rnn", "gru"])
@@ -496,9 +422,9 @@ def test_checkpointed_gradient_of_an_rnn_is_its_full_tape_bit_for_bit(net, T, k,
     # the head over every step is the shape a branch got wrong (dW off by 4): the sums
     # over the steps read h at every step, and the no-recompute ring held too few rows.
     # (The GRU has 3 units: from 5 on, passes.hoist moves its gates out of dh's sum.)
-    ins, g = _rnn(T, 3, 5, k, head=head) if net == "rnn" else _gru(T, 2, 3, k, head=head)
-    ck = _agrees_with_its_full_tape(ins, g, mode, seed=T * 10 + k)
-    assert ("checkpointed gradient" in ck.source) == _checkpointed(T, k, mode)
+    ins, g = rnn(T, 3, 5, k, head=head) if net == "rnn" else _gru(T, 2, 3, k, head=head)
+    ck = agrees_with_its_full_tape(ins, g, mode, seed=T * 10 + k)
+    assert ("checkpointed gradient" in ck.source) == checkpointed(T, k, mode)
 
 
 @pytest.mark.parametrize("mode", [True, "segments"])
@@ -507,11 +433,11 @@ def test_rnn_weight_gradient_alone_with_a_head_over_every_step(T, k, mode):
     # the reproducer of that wrong dW: dW alone (no dx, whose rows read h at every step
     # too), so that the sum over the steps is what reads h's first rows
     x, W = (te.placeholder(s, "float32", n) for s, n in (((T, 3, 16), "x"), ((16, 16), "W")))
-    h = _tanh_layer(x, W, k, "h")
+    h = tanh_layer(x, W, k, "h")
     Hd = te.placeholder(h.shape, "float32", "Hd")
     (dW,) = te.differentiate(h, [W], head=Hd)
-    ck = _agrees_with_its_full_tape([x, W, Hd], [dW], mode, seed=T)
-    assert ("checkpointed gradient" in ck.source) == _checkpointed(T, k, mode)
+    ck = agrees_with_its_full_tape([x, W, Hd], [dW], mode, seed=T)
+    assert ("checkpointed gradient" in ck.source) == checkpointed(T, k, mode)
     if (T, k, mode) == (6, 2, True):
         # nothing recomputed: h's ring holds every row dW's steps read, h[t - 1] and h[t]
         assert "h (ring of 6 rows)" in ck.schedule.checkpoint
@@ -519,18 +445,23 @@ def test_rnn_weight_gradient_alone_with_a_head_over_every_step(T, k, mode):
 
 def test_rnn_of_symbolic_length_runs_segments():
     # revolve needs T: a symbolic one runs segments, each step as the full tape's; the
-    # weight gradient's steps have no constant bounds to add at the turns: full tape
+    # weight gradient's steps [1, T) are added at the turns, as the full tape adds them
+    # (it kept the full tape while a sum over the steps needed constant bounds)
     n = te.var("n")
     x, W = te.placeholder((n, 2, 5), "float32", "x"), te.placeholder((5, 5), "float32", "W")
-    h = _tanh_layer(x, W, 3, "h")
+    h = tanh_layer(x, W, 3, "h")
     r1, r2 = te.reduce_axis(2), te.reduce_axis(5)
     L = te.compute((), lambda: te.sum(h[n - 1, r1, r2] * h[n - 1, r1, r2], axis=[r1, r2]),
                    name="L")
-    for wrt, kept in (([x], True), ([x, W], False)):
+    for wrt in ([x], [x, W], [W]):
         g = list(te.differentiate(L, wrt))
         for T in (1, 7, 12):
-            ck = _agrees_with_its_full_tape([x, W], g, True, T, {"x": (T, 2, 5)})
-            assert ("segments: 3 checkpoints" in " ".join(ck.schedule.checkpoint)) == kept
+            ck = agrees_with_its_full_tape([x, W], g, True, T, {"x": (T, 2, 5)})
+            assert "h (segments: 3 checkpoints x 1 rows)" in ck.schedule.checkpoint
+            if W in wrt:
+                assert "checkpointed gradient of h" in ck.source
+                assert "dW: adjoint-steps (step=t, added=at the checkpointed turns)" in str(
+                    ck.schedule)
 
 
 @pytest.mark.parametrize("T,k,H", [(13, 3, 3), (7, 1, 3), (4, 9, 3), (5, 5, 3), (1, 1, 3),
@@ -542,8 +473,8 @@ def test_rnn_by_revolve_is_bit_identical_to_the_full_tape(T, k, H):
     rng = np.random.default_rng(T * 100 + H)
     arrays = [rng.uniform(-1.0, 1.0, (T, B, H)).astype(np.float32),
               (rng.standard_normal((H, H)) / np.sqrt(H)).astype(np.float32)]
-    ins0, g0 = _rnn(T, B, H, None)
-    ins1, g1 = _rnn(T, B, H, k)
+    ins0, g0 = rnn(T, B, H, None)
+    ins1, g1 = rnn(T, B, H, k)
     # the full tape of the same program (a checkpointed recurrence's weight gradient is
     # added a step at a time in both)
     full = te.build(g1, inputs=ins1, options=te.ScheduleOptions(checkpoint=False))
@@ -560,7 +491,7 @@ def test_rnn_by_revolve_is_bit_identical_to_the_full_tape(T, k, H):
 
 def test_rnn_revolve_memory_is_bounded():
     T, B, H, k = 200, 2, 8, 4
-    ins, g = _rnn(T, B, H, k)
+    ins, g = rnn(T, B, H, k)
     sig = Signature(g, ins)
     prog, _, _ = generate(sig)
     rows = {t.name: sig.shape(t, {}) for t in prog.tensors[len(ins):]}
@@ -571,7 +502,7 @@ def test_rnn_revolve_memory_is_bounded():
 
 def test_second_order_through_a_checkpointed_rnn():
     T, B, H = 5, 1, 2
-    ins, g = _rnn(T, B, H, 2, "float64")
+    ins, g = rnn(T, B, H, 2, "float64")
     rng = np.random.default_rng(1)
     arrays = [rng.uniform(-1.0, 1.0, (T, B, H)), 0.5 * rng.standard_normal((H, H))]
     i, j = te.reduce_axis(H), te.reduce_axis(H)
@@ -594,7 +525,7 @@ def _gru(T, B, H, k, head="last"):
         n = te.tanh(u[t, b, j] + r * prev(h, t, b, j, W))
         return (1.0 - z) * n + z * te.select(t == 0, 0.0, h[t - 1, b, j])
     h = te.recurrence((T, B, H), fn, name="h", dtype="float32", checkpoints=k)
-    return _with_head(h, [u, xz, xr, W, Uz, Ur], head)
+    return with_head(h, [u, xz, xr, W, Uz, Ur], head)
 
 
 @pytest.mark.parametrize("T,k", [(7, 3), (5, 1)])
@@ -624,23 +555,11 @@ def test_a_gru_whose_adjoint_reads_h_through_hoisted_tensors_is_checkpointed(hea
     # forward rows, recomputed with h at each turn and kept in rings of a turn's rows
     T = 9
     ins, g = _gru(T, 2, 8, 3, head=head)
-    ck = _agrees_with_its_full_tape(ins, g, mode)
+    ck = agrees_with_its_full_tape(ins, g, mode)
     assert "dh_h0[t, b, j] from dh" in ck.schedule.hoisted
     assert "checkpointed gradient" in ck.source
     kept = " ".join(ck.schedule.checkpoint)
     assert f"h (ring of {T} rows)" not in kept and "dh_h0 (ring of" in kept
-
-
-@pytest.mark.parametrize("mode", [True, "segments"])
-@pytest.mark.parametrize("T,k", [(13, 4), (6, 2)])
-def test_stacked_rnn_checkpoints_its_first_layer(T, k, mode):
-    # one checkpointed recurrence per program: the first layer h; the second, g, reads h
-    # at every step and keeps its full tape (so does h's ring: every row is read)
-    ins, grads = _stacked(T, 2, 4, k, head="every")
-    ck = _agrees_with_its_full_tape(ins, grads, mode, seed=T)
-    kept = " ".join(ck.schedule.checkpoint)
-    assert "checkpointed gradient of h" in ck.source and f"h (ring of {T} rows)" in kept
-    assert "checkpointed gradient of g" not in ck.source and "g (" not in kept
 
 
 @pytest.mark.parametrize("mode", [True, "segments"])
@@ -650,12 +569,12 @@ def test_a_sum_over_the_steps_reading_what_the_segments_precede_keeps_the_full_t
     # turns, S matched numpy only from a second call on, reading the buffer the first
     # call left.)
     T, H = 9, 4
-    ins, (dx, dW) = _rnn(T, 2, H, 3, "float64")
+    ins, (dx, dW) = rnn(T, 2, H, 3, "float64")
     dx2 = te.compute((T, 2, H), lambda t, b, j: dx[T - 1 - t, b, j] * 2.0, name="dx2")
     t, b = te.reduce_axis(T, "t"), te.reduce_axis(2, "b")
     h = next(p for p in te.ir.topo_order([dx]) if p.name == "h")
     S = te.compute((H,), lambda j: te.sum(dx2[t, b, j] * h[t, b, j], axis=[t, b]), name="S")
-    ck = _agrees_with_its_full_tape(ins, [S, dW], mode)
+    ck = agrees_with_its_full_tape(ins, [S, dW], mode)
     assert "checkpointed gradient" not in ck.source
 
 
@@ -664,14 +583,14 @@ def test_a_sum_over_the_steps_of_a_consumer_holding_a_sum(mode):
     # dx2 = dx @ W (a sum: by steps in both builds) is a consumer: its turn's row is
     # computed before S adds that step
     T, H = 9, 4
-    ins, (dx, dW) = _rnn(T, 2, H, 3, "float64")
+    ins, (dx, dW) = rnn(T, 2, H, 3, "float64")
     i = te.reduce_axis(H, "i")
     dx2 = te.compute((T, 2, H), lambda t, b, j: te.sum(dx[t, b, i] * ins[1][i, j], axis=i),
                      name="dx2")
     t, b = te.reduce_axis(T, "t"), te.reduce_axis(2, "b")
     h = next(p for p in te.ir.topo_order([dx]) if p.name == "h")
     S = te.compute((H,), lambda j: te.sum(dx2[t, b, j] * h[t, b, j], axis=[t, b]), name="S")
-    ck = _agrees_with_its_full_tape(ins, [S, dW], mode)
+    ck = agrees_with_its_full_tape(ins, [S, dW], mode)
     assert "checkpointed gradient" in ck.source
     assert "dx2 (ring of" in " ".join(ck.schedule.checkpoint)  # read at its turn only
 
@@ -692,6 +611,6 @@ def test_a_tensor_reading_the_last_step_along_another_axis_stays_before_the_turn
     r = te.reduce_axis(R)
     L = te.compute((), lambda: te.log(te.sum(p[r], axis=r)), name="L")
     (g,) = te.differentiate(L, [d])
-    ck = _agrees_with_its_full_tape([d], [g], mode)
+    ck = agrees_with_its_full_tape([d], [g], mode)
     kept = " ".join(ck.schedule.checkpoint)
     assert "checkpointed gradient" in ck.source and f"e (ring of {T} rows)" not in kept

@@ -1,0 +1,192 @@
+"""Recurrent programs the checkpoint tests share: tanh RNN and GRU layers (one, or
+stacked), their gradients through a head, and the check that a checkpointed build is
+its full tape bit for bit.
+
+>>> ins, grads = rnn(5, 2, 3, 2)
+>>> [p.name for p in ins], [g.shape for g in grads]
+(['x', 'W'], [(5, 2, 3), (3, 3)])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import tensorexpr as te
+
+
+def with_head(h, ins, head):
+    """``(inputs, gradients of ins)`` through the recurrence ``h`` (steps, rows, units):
+    of ``sum(h[T - 1] ** 2)`` (``head="last"``) or with a head ``Hd`` over every step
+    (``head="every"``: every step's adjoint reads it, an input of the gradient)."""
+    T, B, H = h.shape
+    if head == "every":
+        Hd = te.placeholder(h.shape, h.dtype, "Hd")
+        return ins + [Hd], list(te.differentiate(h, ins, head=Hd))
+    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
+    L = te.compute((), lambda: te.sum(h[T - 1, r1, r2] * h[T - 1, r1, r2], axis=[r1, r2]),
+                   name="L")
+    return ins, list(te.differentiate(L, ins))
+
+
+def tanh_layer(x, W, k, name):
+    """``name[t] = tanh(x[t] + name[t - 1] @ W)``: a sum over the previous step."""
+    T, B, H = x.shape
+    kk = te.reduce_axis(H, "k")
+    return te.recurrence((T, B, H), lambda h, t, b, j: te.tanh(x[t, b, j] + te.select(
+        t == 0, 0.0, te.sum(h[t - 1, b, kk] * W[kk, j], axis=kk))), name=name, dtype=x.dtype,
+        checkpoints=k)
+
+
+def rnn(T, B, H, k, dtype="float32", head="last"):
+    """A tanh RNN's gradients w.r.t. its inputs and its weights (a sum over the steps)."""
+    x = te.placeholder((T, B, H), dtype, "x")
+    W = te.placeholder((H, H), dtype, "W")
+    return with_head(tanh_layer(x, W, k, "h"), [x, W], head)
+
+
+def stacked(T, B, H, k, head="last"):
+    """Two tanh layers, the second reading the first at every step."""
+    x = te.placeholder((T, B, H), "float32", "x")
+    W, V = (te.placeholder((H, H), "float32", n) for n in ("W", "V"))
+    h = tanh_layer(x, W, k, "h")
+    return with_head(tanh_layer(h, V, k, "g"), [x, W, V], head)
+
+
+def random_arrays(ins, seed, shapes=None):
+    # inputs in [-1, 1), square weights scaled by 1 / sqrt(H): tanh stays off saturation;
+    # ``shapes``: name -> shape where a placeholder's is symbolic
+    rng = np.random.default_rng(seed)
+    out = []
+    for p in ins:
+        shape = tuple((shapes or {}).get(p.name, p.shape))
+        a = (rng.standard_normal(shape) / np.sqrt(shape[0]) if len(shape) == 2
+             else rng.uniform(-1.0, 1.0, shape))
+        out.append(a.astype(p.dtype))
+    return out
+
+
+def agrees_with_its_full_tape(ins, grads, mode, seed=0, shapes=None):
+    """The build of ``grads`` with ``ScheduleOptions(checkpoint=mode)``, after checking it
+    bit-identical to the full tape of the same program and close to the numpy backend
+    (each build's first call: no buffer of an earlier call can hide a missing value)."""
+    arrays = random_arrays(ins, seed, shapes)
+    ck = te.build(grads, inputs=ins, options=te.ScheduleOptions(checkpoint=mode))
+    full = te.build(grads, inputs=ins, options=te.ScheduleOptions(checkpoint=False))
+    ref = te.build(grads, inputs=ins, backend="numpy")
+    got, want, r = (list(f(*arrays)) if len(grads) > 1 else [f(*arrays)]
+                    for f in (ck, full, ref))
+    for a, b, c in zip(got, want, r):
+        assert np.array_equal(a, b)
+        np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-5)
+    return ck
+
+
+# T not a multiple of k, k = 1, k >= T, T = 1, and a T the no-recompute ring covers
+STEPS = [(13, 3), (7, 1), (4, 9), (1, 1), (6, 2)]
+
+
+def checkpointed(T, k, mode) -> bool:
+    """Is a recurrence of ``T`` steps with ``checkpoints=k`` checkpointed in ``mode``?
+
+    >>> checkpointed(13, 3, True), checkpointed(7, 1, "segments"), checkpointed(1, 1, True)
+    (True, False, False)
+    """
+    # one step has nothing to checkpoint; one segment (k = 1) would be the whole tape
+    return T > 1 and not (mode == "segments" and k == 1)
+
+
+def gru_layer(x, Ws, Us, k, name):
+    """A GRU layer over ``x`` (steps, rows, units) with input weights ``Ws`` and recurrent
+    ``Us`` (z, r, n): its input projections ``x[t] @ W*`` are sums in its body, which
+    ``passes.hoist`` moves into tensors of their own (``name_sum``) read at step ``t``.
+
+    >>> x = te.placeholder((4, 2, 3), "float32", "x")
+    >>> W = [te.placeholder((3, 3), "float32", n) for n in ("Wz", "Wr", "Wn")]
+    >>> gru_layer(x, W, W, 2, "g").checkpoints
+    2
+    """
+    T, B, H = x.shape
+
+    def proj(t, b, j, W):
+        d = te.reduce_axis(x.shape[2], "d")
+        return te.sum(x[t, b, d] * W[d, j], axis=d)
+
+    def prev(h, t, b, j, U):
+        kk = te.reduce_axis(H, "k")
+        return te.select(t == 0, 0.0, te.sum(h[t - 1, b, kk] * U[kk, j], axis=kk))
+
+    def fn(h, t, b, j):
+        z = te.sigmoid(proj(t, b, j, Ws[0]) + prev(h, t, b, j, Us[0]))
+        r = te.sigmoid(proj(t, b, j, Ws[1]) + prev(h, t, b, j, Us[1]))
+        n = te.tanh(proj(t, b, j, Ws[2]) + r * prev(h, t, b, j, Us[2]))
+        return (1.0 - z) * n + z * te.select(t == 0, 0.0, h[t - 1, b, j])
+    return te.recurrence((T, B, H), fn, name=name, dtype=x.dtype, checkpoints=k)
+
+
+def layers(kinds, T, B, H, k, head="last"):
+    """``(inputs, gradients)`` of stacked layers over ``x[T, B, H]``, the first in
+    ``kinds`` reading ``x``, each next one the previous one at every step (``"rnn"``:
+    a tanh layer; ``"gru"``: :func:`gru_layer`), all with ``checkpoints=k``.
+
+    >>> ins, grads = layers(("rnn", "gru"), 4, 2, 3, 2)
+    >>> [p.name for p in ins]
+    ['x', 'W1', 'Wz2', 'Wr2', 'Wn2', 'Uz2', 'Ur2', 'Un2']
+    """
+    x = te.placeholder((T, B, H), "float32", "x")
+    ins, h = [x], x
+    for n, kind in enumerate(kinds, 1):
+        if kind == "rnn":
+            W = te.placeholder((H, H), "float32", f"W{n}")
+            ins.append(W)
+            h = tanh_layer(h, W, k, f"h{n}")
+            continue
+        Ws = [te.placeholder((H, H), "float32", f"W{g}{n}") for g in "zrn"]
+        Us = [te.placeholder((H, H), "float32", f"U{g}{n}") for g in "zrn"]
+        ins += Ws + Us
+        h = gru_layer(h, Ws, Us, k, f"h{n}")
+    return with_head(h, ins, head)
+
+
+def bidirectional(T, B, H, k, head="last"):
+    """A bidirectional tanh RNN: ``h`` over ``x``, ``g`` over ``x`` reversed in time
+    (``g[t]`` reads ``x[T - 1 - t]``), the output ``y[t] = h[t] + g[T - 1 - t]``.
+
+    >>> ins, grads = bidirectional(4, 2, 3, 2)
+    >>> [p.name for p in ins]
+    ['x', 'W', 'V']
+    """
+    x = te.placeholder((T, B, H), "float32", "x")
+    W, V = (te.placeholder((H, H), "float32", n) for n in ("W", "V"))
+    h = tanh_layer(x, W, k, "h")
+    xr = te.compute((T, B, H), lambda t, b, j: x[T - 1 - t, b, j], name="xr")
+    g = tanh_layer(xr, V, k, "g")
+    y = te.compute((T, B, H), lambda t, b, j: h[t, b, j] + g[T - 1 - t, b, j], name="y")
+    return with_head(y, [x, W, V], head)
+
+
+def lstm_layer(x, Ws, Us, k, name):
+    """An LSTM layer over ``x`` (steps, rows, units), its state ``name[t, b, 2, H]``
+    holding ``c`` (0) and ``h`` (1), as ``benchmarks.recurrence_cells`` keeps it; input
+    weights ``Ws`` and recurrent ``Us`` of the gates i, f, o, g.
+
+    >>> x = te.placeholder((4, 2, 3), "float32", "x")
+    >>> W = [te.placeholder((3, 3), "float32", n) for n in ("Wi", "Wf", "Wo", "Wg")]
+    >>> lstm_layer(x, W, W, 2, "s").shape
+    (4, 2, 2, 3)
+    """
+    T, B, H = x.shape
+
+    def proj(t, b, j, W):
+        d = te.reduce_axis(H, "d")
+        return te.sum(x[t, b, d] * W[d, j], axis=d)
+
+    def prev(s, t, b, j, U):
+        kk = te.reduce_axis(H, "k")
+        return te.select(t == 0, 0.0, te.sum(s[t - 1, b, 1, kk] * U[kk, j], axis=kk))
+
+    def fn(s, t, b, w, j):
+        i, f, o = (te.sigmoid(proj(t, b, j, W) + prev(s, t, b, j, U))
+                   for W, U in zip(Ws[:3], Us[:3]))
+        g = te.tanh(proj(t, b, j, Ws[3]) + prev(s, t, b, j, Us[3]))
+        c = f * te.select(t == 0, 0.0, s[t - 1, b, 0, j]) + i * g
+        return te.select(w == 0, c, o * te.tanh(c))
+    return te.recurrence((T, B, 2, H), fn, name=name, dtype=x.dtype, checkpoints=k)

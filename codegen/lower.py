@@ -419,12 +419,14 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
                               simd=simd and k == order[-1]),))
         return list(body.stmts)
 
-    def compute_pieces(self, t: Compute, cut: List[Tuple[int, int, Expr]]) -> List[Stmt]:
-        """``t`` (no recurrence) with its innermost loop cut into ``cut``'s pieces
+    def compute_pieces(self, t: Compute, plan: piecewise.Cut) -> List[Stmt]:
+        """``t`` (no recurrence) with its innermost loop cut into ``plan``'s pieces
         (``codegen.piecewise``): one loop per piece, over that piece's body. The outermost
-        axis is threaded; for a 1-d tensor that is the longest piece's loop."""
-        if piecewise.holds_sums(cut):
-            return self.compute_piece_tensors(t, cut)
+        axis is threaded; for a 1-d tensor that is the longest piece's loop. Pieces
+        holding sums, or along an outer axis, are tensors of their own."""
+        cut = list(plan.spans)
+        if piecewise.holds_sums(cut) or not plan.inner:
+            return self.compute_piece_tensors(t, cut, plan.d)
         axes = list(t.axes)
         j = axes[-1]
         outer = [self.fresh("i", I64) for _ in axes[:-1]]
@@ -446,7 +448,8 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
                              note=f"{j.name} in [{lo}, {hi})"))
         return self.outer_loops(axes[:-1], outer, loops, work)
 
-    def compute_piece_tensors(self, t: Compute, cut: List[Tuple[int, int, Expr]]) -> List[Stmt]:
+    def compute_piece_tensors(self, t: Compute, cut: List[Tuple[int, int, Expr]],
+                              d: int = -1) -> List[Stmt]:
         """``t``'s pieces (``codegen.piecewise``) when they hold sums: each a tensor of its
         own over its part of the innermost axis, stored into ``t``'s buffer there and
         lowered by the strategy the table picks for it (the gradient of a weight read
@@ -455,10 +458,11 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         out: List[Stmt] = []
         # (``t`` may itself be a piece: its own shift and its parent's buffer carry over)
         base = self.shifts.get(t.uid, (0,) * t.ndim)
-        for sub, lo in piecewise.piece_tensors(t, cut):
+        d = d % t.ndim
+        for sub, lo in piecewise.piece_tensors(t, cut, d):
             self.buf[sub.uid] = self.buf[t.uid]
             self.dims[sub.uid] = self.dims[t.uid]
-            self.shifts[sub.uid] = base[:-1] + (base[-1] + lo,)
+            self.shifts[sub.uid] = base[:d] + (base[d] + lo,) + base[d + 1:]
             out.append(Block((Comment(str(sub)),) + tuple(self.compute(sub))))
         return out
 

@@ -31,7 +31,8 @@ sequential;
 ``gather-rows``           data-dependent indices fixed along a row: checked
                           once per row
 ``pieces``                the innermost loop cut where its tests change value
-                          (``codegen.piecewise``)
+                          (``codegen.piecewise``); a tensor holding sums with
+                          no such test, an outer axis
 ``blocks``                a transpose: square blocks of two axes
 ``split``                 an axis read through ``j // c``: ``c`` remainders
                           unrolled
@@ -125,7 +126,7 @@ def _gather_rows(lw, t):
 def _pieces(lw, t):
     if not _no_carry(t) or not t.axes or not _plain_shape(t):
         return None
-    return piecewise.pieces(t.body, t.axes[-1])
+    return piecewise.cut(t)
 
 
 def _blocks(lw, t):
@@ -202,8 +203,9 @@ TABLE: Tuple[Strategy, ...] = (
              lambda hoist: (("hoisted", len(hoist)),), leads=_outer_axes),
     # pieces holding sums are tensors of their own, each with its own loop nest
     Strategy("pieces", Compute, _pieces, lambda lw, t, cut: lw.compute_pieces(t, cut),
-             lambda cut: (("pieces", tuple((lo, hi) for lo, hi, _ in cut)),),
-             leads=lambda lw, t, cut: 0 if piecewise.holds_sums(cut) else t.ndim - 1),
+             lambda cut: cut.params(),
+             leads=lambda lw, t, cut: 0 if piecewise.holds_sums(cut.spans) or not cut.inner
+             else t.ndim - 1),
     # square blocks of the transposed axis and the innermost: the axes before it in order
     Strategy("blocks", Compute, _blocks, lambda lw, t, a: lw.compute_loops(t, transposed=a),
              lambda a: (("axis", a),), leads=lambda lw, t, a: a),

@@ -88,19 +88,44 @@ def pieces(body: Expr, j: Axis) -> Optional[List[Tuple[int, int, Expr]]]:
     hit = _ASKED.get((id(body), id(j)))
     if hit is not None and hit[0] is body and hit[1] is j:
         return hit[2]
-    out = _pieces(body, j, lo, hi)
+    found = _pieces((body,), j, lo, hi)
+    out = None if found is None else [(a, b, bodies[0]) for a, b, bodies in found]
     _ASKED[(id(body), id(j))] = (body, j, out)
     if len(_ASKED) > 256:
         _ASKED.pop(next(iter(_ASKED)))
     return out
 
 
+def pieces_of(bodies: Sequence[Expr], j: Axis
+              ) -> Optional[List[Tuple[int, int, Tuple[Expr, ...]]]]:
+    """:func:`pieces` of several bodies over one loop (each stored by the loop's points):
+    ``[(lo, hi, bodies_there), ...]``, the cuts those of all the bodies' tests.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((10,), name="X")
+    >>> i = te.compute((9,), lambda i: X[i]).axes[0]
+    >>> [(lo, hi, [str(b) for b in bs]) for lo, hi, bs in pieces_of(
+    ...     [X[te.maximum(i - 1, 0)], X[te.minimum(i + 1, 8)]], i)]
+    [(0, 1, ['X[0]', 'X[i + 1]']), (1, 8, ['X[i - 1]', 'X[i + 1]']), (8, 9, ['X[i - 1]', 'X[8]'])]
+    """
+    lo, hi = const_value(j.lo), const_value(j.hi)
+    if lo is None or hi is None or hi - lo < 2:
+        return None
+    return _pieces(tuple(bodies), j, lo, hi)
+
+
 #: the last answers of :func:`pieces`
 _ASKED: Dict[Tuple[int, int], tuple] = {}
 
 
-def _pieces(body: Expr, j: Axis, lo: int, hi: int) -> Optional[List[Tuple[int, int, Expr]]]:
-    tests = _tests(body, j)
+def _pieces(bodies: Tuple[Expr, ...], j: Axis, lo: int, hi: int
+            ) -> Optional[List[Tuple[int, int, Tuple[Expr, ...]]]]:
+    tests, seen = [], set()
+    for body in bodies:
+        for x in _tests(body, j):
+            if x[0] not in seen:
+                seen.add(x[0])
+                tests.append(x)
     if not tests:
         return None
     cuts = {lo, hi}
@@ -123,10 +148,12 @@ def _pieces(body: Expr, j: Axis, lo: int, hi: int) -> Optional[List[Tuple[int, i
         return None
     out = []
     for a, b, values in spans:
-        e = body
-        for (t, _, _), v in zip(tests, values):
-            e = replace_subexpr(e, t, v)
-        out.append((a, b, simplify(e)))
+        there = []
+        for e in bodies:
+            for (t, _, _), v in zip(tests, values):
+                e = replace_subexpr(e, t, v)
+            there.append(simplify(e))
+        out.append((a, b, tuple(there)))
     return out
 
 

@@ -77,6 +77,21 @@ def test_the_upsampling_gradient_adds_its_windows_written_out():
     assert sched.count(": loops") == 9, sched
 
 
+def test_the_upsampling_runs_residues_of_its_columns_without_floor_divisions():
+    X, Y = upsample2(2, 3, 12, 16)
+    f, _ = agree([Y], [X], rand(X.shape))
+    assert "split (factor=2, pieces=((0, 1), (1, 15), (15, 16)))" in str(f.schedule)
+    src = without_comments(f.source)
+    middle = src[src.index("for (int64_t i", src.index("< 15; ") - 40):]
+    middle = middle[:middle.index("}")]
+    # the middle piece: contiguous reads at q - 1, q, q + 1, no clamp on them; the
+    # rows' divisions hoisted
+    q = middle.split()[2]
+    assert "floordiv" not in middle and "%" not in middle, middle
+    assert f"16 + ({q} + -1)]" in middle and f"16 + ({q} + 1)]" in middle, middle
+    assert f"max_i64({q}" not in middle and f"min_i64({q}" not in middle, middle
+
+
 @settings(max_examples=10, deadline=None)
 @given(st.integers(1, 2), st.integers(1, 7), st.integers(1, 9), st.integers(0, 99))
 def test_upsampling_by_two_on_random_shapes(c, h, w, seed):

@@ -188,7 +188,8 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         strategy table before lowering them), the others alone."""
         body: List[Stmt] = []
         computed = self.lowered
-        groups = fuse.plan(computed, self.inline) if self.options.fuse else \
+        fixed = set(self.adjoint_sums) | set(self.steps)
+        groups = fuse.plan(computed, self.inline, fixed) if self.options.fuse else \
             [[t] for t in computed]
         # a sum added a step at a time (codegen.adjoint_sums), or a tensor by steps, is
         # never fused: its order is the one a checkpointed gradient follows

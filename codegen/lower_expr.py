@@ -458,12 +458,16 @@ class ExprLowering:
         guards = outer.guards + ((e.where,) if e.where is not None else ())
         runs: Dict[str, int] = {}
         total = 1
+        conds = polyhedral.conjuncts(e.where)
         for k, a in enumerate(e.axes):
             lo, hi = const_value(a.lo), const_value(a.hi)
             if lo is not None and hi is not None and total * (hi - lo) <= WINDOW_POINTS:
                 n: Optional[int] = hi - lo
             else:
-                n = polyhedral.span(axes, guards, a, self.params, free=e.axes[k + 1:])
+                # a window's own bounds (y >= 2*i + 1, y <= 2*i + 2) answer without isl
+                n = bounded_run(conds, a, {x.uid for x in e.axes})
+                if n is None or total * n > WINDOW_POINTS:
+                    n = polyhedral.span(axes, guards, a, self.params, free=e.axes[k + 1:])
             if n is None or n == 0 or total * n > WINDOW_POINTS:
                 return None
             runs[a.name] = n
@@ -520,6 +524,42 @@ class ExprLowering:
         return len(self.sites) - 1
 
     # }}}
+
+
+def bounded_run(conds: Sequence[Expr], a: Axis, bound: set) -> Optional[int]:
+    """An upper bound on how many values the axis ``a`` takes where the conjuncts
+    ``conds`` hold, from a lower and an upper bound among them that differ by a
+    constant (``y >= 2*i + 1`` and ``2*i + 2 >= y``: 2), each linear in ``a`` with
+    coefficient +-1 and free of the other axes of ``bound`` (a sum's axes, which its
+    loop over ``a`` may see change); None if no such pair.
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 1)
+    >>> y = Axis("y", Const(0, "int64"), Const(64, "int64"), 2)
+    >>> bounded_run([y >= 2 * i + 1, 2 * i + 2 >= y], y, {y.uid}), bounded_run([y >= i], y, {y.uid})
+    (2, None)
+    """
+    lows, highs = [], []  # (constant, other coefficients) of the bounds' other sides
+    for c in conds:
+        if not (isinstance(c, Binary) and c.op in ("ge", "gt", "le", "lt")):
+            continue
+        form = terms(Binary("sub", c.a, c.b, I64))  # c.a - c.b, compared with 0
+        if form is None:
+            continue
+        k, coef, _ = form
+        ca = coef.get(a.uid, 0)
+        if abs(ca) != 1 or any(u in bound and u != a.uid for u in coef):
+            continue
+        rest = tuple(sorted((u, -ca * v) for u, v in coef.items() if u != a.uid))
+        # ca*a + rest' + k (op) 0  ->  a (op') -ca*(rest' + k)
+        strict = c.op in ("gt", "lt")
+        value = -ca * k
+        if (c.op in ("ge", "gt")) == (ca > 0):  # a >= value + rest (a > ...: + 1)
+            lows.append((value + (1 if strict else 0), rest))
+        else:  # a <= value + rest (a < ...: - 1)
+            highs.append((value - (1 if strict else 0), rest))
+    found = [h - lo + 1 for lo, r in lows for h, s in highs if r == s]
+    return max(min(found), 0) if found else None
 
 
 def unrolled(tree, runs: Dict[str, int]):

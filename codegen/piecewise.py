@@ -33,6 +33,9 @@ from tensorexpr.transform import const_value, eval_int, replace_subexpr, substit
 
 #: at most this many pieces per loop (each is one more loop in the generated code)
 MAX_PIECES = 5
+#: an outer axis is cut only for rows at least this long (pieces of 1-column tensors
+#: are as scalar as the whole; each piece is lowered on its own: time)
+MIN_ROW = 8
 
 
 def _tests(body: Expr, j: Axis) -> List[Tuple[Binary, int, int]]:
@@ -203,6 +206,11 @@ def cut(t: Compute) -> Optional[Cut]:
         return Cut(t.ndim - 1, t.axes[-1].name, tuple(found), True)
     if not any(isinstance(x, Reduce) for x in walk(t.body, unique=True)):
         return None
+    n = const_value(t.axes[-1].hi) - const_value(t.axes[-1].lo) \
+        if const_value(t.axes[-1].hi) is not None and const_value(t.axes[-1].lo) is not None \
+        else None
+    if n is not None and n < MIN_ROW:
+        return None  # too short a row for vector lanes: more pieces would only cost
     for d in reversed(range(t.ndim - 1)):
         found = pieces(t.body, t.axes[d])
         if found is not None and holds_sums(found):

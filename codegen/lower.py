@@ -397,11 +397,13 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
                               simd=simd and k == order[-1]),))
         return list(body.stmts)
 
-    def compute_residues(self, t: Compute, plan: residue_loops.Residues) -> List[Stmt]:
+    def compute_residues(self, t: Compute, plan: residue_loops.Residues,
+                         hoist: bool = True) -> List[Stmt]:
         """``t`` (no recurrence) with its innermost axis as ``c*q + r`` (``plan``,
         ``codegen.residue_loops``): one loop over ``q`` per piece, storing the ``c``
         residues' elements of each ``q``. The outermost axis is threaded; for a 1-d
-        tensor that is the longest piece's loop."""
+        tensor that is the longest piece's loop. ``hoist``: the row's own floor
+        divisions and modulos computed once per row."""
         axes = list(t.axes)
         outer = [self.fresh("i", I64) for _ in axes[:-1]]
         work = self.work(t, axes)
@@ -412,7 +414,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         loops: List[Stmt] = []
         row = Scope(dict(zip((a.uid for a in axes[:-1]), outer)), tuple(axes[:-1]), (), {})
         hoisted: Dict[Expr, CExpr] = {}
-        for e in residue_loops.row_divisions(plan):
+        for e in residue_loops.row_divisions(plan) if hoist else ():
             v = self.fresh("k", I64)
             loops.append(Decl(v, self.expr(e, row, loops)))
             hoisted[e] = v
@@ -442,26 +444,10 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         cut = list(plan.spans)
         if piecewise.holds_sums(cut) or not plan.inner:
             return self.compute_piece_tensors(t, cut, plan.d)
-        axes = list(t.axes)
-        j = axes[-1]
-        outer = [self.fresh("i", I64) for _ in axes[:-1]]
-        work = self.work(t, axes)
-        longest = max(range(len(cut)), key=lambda k: cut[k][1] - cut[k][0])
-        loops: List[Stmt] = []
-        for k, (lo, hi, body) in enumerate(cut):
-            jv = self.fresh("i", I64)
-            scope = Scope({ax.uid: v for ax, v in zip(axes, outer + [jv])}, tuple(axes),
-                           (j >= lo, j < hi), {})
-            stmts: List[Stmt] = []
-            value = self.expr(body, scope, stmts)
-            stmts.append(Store(self.buf[t.uid].name, self.offset(t.uid, outer + [jv]),
-                               cast(value, t.dtype)))
-            block = Block(tuple(stmts))
-            parallel = not outer and k == longest and work is not False
-            loops.append(For(jv, Lit(lo, I64), Lit(hi, I64), 1, block, simd=simd_safe(block),
-                             parallel=parallel, work=work if parallel else None,
-                             note=f"{j.name} in [{lo}, {hi})"))
-        return self.outer_loops(axes[:-1], outer, loops, work)
+        # the pieces of a row are its residues modulo 1
+        whole = residue_loops.Residues(1, t.axes[-1], tuple((lo, hi, (body,))
+                                                            for lo, hi, body in cut))
+        return self.compute_residues(t, whole, hoist=False)
 
     def compute_piece_tensors(self, t: Compute, cut: List[Tuple[int, int, Expr]],
                               d: int = -1) -> List[Stmt]:

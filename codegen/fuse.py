@@ -15,7 +15,9 @@ which also keeps each slab of an intermediate in cache between its writer and
 its readers.
 
 When a group may fuse: its members are consecutive stored tensors of the
-program (cheap inlined intermediates between them do not count), none a
+program (cheap inlined intermediates between them do not count; a later tensor
+that would join, everything it reads computed, is taken ahead of one that would end
+the group: ``plan``), none a
 recurrence or scatter, all with the same first axis ``[lo, hi)``, and every read
 of an earlier member by a later one (looking through inlined intermediates)
 indexes its first dimension by exactly the reader's first axis. Then row ``r``
@@ -88,10 +90,17 @@ SLAB_LO, SLAB_HI = "te_slab_lo__", "te_slab_hi__"
 #: register-allocation passes grow faster than linearly), 32 members per slab already
 #: wake the threads once per 32 tensors.
 MAX_MEMBERS = 32
+#: how far ahead of a tensor that ends a group ``plan`` looks for one that would join it
+LOOKAHEAD = 16
 
 
-def plan(tensors: Sequence[Tensor], inline: set) -> List[List[Tensor]]:
+def plan(tensors: Sequence[Tensor], inline: set, fixed: set = frozenset()
+         ) -> List[List[Tensor]]:
     """The tensors to lower, in order, as groups (a group of one is lowered alone).
+
+    A tensor that would end a group lets a later one join it first when everything the
+    later one reads is computed (it moves up, with the inlined intermediates it reads);
+    tensors whose uids are in ``fixed`` never move (a checkpointed gradient's order).
 
     >>> import tensorexpr as te
     >>> X = te.placeholder((4, 8), name="X")
@@ -105,11 +114,39 @@ def plan(tensors: Sequence[Tensor], inline: set) -> List[List[Tensor]]:
     current: List[Tensor] = []  # in program order; inlined tensors ride along
     stored: List[Tensor] = []
     inlined: Dict[int, Compute] = {}
-    for t in tensors:
+    pending = list(tensors)
+    done: set = set()
+    listed = {t.uid for t in tensors}
+    while pending:
+        t = pending.pop(0)
         if t.uid in inline:
             inlined[t.uid] = t
             current.append(t)
+            done.add(t.uid)
             continue
+        if stored and len(stored) < MAX_MEMBERS and not _joins(t, stored, inlined):
+            # a later tensor that would join, all it reads already computed (a batch
+            # norm's dgamma and dbeta after dX, which ends the group of dvar and dmean):
+            # taken first, it reads its slab where the group just read it, in one
+            # parallel loop instead of a second pass over its inputs
+            ahead = {u.uid: u for u in pending[:LOOKAHEAD]}
+            for u in pending[:LOOKAHEAD]:
+                if u.uid in inline or u.uid in fixed:
+                    continue
+                moved = _ready(u, ahead, inline, listed, done)
+                if moved is None:
+                    continue
+                ride = {x.uid: x for x in moved if x is not u}
+                if _joins(u, stored, {**inlined, **ride}):
+                    ids = {x.uid for x in moved}
+                    rest = [x for x in pending if x.uid not in ids]
+                    pending[:] = moved[1:] + [t] + rest
+                    t = moved[0]
+                    break
+        if t.uid in inline:  # an intermediate a moved tensor reads, moved with it
+            pending.insert(0, t)
+            continue
+        done.add(t.uid)
         if stored and len(stored) < MAX_MEMBERS and _joins(t, stored, inlined):
             current.append(t)
             stored.append(t)
@@ -120,6 +157,34 @@ def plan(tensors: Sequence[Tensor], inline: set) -> List[List[Tensor]]:
     if current:
         groups.append(current)
     return groups
+
+
+def _ready(u: Tensor, ahead: Dict[int, Tensor], inline: set, listed: set, done: set
+           ) -> Optional[List[Tensor]]:
+    """``u`` preceded by the inlined intermediates among ``ahead`` it reads (through
+    each other), in program order, when everything else they read is ``done``; else
+    None."""
+    need: Dict[int, Tensor] = {}
+    todo = [u]
+    while todo:
+        x = todo.pop()
+        for v in _inputs(x, listed) - done:
+            if v in need:
+                continue
+            w = ahead.get(v)
+            if w is None or w.uid not in inline:
+                return None
+            need[v] = w
+            todo.append(w)
+    order = [x for x in ahead.values() if x.uid in need]
+    return order + [u]
+
+
+def _inputs(t: Tensor, listed: set) -> set:
+    """The uids of the tensors of ``listed`` that ``t`` reads."""
+    found = {x.tensor.uid for x in walk(t.body, unique=True) if isinstance(x, Read)} \
+        if isinstance(t, Compute) else set(listed)
+    return found & listed
 
 
 def _candidate(t: Tensor) -> bool:

@@ -84,7 +84,7 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Placeholder, Read
                            Tensor, fresh_uid, tensor_exprs, walk)
 from tensorexpr.transform import const_value, free_axes
 
-from . import fuse, padcopy, piecewise, strategies, tapsum, target
+from . import fuse, padcopy, piecewise, residue_loops, strategies, tapsum, target
 from .cexpr import I64, add, cast, mul, ring_row
 from .loopast import (Block, Buffer, CExpr, Comment, Decl, For, Kernel, Lit, Op, Stmt, Store, Var,
                       simd_safe)
@@ -188,7 +188,8 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         strategy table before lowering them), the others alone."""
         body: List[Stmt] = []
         computed = self.lowered
-        groups = fuse.plan(computed, self.inline) if self.options.fuse else \
+        fixed = set(self.adjoint_sums) | set(self.steps)
+        groups = fuse.plan(computed, self.inline, fixed) if self.options.fuse else \
             [[t] for t in computed]
         # a sum added a step at a time (codegen.adjoint_sums), or a tensor by steps, is
         # never fused: its order is the one a checkpointed gradient follows
@@ -361,12 +362,11 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         return body
 
     def compute_loops(self, t: Compute, transposed: Optional[int] = None,
-                      split: Optional[int] = None, at_step: Optional[Var] = None,
+                      at_step: Optional[Var] = None,
                       step_axis: Optional[int] = None) -> List[Stmt]:
         """Loops over ``t``'s box (its carried axis outermost and sequential), the
         innermost in vector lanes; ``transposed``: that axis and the innermost in square
-        blocks; ``split``: the innermost axis as ``c*q + r`` with the ``c`` values of
-        ``r`` unrolled; ``at_step``: a recurrence's loops at that step of its carried axis
+        blocks; ``at_step``: a recurrence's loops at that step of its carried axis
         (the variable of an enclosing loop), or of ``step_axis`` for a tensor that is no
         recurrence (``codegen.recurrence_steps.plan_rows``)."""
         axes = list(t.axes)
@@ -376,18 +376,14 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         vars_ = {k: self.fresh("i", I64) if k != carry or at_step is None else at_step
                  for k in range(len(axes))}
         scope = Scope({axes[k].uid: vars_[k] for k in order}, tuple(axes), (), {})
-        a, c = transposed, split
+        a = transposed
         if t.carry is not None:
             self.record.note("sequential", axes[carry].name)
-        body = Block(())
-        if c is None:
-            # Lowered once, in the form that is kept: a lowering thrown away would
-            # leave its temporaries in the scope's memo, used where none is declared.
-            stmts: List[Stmt] = []
-            value = self.expr(t.body, scope, stmts)
-            offset = self.offset(t.uid, [vars_[k] for k in range(len(axes))])
-            stmts.append(Store(self.buf[t.uid].name, offset, cast(value, t.dtype)))
-            body = Block(tuple(stmts))
+        stmts: List[Stmt] = []
+        value = self.expr(t.body, scope, stmts)
+        offset = self.offset(t.uid, [vars_[k] for k in range(len(axes))])
+        stmts.append(Store(self.buf[t.uid].name, offset, cast(value, t.dtype)))
+        body = Block(tuple(stmts))
         # The innermost loop runs in vector lanes when it is not the carried axis: its
         # points are independent (each stores its own element).
         simd = bool(order) and order[-1] != carry and simd_safe(body)
@@ -395,24 +391,6 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         work = self.work(t, [axes[k] for k in par])
         if a is not None:
             return self.compute_blocks(t, a, vars_, body, work)
-        if c is not None:
-            # j = c*q + r with r unrolled: reads at j // c are contiguous in q (no gathers)
-            k = len(axes) - 1
-            j, q = axes[k], self.fresh("i", I64)
-            stmts = []
-            for r in range(c):
-                jv = add(mul(q, Lit(c, I64)), Lit(r, I64))
-                sc = scope.child(env={j.uid: jv})
-                sc.memo.update(_split_memo(t.body, j, c, q, r))
-                value = self.expr(t.body, sc, stmts)
-                stmts.append(Store(self.buf[t.uid].name,
-                                   self.offset(t.uid, [vars_[x] for x in range(k)] + [jv]),
-                                   cast(value, t.dtype)))
-            body = Block(tuple(stmts))
-            vars_[k] = q
-            axes[k] = Axis(j.name + f"//{c}", j.lo, Const(const_value(j.hi) // c, I64),
-                           fresh_uid())
-            simd = simd_safe(body)
         for k in reversed(order):
             if k == carry and at_step is not None:
                 continue
@@ -425,34 +403,60 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
                               simd=simd and k == order[-1]),))
         return list(body.stmts)
 
-    def compute_pieces(self, t: Compute, cut: List[Tuple[int, int, Expr]]) -> List[Stmt]:
-        """``t`` (no recurrence) with its innermost loop cut into ``cut``'s pieces
-        (``codegen.piecewise``): one loop per piece, over that piece's body. The outermost
-        axis is threaded; for a 1-d tensor that is the longest piece's loop."""
-        if piecewise.holds_sums(cut):
-            return self.compute_piece_tensors(t, cut)
+    def compute_residues(self, t: Compute, plan: residue_loops.Residues,
+                         hoist: bool = True) -> List[Stmt]:
+        """``t`` (no recurrence) with its innermost axis as ``c*q + r`` (``plan``,
+        ``codegen.residue_loops``): one loop over ``q`` per piece, storing the ``c``
+        residues' elements of each ``q``. The outermost axis is threaded; for a 1-d
+        tensor that is the longest piece's loop. ``hoist``: the row's own floor
+        divisions and modulos computed once per row."""
         axes = list(t.axes)
-        j = axes[-1]
         outer = [self.fresh("i", I64) for _ in axes[:-1]]
         work = self.work(t, axes)
-        longest = max(range(len(cut)), key=lambda k: cut[k][1] - cut[k][0])
+        longest = max(range(len(plan.pieces)),
+                      key=lambda k: plan.pieces[k][1] - plan.pieces[k][0])
+        # the row's own // and % (an upsampling's source row (y - 1) // 2) once per row:
+        # gcc left the floor-division helper in the loop, and the loop scalar
         loops: List[Stmt] = []
-        for k, (lo, hi, body) in enumerate(cut):
-            jv = self.fresh("i", I64)
-            scope = Scope({ax.uid: v for ax, v in zip(axes, outer + [jv])}, tuple(axes),
-                           (j >= lo, j < hi), {})
+        row = Scope(dict(zip((a.uid for a in axes[:-1]), outer)), tuple(axes[:-1]), (), {})
+        hoisted: Dict[Expr, CExpr] = {}
+        for e in residue_loops.row_divisions(plan) if hoist else ():
+            v = self.fresh("k", I64)
+            loops.append(Decl(v, self.expr(e, row, loops)))
+            hoisted[e] = v
+        for k, (lo, hi, bodies) in enumerate(plan.pieces):
+            qv = self.fresh("i", I64)
+            scope = Scope({ax.uid: v for ax, v in zip(axes[:-1] + [plan.q], outer + [qv])},
+                          tuple(axes[:-1]) + (plan.q,), (plan.q >= lo, plan.q < hi),
+                          dict(hoisted))
             stmts: List[Stmt] = []
-            value = self.expr(body, scope, stmts)
-            stmts.append(Store(self.buf[t.uid].name, self.offset(t.uid, outer + [jv]),
-                               cast(value, t.dtype)))
+            for r, body in enumerate(bodies):
+                value = self.expr(body, scope, stmts)
+                at = add(mul(qv, Lit(plan.c, I64)), Lit(r, I64))
+                stmts.append(Store(self.buf[t.uid].name, self.offset(t.uid, outer + [at]),
+                                   cast(value, t.dtype)))
             block = Block(tuple(stmts))
             parallel = not outer and k == longest and work is not False
-            loops.append(For(jv, Lit(lo, I64), Lit(hi, I64), 1, block, simd=simd_safe(block),
+            loops.append(For(qv, Lit(lo, I64), Lit(hi, I64), 1, block, simd=simd_safe(block),
                              parallel=parallel, work=work if parallel else None,
-                             note=f"{j.name} in [{lo}, {hi})"))
+                             note=f"{plan.q.name} in [{lo}, {hi})"))
         return self.outer_loops(axes[:-1], outer, loops, work)
 
-    def compute_piece_tensors(self, t: Compute, cut: List[Tuple[int, int, Expr]]) -> List[Stmt]:
+    def compute_pieces(self, t: Compute, plan: piecewise.Cut) -> List[Stmt]:
+        """``t`` (no recurrence) with its innermost loop cut into ``plan``'s pieces
+        (``codegen.piecewise``): one loop per piece, over that piece's body. The outermost
+        axis is threaded; for a 1-d tensor that is the longest piece's loop. Pieces
+        holding sums, or along an outer axis, are tensors of their own."""
+        cut = list(plan.spans)
+        if piecewise.holds_sums(cut) or not plan.inner:
+            return self.compute_piece_tensors(t, cut, plan.d)
+        # the pieces of a row are its residues modulo 1
+        whole = residue_loops.Residues(1, t.axes[-1], tuple((lo, hi, (body,))
+                                                            for lo, hi, body in cut))
+        return self.compute_residues(t, whole, hoist=False)
+
+    def compute_piece_tensors(self, t: Compute, cut: List[Tuple[int, int, Expr]],
+                              d: int = -1) -> List[Stmt]:
         """``t``'s pieces (``codegen.piecewise``) when they hold sums: each a tensor of its
         own over its part of the innermost axis, stored into ``t``'s buffer there and
         lowered by the strategy the table picks for it (the gradient of a weight read
@@ -461,10 +465,11 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         out: List[Stmt] = []
         # (``t`` may itself be a piece: its own shift and its parent's buffer carry over)
         base = self.shifts.get(t.uid, (0,) * t.ndim)
-        for sub, lo in piecewise.piece_tensors(t, cut):
+        d = d % t.ndim
+        for sub, lo in piecewise.piece_tensors(t, cut, d):
             self.buf[sub.uid] = self.buf[t.uid]
             self.dims[sub.uid] = self.dims[t.uid]
-            self.shifts[sub.uid] = base[:-1] + (base[-1] + lo,)
+            self.shifts[sub.uid] = base[:d] + (base[d] + lo,) + base[d + 1:]
             out.append(Block((Comment(str(sub)),) + tuple(self.compute(sub))))
         return out
 
@@ -570,16 +575,6 @@ def _reuses_both(t: Compute) -> bool:
         if any(a - b and b - a for a in used for b in used):
             return True
     return False
-
-
-def _split_memo(body: Expr, j: Axis, c: int, q: Var, r: int) -> Dict[Expr, CExpr]:
-    """``j // c`` and ``j % c`` of ``body`` as ``q`` and ``r`` (for j = c*q + r, 0 <= r < c)."""
-    out: Dict[Expr, CExpr] = {}
-    for x in walk(body, unique=True):
-        if (isinstance(x, Binary) and x.op in ("floordiv", "mod") and isinstance(x.a, Axis)
-                and x.a.uid == j.uid and isinstance(x.b, Const) and x.b.value == c):
-            out[x] = q if x.op == "floordiv" else Lit(r, x.dtype)
-    return out
 
 
 # }}}

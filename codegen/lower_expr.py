@@ -33,6 +33,7 @@ from .loopast import (Accumulate, Assign, Block, CExpr, Decl, For, If, Lit, Load
                       Store, Var, lane_sums, loads, mark_inner_simd, simd_safe)
 from .patterns import conj, where_form
 from .program import READ_OUT_OF_RANGE, Site
+from .residue_algebra import terms
 from .scope import Scope
 
 
@@ -44,6 +45,9 @@ EXTREMUM_LANES = 64
 PARTIAL_SUMS = 4096
 #: the most levels of a float expression lowered into one C expression
 STAGE = 64
+#: a reduction visiting at most this many points per element (the product of its
+#: axes' longest runs) is a window: its loops are unrolled (see ``reduce``)
+WINDOW_POINTS = 16
 
 
 class ExprLowering:
@@ -61,9 +65,10 @@ class ExprLowering:
     # {{{ loops over a (reduction or scatter) domain
 
     def loops(self, axes: Sequence[Axis], where: Optional[Expr], scope: Scope, point,
-              out: List[Stmt]) -> None:
+              out: List[Stmt], runs: Optional[Dict[str, int]] = None) -> None:
         """Emit loops over ``axes``' box where ``where`` holds; ``point(scope, out)``
-        emits the statements for one point."""
+        emits the statements for one point. ``runs``: the loops over the axes of these
+        names are unrolled, each to that many points (its longest run, :func:`unrolled`)."""
         conds = polyhedral.conjuncts(where)
         if conds:
             outer = scope.unbind(axes)
@@ -72,6 +77,8 @@ class ExprLowering:
             tree, rest = LoopPoint(tuple(axes)), []
             for ax in reversed(axes):
                 tree = LoopFor(ax, ax.lo, ax.hi, 1, tree)
+        if runs:
+            tree = unrolled(tree, runs)
         affine = [c for c in conds if not any(c is r for r in rest)]
         self.loop_tree(tree, axes, affine, rest, scope, {}, point, out)
 
@@ -369,6 +376,17 @@ class ExprLowering:
         body, where = where_form(e)
         if body is not e.body:
             e = Reduce(e.op, body, e.axes, where, e.dtype)
+        runs = self.window(e, scope)
+        if runs is not None:
+            # A window (a few points per element: an upsampling's gradient adds 2 x 2
+            # of them, 9 sums per element) is written out: no trip count left for the
+            # compiler to doubt, no partial sums to zero and add up, and the element
+            # loop around it runs in vector lanes. The points are added in loop order.
+            def one(inner: Scope, stmts: List[Stmt]):
+                stmts.append(Accumulate(acc, e.op, cast(self.expr(e.body, inner, stmts),
+                                                        e.dtype)))
+            self.loops(e.axes, e.where, scope, one, out, runs=runs)
+            return acc
         # A float sum over several axes keeps one partial sum per value of its last
         # axis (a static box), added up at the end: the reassociation ir.py allows, so
         # the innermost loop runs in vector lanes without a horizontal sum per pass.
@@ -427,6 +445,35 @@ class ExprLowering:
             out.extend(nest)
         return acc
 
+    def window(self, e: Reduce, scope: Scope) -> Optional[Dict[str, int]]:
+        """Axis name -> the most points its loop runs, for each axis of ``e``, when ``e``
+        visits at most ``WINDOW_POINTS`` points per element (the product of those runs);
+        else None. A loop's run is that of the domain's projection on it and the loops
+        around it (``polyhedral.span`` with the inner axes free)."""
+        names = [a.name for a in e.axes]
+        if not e.axes or len(set(names)) != len(names):
+            return None
+        outer = scope.unbind(e.axes)
+        axes = outer.axes + tuple(e.axes)
+        guards = outer.guards + ((e.where,) if e.where is not None else ())
+        runs: Dict[str, int] = {}
+        total = 1
+        conds = polyhedral.conjuncts(e.where)
+        for k, a in enumerate(e.axes):
+            lo, hi = const_value(a.lo), const_value(a.hi)
+            if lo is not None and hi is not None and total * (hi - lo) <= WINDOW_POINTS:
+                n: Optional[int] = hi - lo
+            else:
+                # a window's own bounds (y >= 2*i + 1, y <= 2*i + 2) answer without isl
+                n = bounded_run(conds, a, {x.uid for x in e.axes})
+                if n is None or total * n > WINDOW_POINTS:
+                    n = polyhedral.span(axes, guards, a, self.params, free=e.axes[k + 1:])
+            if n is None or n == 0 or total * n > WINDOW_POINTS:
+                return None
+            runs[a.name] = n
+            total *= n
+        return runs
+
     def lane_reduce(self, e: Reduce, acc: Var, lo: int, hi: int, scope: Scope,
                     out: List[Stmt], LANES: int = LANES) -> Var:
         """A max or min over one static axis as ``LANES`` interleaved partial results,
@@ -477,3 +524,81 @@ class ExprLowering:
         return len(self.sites) - 1
 
     # }}}
+
+
+def bounded_run(conds: Sequence[Expr], a: Axis, bound: set) -> Optional[int]:
+    """An upper bound on how many values the axis ``a`` takes where the conjuncts
+    ``conds`` hold, from a lower and an upper bound among them that differ by a
+    constant (``y >= 2*i + 1`` and ``2*i + 2 >= y``: 2), each linear in ``a`` with
+    coefficient +-1 and free of the other axes of ``bound`` (a sum's axes, which its
+    loop over ``a`` may see change); None if no such pair.
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 1)
+    >>> y = Axis("y", Const(0, "int64"), Const(64, "int64"), 2)
+    >>> bounded_run([y >= 2 * i + 1, 2 * i + 2 >= y], y, {y.uid}), bounded_run([y >= i], y, {y.uid})
+    (2, None)
+    """
+    lows, highs = [], []  # (constant, other coefficients) of the bounds' other sides
+    for c in conds:
+        if not (isinstance(c, Binary) and c.op in ("ge", "gt", "le", "lt")):
+            continue
+        form = terms(Binary("sub", c.a, c.b, I64))  # c.a - c.b, compared with 0
+        if form is None:
+            continue
+        k, coef, _ = form
+        ca = coef.get(a.uid, 0)
+        if abs(ca) != 1 or any(u in bound and u != a.uid for u in coef):
+            continue
+        rest = tuple(sorted((u, -ca * v) for u, v in coef.items() if u != a.uid))
+        # ca*a + rest' + k (op) 0  ->  a (op') -ca*(rest' + k)
+        strict = c.op in ("gt", "lt")
+        value = -ca * k
+        if (c.op in ("ge", "gt")) == (ca > 0):  # a >= value + rest (a > ...: + 1)
+            lows.append((value + (1 if strict else 0), rest))
+        else:  # a <= value + rest (a < ...: - 1)
+            highs.append((value - (1 if strict else 0), rest))
+    found = [h - lo + 1 for lo, r in lows for h, s in highs if r == s]
+    return max(min(found), 0) if found else None
+
+
+def unrolled(tree, runs: Dict[str, int]):
+    """``tree`` (``polyhedral.loop_nest``) with each loop over an axis named in ``runs``
+    written out: ``runs[name]`` copies of its body, the k-th at ``lo + k*step`` where
+    that is below the loop's bound (a test the compiler folds when the window is full).
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> from tensorexpr.polyhedral import loop_nest
+    >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 1)
+    >>> k = Axis("k", Const(0, "int64"), Const(16, "int64"), 2)
+    >>> tree, _ = loop_nest([k], [k >= 2 * i, k <= 2 * i + 1], [i])  # always 2 points
+    >>> [str(x.value) for x in unrolled(tree, {"k": 2}).items]
+    ['(2 * i)', '((2 * i) + 1)']
+    >>> k = Axis("k", Const(0, "int64"), Const(15, "int64"), 3)
+    >>> tree, _ = loop_nest([k], [k >= 2 * i, k <= 2 * i + 1], [i])  # 1 point at i = 7
+    >>> print(unrolled(tree, {"k": 2}).items[1].cond)
+    (((2 * i) + 1) < (min(14, (2 * i) + 1) + 1))
+    """
+    match tree:
+        case LoopFor(it, lo, hi, step, body) if it.name in runs:
+            inner = unrolled(body, runs)
+            copies = []
+            for k in range(runs[it.name]):
+                at = lo if k == 0 else Binary("add", lo, Const(k * step, I64), I64)
+                room = terms(Binary("sub", hi, at, I64))
+                if room is not None and not room[1]:  # the same affine form: known here
+                    if room[0] > 0:
+                        copies.append(LoopLet(it, at, inner))
+                    continue
+                copies.append(LoopIf(Binary("lt", at, hi, "bool"), LoopLet(it, at, inner), None))
+            return LoopBlock(tuple(copies))
+        case LoopFor(it, lo, hi, step, body):
+            return LoopFor(it, lo, hi, step, unrolled(body, runs))
+        case LoopLet(it, value, body):
+            return LoopLet(it, value, unrolled(body, runs))
+        case LoopIf(cond, then, orelse):
+            return LoopIf(cond, unrolled(then, runs),
+                          None if orelse is None else unrolled(orelse, runs))
+        case LoopBlock(items):
+            return LoopBlock(tuple(unrolled(x, runs) for x in items))
+    return tree

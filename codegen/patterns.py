@@ -291,30 +291,6 @@ def transposed_axis(t: Compute) -> Optional[int]:
     return None
 
 
-def split_factor(t: Compute) -> Optional[int]:
-    """``c`` when ``t``'s innermost axis ``j`` (static extent, a multiple of ``c``) is read
-    through ``j // c`` (and maybe ``j % c`` or ``j``), else None."""
-    if not t.axes or any(isinstance(x, Reduce) for x in walk(t.body, unique=True)):
-        return None
-    j = t.axes[-1]
-    n, lo = const_value(j.hi), const_value(j.lo)
-    if n is None or lo != 0:
-        return None
-    found = set()
-    for x in walk(t.body, unique=True):
-        if (isinstance(x, Binary) and x.op in ("floordiv", "mod") and isinstance(x.a, Axis)
-                and x.a.uid == j.uid and isinstance(x.b, Const)):
-            found.add(x.b.value)
-    if len(found) != 1:
-        return None
-    c = found.pop()
-    if c not in (2, 3, 4) or n % c or not any(
-            isinstance(x, Binary) and x.op == "floordiv" and isinstance(x.a, Axis)
-            and x.a.uid == j.uid for x in walk(t.body, unique=True)):
-        return None
-    return c
-
-
 def row_invariant_indices(t: Compute) -> List[Tuple[Read, int]]:
     """``(read, dimension)`` of the data-dependent indices that ``t``'s body evaluates
     at every point (not under a select's branch, the right operand of ``&`` or ``|``,

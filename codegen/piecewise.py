@@ -20,9 +20,10 @@ pieces compute the same values as the whole loop.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 from math import floor
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from passes.simplify import simplify
 from tensorexpr import polyhedral
@@ -32,6 +33,9 @@ from tensorexpr.transform import const_value, eval_int, replace_subexpr, substit
 
 #: at most this many pieces per loop (each is one more loop in the generated code)
 MAX_PIECES = 5
+#: an outer axis is cut only for rows at least this long (pieces of 1-column tensors
+#: are as scalar as the whole; each piece is lowered on its own: time)
+MIN_ROW = 8
 
 
 def _tests(body: Expr, j: Axis) -> List[Tuple[Binary, int, int]]:
@@ -87,19 +91,44 @@ def pieces(body: Expr, j: Axis) -> Optional[List[Tuple[int, int, Expr]]]:
     hit = _ASKED.get((id(body), id(j)))
     if hit is not None and hit[0] is body and hit[1] is j:
         return hit[2]
-    out = _pieces(body, j, lo, hi)
+    found = _pieces((body,), j, lo, hi)
+    out = None if found is None else [(a, b, bodies[0]) for a, b, bodies in found]
     _ASKED[(id(body), id(j))] = (body, j, out)
     if len(_ASKED) > 256:
         _ASKED.pop(next(iter(_ASKED)))
     return out
 
 
+def pieces_of(bodies: Sequence[Expr], j: Axis
+              ) -> Optional[List[Tuple[int, int, Tuple[Expr, ...]]]]:
+    """:func:`pieces` of several bodies over one loop (each stored by the loop's points):
+    ``[(lo, hi, bodies_there), ...]``, the cuts those of all the bodies' tests.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((10,), name="X")
+    >>> i = te.compute((9,), lambda i: X[i]).axes[0]
+    >>> [(lo, hi, [str(b) for b in bs]) for lo, hi, bs in pieces_of(
+    ...     [X[te.maximum(i - 1, 0)], X[te.minimum(i + 1, 8)]], i)]
+    [(0, 1, ['X[0]', 'X[i + 1]']), (1, 8, ['X[i - 1]', 'X[i + 1]']), (8, 9, ['X[i - 1]', 'X[8]'])]
+    """
+    lo, hi = const_value(j.lo), const_value(j.hi)
+    if lo is None or hi is None or hi - lo < 2:
+        return None
+    return _pieces(tuple(bodies), j, lo, hi)
+
+
 #: the last answers of :func:`pieces`
 _ASKED: Dict[Tuple[int, int], tuple] = {}
 
 
-def _pieces(body: Expr, j: Axis, lo: int, hi: int) -> Optional[List[Tuple[int, int, Expr]]]:
-    tests = _tests(body, j)
+def _pieces(bodies: Tuple[Expr, ...], j: Axis, lo: int, hi: int
+            ) -> Optional[List[Tuple[int, int, Tuple[Expr, ...]]]]:
+    tests, seen = [], set()
+    for body in bodies:
+        for x in _tests(body, j):
+            if x[0] not in seen:
+                seen.add(x[0])
+                tests.append(x)
     if not tests:
         return None
     cuts = {lo, hi}
@@ -122,10 +151,12 @@ def _pieces(body: Expr, j: Axis, lo: int, hi: int) -> Optional[List[Tuple[int, i
         return None
     out = []
     for a, b, values in spans:
-        e = body
-        for (t, _, _), v in zip(tests, values):
-            e = replace_subexpr(e, t, v)
-        out.append((a, b, simplify(e)))
+        there = []
+        for e in bodies:
+            for (t, _, _), v in zip(tests, values):
+                e = replace_subexpr(e, t, v)
+            there.append(simplify(e))
+        out.append((a, b, tuple(there)))
     return out
 
 
@@ -135,7 +166,59 @@ def _same_values(xs: tuple, ys: tuple) -> bool:
                for x, y in zip(xs, ys))
 
 
-def holds_sums(cut: List[Tuple[int, int, Expr]]) -> bool:
+@dataclass(frozen=True)
+class Cut:
+    """Pieces of a tensor along its axis ``d`` (:func:`cut`): ``spans`` as :func:`pieces`
+    gives them."""
+
+    d: int
+    axis: str
+    spans: Tuple[Tuple[int, int, Expr], ...]
+    inner: bool  # ``d`` is the innermost axis
+
+    def params(self) -> tuple:
+        """What the schedule prints: the pieces, and the axis when not the innermost."""
+        spans = ("pieces", tuple((lo, hi) for lo, hi, _ in self.spans))
+        return (spans,) if self.inner else (spans, ("axis", self.axis))
+
+
+def cut(t: Compute) -> Optional[Cut]:
+    """Where to cut ``t`` into pieces: along its innermost axis where tests on it change
+    value (:func:`pieces`), or, when it has none and ``t`` holds sums, along the
+    innermost outer axis that has such tests (each piece then a tensor of its own: the
+    boundary rows of an upsampling's gradient add sums the other rows do not, and tests
+    of the row inside the vector loop over the columns kept it scalar). None if no
+    axis has tests.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((10, 8), name="X")
+    >>> k = te.reduce_axis(2, "k")
+    >>> Y = te.compute((10, 8), lambda i, j: te.sum(X[k, j], axis=k, where=(i >= 1) | (k == 0)),
+    ...                name="Y")
+    >>> c = cut(Y)
+    >>> c.axis, [(lo, hi) for lo, hi, _ in c.spans]
+    ('i', [(0, 1), (1, 10)])
+    """
+    if not t.axes:
+        return None
+    found = pieces(t.body, t.axes[-1])
+    if found is not None:
+        return Cut(t.ndim - 1, t.axes[-1].name, tuple(found), True)
+    if not any(isinstance(x, Reduce) for x in walk(t.body, unique=True)):
+        return None
+    n = const_value(t.axes[-1].hi) - const_value(t.axes[-1].lo) \
+        if const_value(t.axes[-1].hi) is not None and const_value(t.axes[-1].lo) is not None \
+        else None
+    if n is not None and n < MIN_ROW:
+        return None  # too short a row for vector lanes: more pieces would only cost
+    for d in reversed(range(t.ndim - 1)):
+        found = pieces(t.body, t.axes[d])
+        if found is not None and holds_sums(found):
+            return Cut(d, t.axes[d].name, tuple(found), False)
+    return None
+
+
+def holds_sums(cut: Sequence[Tuple[int, int, Expr]]) -> bool:
     """Does a piece of ``cut`` (:func:`pieces`) hold a reduction? Then each piece is
     lowered as a tensor of its own (:func:`piece_tensors`).
 
@@ -148,9 +231,11 @@ def holds_sums(cut: List[Tuple[int, int, Expr]]) -> bool:
     return any(isinstance(x, Reduce) for _, _, body in cut for x in walk(body, unique=True))
 
 
-def piece_tensors(t: Compute, cut: List[Tuple[int, int, Expr]]) -> List[Tuple[Compute, int]]:
+def piece_tensors(t: Compute, cut: Sequence[Tuple[int, int, Expr]], d: int = -1
+                  ) -> List[Tuple[Compute, int]]:
     """``(tensor, lo)`` per piece ``(lo, hi, body)`` of ``cut``: ``t`` over ``[lo, hi)`` of
-    its innermost axis, shifted to start at 0 (its element ``x`` is ``t``'s ``x + lo``).
+    its axis ``d`` (the innermost by default), shifted to start at 0 (its element ``x``
+    there is ``t``'s ``x + lo``).
 
     >>> import tensorexpr as te
     >>> X = te.placeholder((10,), name="X")
@@ -159,13 +244,16 @@ def piece_tensors(t: Compute, cut: List[Tuple[int, int, Expr]]) -> List[Tuple[Co
     0 Y[0:1][i] = X[0] + X[i]    for i in [0, 1)    float32
     1 Y[1:10][i] = X[(i + 1) - 1] + X[i + 1]    for i in [0, 9)    float32
     """
-    j = t.axes[-1]
+    d = d % t.ndim
+    j = t.axes[d]
     out = []
     for lo, hi, body in cut:
         jj = Axis(j.name, Const(0, INDEX_DTYPE), Const(hi - lo, INDEX_DTYPE), fresh_uid())
         at = jj if lo == 0 else Binary("add", jj, Const(lo, INDEX_DTYPE), INDEX_DTYPE)
-        sub = Compute(f"{t.name}[{lo}:{hi}]", tuple(t.dims[:-1]) + (jj.hi,), t.dtype,
-                      fresh_uid(), t.origin, axes=tuple(t.axes[:-1]) + (jj,),
+        where = ", ".join(f"{lo}:{hi}" if k == d else ":" for k in range(t.ndim))
+        name = f"{t.name}[{lo}:{hi}]" if d == t.ndim - 1 else f"{t.name}[{where}]"
+        sub = Compute(name, tuple(t.dims[:d]) + (jj.hi,) + tuple(t.dims[d + 1:]), t.dtype,
+                      fresh_uid(), t.origin, axes=tuple(t.axes[:d]) + (jj,) + tuple(t.axes[d + 1:]),
                       body=simplify(substitute(body, {j: at})))
         out.append((sub, lo))
     return out

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from tensorexpr.ir import Axis, Binary, Const, Expr, Unary, INDEX_DTYPE, walk
-from tensorexpr.transform import const_value, rebuild, substitute
+from passes.simplify import simplify
+from tensorexpr.ir import Axis, Binary, Const, Expr, Read, Reduce, Unary, INDEX_DTYPE, is_float, walk
+from tensorexpr.transform import bottom_up, const_value, rebuild, substitute
 
 I64 = INDEX_DTYPE
 
@@ -189,3 +190,23 @@ def decompose(e: Expr, s: int, residues: set) -> Optional[Tuple[Expr, Expr]]:
     elif off:
         quotient = Binary("add", quotient, Const(off, I64), I64)
     return plane, quotient
+
+
+def fold_indices(e: Expr) -> Expr:
+    """``e`` with its integer and boolean sub-expressions free of floats simplified
+    (constants folded: ``(0 + 1) % 2`` is 1). Float arithmetic is left as written
+    (``passes.simplify`` would drop ``x * 0``, not exact for a non-finite ``x``).
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> q = Axis("q", Const(0, "int64"), Const(8, "int64"), 1)
+    >>> print(fold_indices(tidy((2 * q + 1 - 1) // 2, q.uid, 2)))
+    q
+    """
+    def stop(x: Expr) -> Optional[Expr]:
+        if isinstance(x, (Read, Reduce)) or is_float(x.dtype):
+            return None
+        if any(is_float(y.dtype) or isinstance(y, (Read, Reduce)) for y in walk(x, unique=True)):
+            return None
+        return simplify(x)
+
+    return bottom_up(e, lambda x: x, stop)

@@ -44,14 +44,13 @@ import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from passes.simplify import simplify
 from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, Select, Tensor,
-                           INDEX_DTYPE, fresh_uid, is_float, walk)
+                           INDEX_DTYPE, fresh_uid, walk)
 from tensorexpr.polyhedral import conjuncts
-from tensorexpr.transform import bottom_up, const_value, replace_subexpr, substitute
+from tensorexpr.transform import const_value, replace_subexpr, substitute
 
 from .patterns import ROW_MIN, conj, only_sum, uses, where_form
-from .residue_algebra import linear, terms, tidy
+from .residue_algebra import fold_indices, linear, terms, tidy
 
 I64 = INDEX_DTYPE
 
@@ -205,7 +204,7 @@ def split(t: Tensor) -> Optional[Split]:
         return None
     if not taps:
         final = Compute(t.name, t.dims, t.dtype, t.uid, t.origin, axes=t.axes,
-                        body=_fold_indices(whole))
+                        body=fold_indices(whole))
         return Split(t, final, (), tuple(residues), ())
     parts = _parts(t, whole, taps)
     if parts is None:
@@ -359,7 +358,7 @@ def _parts(t: Compute, whole: Expr, taps: Sequence[Tuple[Axis, int]]
         body = substitute(whole, mapping)
         for (u, s) in taps:
             body = tidy(body, new[u.uid].uid, s)
-        body = _fold_indices(body)
+        body = fold_indices(body)
         if _unfolded(body, {a.uid for a in new.values()}):
             return None
         axes = tuple(new.get(a.uid, a) for a in t.axes)
@@ -390,17 +389,3 @@ def _unfolded(e: Expr, uids: set) -> bool:
     """Does a floor division or modulo of ``e`` move with one of the axes ``uids``?"""
     return any(isinstance(x, Binary) and x.op in ("floordiv", "mod") and uses(x, uids)
                for x in walk(e, unique=True))
-
-
-def _fold_indices(e: Expr) -> Expr:
-    """``e`` with its integer and boolean sub-expressions free of floats simplified
-    (constants folded: ``(0 + 1) % 2`` is 1). Float arithmetic is left as written
-    (``passes.simplify`` would drop ``x * 0``, not exact for a non-finite ``x``)."""
-    def stop(x: Expr) -> Optional[Expr]:
-        if isinstance(x, (Read, Reduce)) or is_float(x.dtype):
-            return None
-        if any(is_float(y.dtype) or isinstance(y, (Read, Reduce)) for y in walk(x, unique=True)):
-            return None
-        return simplify(x)
-
-    return bottom_up(e, lambda x: x, stop)

@@ -31,10 +31,12 @@ sequential;
 ``gather-rows``           data-dependent indices fixed along a row: checked
                           once per row
 ``pieces``                the innermost loop cut where its tests change value
-                          (``codegen.piecewise``)
+                          (``codegen.piecewise``); a tensor holding sums with
+                          no such test, an outer axis
 ``blocks``                a transpose: square blocks of two axes
-``split``                 an axis read through ``j // c``: ``c`` remainders
-                          unrolled
+``split``                 an axis read through ``(j + k) // c``: ``c`` remainders
+                          unrolled, the loop cut where clamps change
+                          (``codegen.residue_loops``)
 ``steps``                 a recurrence whose step holds sums over earlier steps:
                           each step's sums for all positions at once
                           (``codegen.recurrence_steps``), then the rest
@@ -59,10 +61,9 @@ from typing import Callable, List, Tuple
 from tensorexpr.errors import describe
 from tensorexpr.ir import Compute, ScatterAdd, Tensor
 
-from . import interchange, piecewise, rowsum, tapsum, target
+from . import interchange, piecewise, residue_loops, rowsum, tapsum, target
 from .scatter import scatter_rows_apply
-from .patterns import (jam_reduce, row_invariant_indices, row_reduce, split_factor,
-                       transposed_axis)
+from .patterns import jam_reduce, row_invariant_indices, row_reduce, transposed_axis
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def _taps(lw, t):
 def _plain_shape(t) -> bool:
     """No transposed axis and no ``j // c`` split: the shapes ``blocks`` and ``split``
     take first."""
-    return transposed_axis(t) is None and split_factor(t) is None
+    return transposed_axis(t) is None and residue_loops.divisor(t) is None
 
 
 def _gather_rows(lw, t):
@@ -125,7 +126,7 @@ def _gather_rows(lw, t):
 def _pieces(lw, t):
     if not _no_carry(t) or not t.axes or not _plain_shape(t):
         return None
-    return piecewise.pieces(t.body, t.axes[-1])
+    return piecewise.cut(t)
 
 
 def _blocks(lw, t):
@@ -135,7 +136,7 @@ def _blocks(lw, t):
 def _split(lw, t):
     if not _no_carry(t) or transposed_axis(t) is not None:
         return None
-    return split_factor(t)
+    return residue_loops.plan(t)
 
 
 def _steps(lw, t):
@@ -202,13 +203,17 @@ TABLE: Tuple[Strategy, ...] = (
              lambda hoist: (("hoisted", len(hoist)),), leads=_outer_axes),
     # pieces holding sums are tensors of their own, each with its own loop nest
     Strategy("pieces", Compute, _pieces, lambda lw, t, cut: lw.compute_pieces(t, cut),
-             lambda cut: (("pieces", tuple((lo, hi) for lo, hi, _ in cut)),),
-             leads=lambda lw, t, cut: 0 if piecewise.holds_sums(cut) else t.ndim - 1),
+             lambda cut: cut.params(),
+             leads=lambda lw, t, cut: 0 if piecewise.holds_sums(cut.spans) or not cut.inner
+             else t.ndim - 1),
     # square blocks of the transposed axis and the innermost: the axes before it in order
     Strategy("blocks", Compute, _blocks, lambda lw, t, a: lw.compute_loops(t, transposed=a),
              lambda a: (("axis", a),), leads=lambda lw, t, a: a),
-    Strategy("split", Compute, _split, lambda lw, t, c: lw.compute_loops(t, split=c),
-             lambda c: (("factor", c),), leads=_outer_axes),
+    Strategy("split", Compute, _split, lambda lw, t, p: lw.compute_residues(t, p),
+             lambda p: (("factor", p.c),) + ((("pieces", tuple((lo, hi) for lo, hi, _ in
+                                                                p.pieces)),)
+                                              if len(p.pieces) > 1 else ()),
+             leads=_outer_axes),
     Strategy("steps", Compute, _steps, lambda lw, t, p: lw.compute_steps(t, p),
              lambda p: (("step sums", tuple(x.name for x in p.sums)),)),
     Strategy("interchange", Compute, _interchange, interchange.lower),

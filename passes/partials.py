@@ -122,8 +122,13 @@ def _rules(e: Expr, owner=None) -> list:
             return [(a, lambda adj: m("mul", adj, b), (), ()),
                     (b, lambda adj: m("mul", adj, a), (), ())]
         case Binary("div", a, b, _):
+            # the divisor's partial times 1 / b, not divided by b: a divisor shared by a
+            # sum's points (a normalization's per-channel sqrt(var + eps)) then has its
+            # reciprocal hoisted out of the sum (passes.hoist), one division per channel
+            # instead of one per element (batch norm's dvar divided each point three
+            # times: 0.20 ms against PyTorch's 0.12, 0.15 so); one more rounding
             return [(a, lambda adj: m("div", adj, b), (), ()),
-                    (b, lambda adj: -m("div", m("mul", adj, e), b), (), ())]
+                    (b, lambda adj: -m("mul", m("mul", adj, e), m("div", 1.0, b)), (), ())]
         case Binary("pow", a, b, _):
             if isinstance(b, Const):
                 return [(a, lambda adj: m("mul", adj, m("mul", b, m("pow", a, b.value - 1))),
@@ -154,7 +159,8 @@ def _rules(e: Expr, owner=None) -> list:
         case Unary("log", a, _):
             return [(a, lambda adj: m("div", adj, a), (), ())]
         case Unary("sqrt", a, _):
-            return [(a, lambda adj: m("div", m("mul", adj, 0.5), e), (), ())]
+            # (0.5 / sqrt(a): a factor hoisted where a is invariant, as for a divisor)
+            return [(a, lambda adj: m("mul", adj, m("div", 0.5, e)), (), ())]
         case Unary("tanh", a, _):
             return [(a, lambda adj: m("mul", adj, m("sub", 1.0, m("mul", e, e))), (), ())]
         case Unary("sigmoid", a, _):

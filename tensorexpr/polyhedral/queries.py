@@ -59,23 +59,28 @@ def offset_range(axes: Sequence[Axis], guards: Sequence[Expr], index: Expr, base
 
 
 def span(axes: Sequence[Axis], guards: Sequence[Expr], axis: Axis,
-         params: Sequence[str] = ()) -> Optional[int]:
+         params: Sequence[str] = (), free: Sequence[Axis] = ()) -> Optional[int]:
     """The most values ``axis`` (one of ``axes``) takes while the other axes stay fixed,
     over the points of the boxes where the affine conjuncts of ``guards`` hold: the
     longest trip count of a loop over ``axis`` innermost. An upper bound (dropped
     non-affine guards only enlarge the set); 0 when there is no point, None when
-    unbounded.
+    unbounded. ``free``: axes of ``axes`` that may change too (the loops inside the
+    one over ``axis``: its trip count is that of the projection).
 
     >>> from tensorexpr.ir import Axis, Const, fresh_uid
     >>> i = Axis("i", Const(0, "int64"), Const(32, "int64"), fresh_uid())
     >>> y = Axis("y", Const(0, "int64"), Const(64, "int64"), fresh_uid())
     >>> span([i, y], [y >= 2 * i, y <= 2 * i + 1], y), span([i, y], [], y)
     (2, 64)
+    >>> span([i, y], [y == i], i), span([i, y], [y == i], i, free=[y])
+    (1, 32)
     """
-    # the largest y' - y over pairs of points that differ in y alone
-    twin = Axis(f"{axis.name}'", axis.lo, axis.hi, fresh_uid())
-    moved = [substitute(g, {axis: twin}) for g in guards]
-    r = offset_range(list(axes) + [twin], list(guards) + moved, twin, axis, params)
+    # the largest y' - y over pairs of points that differ in y (and the free axes) alone
+    twins = {a: Axis(f"{a.name}'", a.lo, a.hi, fresh_uid())
+             for a in [axis] + [f for f in free if f.uid != axis.uid]}
+    moved = [substitute(g, twins) for g in guards]
+    r = offset_range(list(axes) + list(twins.values()), list(guards) + moved, twins[axis],
+                     axis, params)
     if r is None:
         return None
     return 0 if r == () else r[1] + 1

@@ -272,3 +272,32 @@ def test_slabs_hold_whole_register_tiles_of_a_row_tiled_member():
         V = te.compute((64, 64), lambda i, j: Z[i, j] * 2.0, name="V")
         g, _ = agree([Z, V], [X], rand((64, 48)))
         assert "slabs of 2 rows of Z, V" in g.source
+
+
+def test_a_later_tensor_that_would_join_moves_ahead_of_one_that_ends_the_group():
+    # batch norm's gradient: dgamma and dbeta are sums over the channels, like dvar and
+    # dmean, but come after dX (images first), which ends their group: they move ahead
+    # of it (with the inlined factor dgamma reads), all their inputs being computed
+    N, C, HH, W = 3, 5, 4, 6
+    X = te.placeholder((N, C, HH, W), name="X")
+    gamma, beta = te.placeholder((C,), name="gamma"), te.placeholder((C,), name="beta")
+    (n1, y1, x1), (n2, y2, x2) = [[te.reduce_axis((0, s), name=f"{a}{i}")
+                                   for a, s in (("n", N), ("y", HH), ("x", W))] for i in (1, 2)]
+    mean = te.compute((C,), lambda c: te.sum(X[n1, c, y1, x1], axis=[n1, y1, x1]) / (N * HH * W),
+                      name="mean")
+    var = te.compute((C,), lambda c: te.sum((X[n2, c, y2, x2] - mean[c]) ** 2,
+                                            axis=[n2, y2, x2]) / (N * HH * W), name="var")
+    Y = te.compute(X.shape, lambda n, c, y, x: (X[n, c, y, x] - mean[c])
+                   / te.sqrt(var[c] + 1e-5) * gamma[c] + beta[c], name="Y")
+    H = te.placeholder(Y.shape, name="H")
+    grads = te.differentiate(Y, [X, gamma, beta], head=H)
+    f, _ = agree(list(grads), [X, gamma, beta, H], rand(X.shape), rand((C,), seed=1),
+                 rand((C,), seed=2), rand(Y.shape, seed=3))
+    fused = [line for line in str(f.schedule).splitlines() if line.startswith("fused:")]
+    assert len(fused) == 1 and "dgamma" in fused[0] and "dbeta" in fused[0], fused
+    # the same program without moving: two groups (the plan's order is the program's)
+    order = [g for g in fuse.plan([t for t in te.ir.topo_order(list(grads))
+                                   if not isinstance(t, te.ir.Placeholder)], set(),
+                                  fixed={t.uid for t in te.ir.topo_order(list(grads))})]
+    assert [t.name for g in order for t in g] == [t.name for t in te.ir.topo_order(list(grads))
+                                                  if not isinstance(t, te.ir.Placeholder)]

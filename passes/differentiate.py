@@ -30,7 +30,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from tensorexpr import api
 from tensorexpr.errors import JacobianError, describe
-from tensorexpr.ir import (Axis, Compute, Const, Expr, Read, Reduce, ScatterAdd,
+from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, ScatterAdd,
                            SelfRef, Tensor, binary, fresh_uid, is_float, same, topo_order,
                            tensor_inputs, INDEX_DTYPE)
 from tensorexpr.printer import shape_str
@@ -414,7 +414,14 @@ class _Differentiator:
 
     def _add_site(self, t, x, s: Site, guards, domain, p_axes, adj_idx):
         handle = self._self_handle_for(t) if x.uid == t.uid else self.adj[t.uid]
-        contrib = Read(handle, tuple(adj_idx), handle.dtype) * s.factor
+        contrib = Read(handle, tuple(adj_idx), handle.dtype)
+        # the adjoint times each factor of the chain in turn, outermost first: the
+        # adjoint of an intermediate (dY * (1 - Y^2) under a tanh) is formed before
+        # the inner partials multiply it, so sums over it read a stored tensor's worth
+        # of work once (passes.share) and row sums one factor per lane (an RNN's
+        # adjoint: sum_j (dY * (1 - Y^2)) * Wh[k, j], not dY * ((1 - Y^2) * Wh[k, j]))
+        for f in _chain(s.factor):
+            contrib = contrib * f
         all_guards = tuple(guards) + tuple(s.guards)
         read = s.read
         domain = tuple(domain) + tuple(s.axes)
@@ -601,3 +608,22 @@ def _tidy_indices(e: Expr) -> Expr:
         return Read(r.tensor, idx, r.dtype) if changed else r
 
     return map_reads(e, tidy)
+
+
+def _chain(e: Expr) -> List[Expr]:
+    """The factors of a chain rule's product ``e``, outermost first, down its right
+    operands (``a * (b * c)``: a, b, c; a left operand that is a product, the partial
+    of one operation, ``sig * (1 - sig)``, stays whole), a constant kept with the
+    operand it multiplies (``2.0 * x``: the adjoint times a bare constant is no
+    adjoint of anything); ``[e]`` when it is no product.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4,), name="X")
+    >>> [str(f) for f in _chain(X[0] * (X[1] * X[2]))]
+    ['X[0]', 'X[1]', 'X[2]']
+    >>> [str(f) for f in _chain((X[0] * X[1]) * (2.0 * X[2]))]
+    ['(X[0] * X[1])', '(2.0 * X[2])']
+    """
+    if isinstance(e, Binary) and e.op == "mul" and not isinstance(e.a, Const):
+        return [e.a] + _chain(e.b)
+    return [e]

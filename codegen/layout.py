@@ -343,11 +343,12 @@ def step_copies(steps: Dict[int, object], scratch: Sequence[Tuple[Tensor, str]]
     >>> import tensorexpr as te
     >>> from codegen import recurrence_steps
     >>> from codegen.schedule import DEFAULT
-    >>> W = te.placeholder((16, 16), name="W"); x = te.placeholder((5, 8, 16), name="x")
-    >>> k = te.reduce_axis(16, name="k")
-    >>> h = te.recurrence((5, 8, 16), lambda h, t, b, j: x[t, b, j] + te.select(
-    ...     t == 0, 0.0, te.sum(h[t - 1, b, k] * W[j, k], axis=k)), name="h")
-    >>> scratch, plans = recurrence_steps.rewrite([h], DEFAULT)
+    >>> W, k = te.placeholder((16, 16), name="W"), te.reduce_axis(16, name="k")
+    >>> def step(h, t, b, j):  # reads W down its rows
+    ...     return te.select(t == 0, 1.0, te.sum(h[t - 1, b, k] * W[j, k], axis=k))
+    >>> scratch, plans = recurrence_steps.rewrite([te.recurrence((5, 8, 16), step, name="h")],
+    ...                                           DEFAULT)
+    >>> h = next(iter(plans.values())).t
     >>> plans, scratch, copies = step_copies(plans, scratch)
     >>> [c.name for c in copies], str(plans[h.uid].sums[0].body).endswith("* W_T[k, j]))")
     (['W_T'], True)

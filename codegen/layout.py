@@ -33,7 +33,11 @@ takes the rows schedule by the ordinary rules. A copy is made only when
   (``fuse`` asks ``copies.is_copy``): the sum reads a copy across its rows, so the
   copy must be complete before the sum's slab loop starts.
 
-Programs with recurrences are left alone (their lowering keeps rolling buffers).
+Programs with recurrences are left alone (their lowering keeps rolling buffers),
+but for the sums a recurrence run by steps computes at each step
+(``codegen.recurrence_steps``): :func:`step_copies` gives those the same transposed
+copies of the inputs they read, made once before everything else (an RNN's gradient
+``sum_j dZ[b, j] * Wh[k, j]`` reads ``Wh_T`` by rows at every step).
 
 A row sum narrower than a vector register (``h W2`` with 10 outputs per row) gets
 zero-padded copies of the operands it reads along the row instead (``copies.padded``,
@@ -324,6 +328,54 @@ def plan(computed: Sequence[Tensor], inline: set) -> List[Tensor]:
             order = trial
             pads.update(mine_p)
     return order
+
+
+def step_copies(steps: Dict[int, object], scratch: Sequence[Tuple[Tensor, str]]
+                ) -> Tuple[Dict[int, object], List[Tuple[Tensor, str]], List[Compute]]:
+    """``(steps, scratch, copies)``: the plans of the tensors run by steps
+    (``codegen.recurrence_steps``) and the scratch tensors with each per-step sum that
+    moving reads of inputs (placeholders) turns into a row sum (:func:`_moves`) reading
+    transposed copies instead; ``copies``, to compute before everything else (nothing
+    they read is computed; never fused: ``codegen.fuse``). Every build of the program
+    (a checkpointed one too) lowers the sums so, each element adding the same products
+    in the same order as the point-by-point loops.
+
+    >>> import tensorexpr as te
+    >>> from codegen import recurrence_steps
+    >>> from codegen.schedule import DEFAULT
+    >>> W, k = te.placeholder((16, 16), name="W"), te.reduce_axis(16, name="k")
+    >>> def step(h, t, b, j):  # reads W down its rows
+    ...     return te.select(t == 0, 1.0, te.sum(h[t - 1, b, k] * W[j, k], axis=k))
+    >>> scratch, plans = recurrence_steps.rewrite([te.recurrence((5, 8, 16), step, name="h")],
+    ...                                           DEFAULT)
+    >>> h = next(iter(plans.values())).t
+    >>> plans, scratch, copies = step_copies(plans, scratch)
+    >>> [c.name for c in copies], str(plans[h.uid].sums[0].body).endswith("* W_T[k, j]))")
+    (['W_T'], True)
+    """
+    made: Dict[Tuple[int, int], Compute] = {}
+    new: Dict[int, Compute] = {}  # sum uid -> the sum reading copies
+    for p in steps.values():
+        for t in p.sums:
+            moves = _moves(t)
+            if moves is None or not all(isinstance(r.tensor, Placeholder) for r, _ in moves):
+                continue
+            mine = {(r.tensor.uid, q): made.get((r.tensor.uid, q)) or transposed(r.tensor, q)
+                    for r, q in moves}
+            moved = _apply(t, mine)
+            if moved is not None:
+                made.update(mine)
+                new[t.uid] = moved
+    if not new:
+        return steps, list(scratch), []
+
+    def reread(r: Read) -> Read:
+        return Read(new[r.tensor.uid], r.indices, r.dtype) if r.tensor.uid in new else r
+    steps = {u: replace(p, sums=tuple(new.get(t.uid, t) for t in p.sums),
+                        rest=replace(p.rest, body=map_reads(p.rest.body, reread)))
+             for u, p in steps.items()}
+    scratch = [(new.get(t.uid, t), note) for t, note in scratch]
+    return steps, scratch, list(dict.fromkeys(made.values()))
 
 
 def _groups(tensors: Sequence[Tensor], inline: set) -> List[Tuple[int, ...]]:

@@ -162,11 +162,16 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     row_sums, rows = recurrence_steps.rewrite_rows(computed, options, sums)
     steps.update(rows)
     step_sums += row_sums
+    made: list = []
+    if options.copies:  # transposed inputs for sums computed at every step, made first
+        steps, step_sums, made = layout.step_copies(steps, step_sums)
+        computed = made + computed
     mode = "segments" if options.checkpoint == "segments" else "revolve"
     rings = checkpoint.rings(sig, mode, sums, steps) if options.checkpoint else None
     if rings is not None:
-        lw = Lowerer(sig, title, options, scratch=step_sums + terms, steps=steps,
-                     adjoint_sums=sums)
+        lw = Lowerer(sig, title, options, computed if made else None,
+                     scratch=step_sums + terms, steps=steps, adjoint_sums=sums)
+        lw.record.copies.extend(t.name for t in made)
         program = checkpoint.RingProgram(lw, rings).program()
     else:
         scratch, padded, split = [], {}, []

@@ -30,9 +30,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from tensorexpr import api
 from tensorexpr.errors import JacobianError, describe
-from tensorexpr.ir import (Axis, Compute, Const, Expr, Read, Reduce, ScatterAdd,
+from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, ScatterAdd,
                            SelfRef, Tensor, binary, fresh_uid, is_float, same, topo_order,
-                           tensor_inputs, INDEX_DTYPE)
+                           tensor_inputs, walk, INDEX_DTYPE)
 from tensorexpr.printer import shape_str
 from tensorexpr.polyhedral import NotAffine, Space, params_of, simplify_affine, solve_fiber
 from tensorexpr.transform import map_reads, replace_subexpr, substitute
@@ -414,7 +414,17 @@ class _Differentiator:
 
     def _add_site(self, t, x, s: Site, guards, domain, p_axes, adj_idx):
         handle = self._self_handle_for(t) if x.uid == t.uid else self.adj[t.uid]
-        contrib = Read(handle, tuple(adj_idx), handle.dtype) * s.factor
+        # the adjoint times the chain's outer factors first where the rest reads along
+        # an axis the adjoint does not (a sum's): the adjoint of an intermediate
+        # (dY * (1 - Y^2) under a tanh) is then one value per point of t, shared
+        # (passes.share) and one factor per lane of a row sum (an RNN's adjoint:
+        # sum_j (dY * (1 - Y^2)) * Wh[k, j], not dY * ((1 - Y^2) * Wh[k, j])); elsewhere
+        # the factor stays whole (its sub-products are common to several reads)
+        contrib = Read(handle, tuple(adj_idx), handle.dtype)
+        outer, rest = _outer_factors(s.factor, {a.uid for a in t.axes})
+        for f in outer:
+            contrib = contrib * f
+        contrib = contrib * rest
         all_guards = tuple(guards) + tuple(s.guards)
         read = s.read
         domain = tuple(domain) + tuple(s.axes)
@@ -601,3 +611,34 @@ def _tidy_indices(e: Expr) -> Expr:
         return Read(r.tensor, idx, r.dtype) if changed else r
 
     return map_reads(e, tidy)
+
+
+
+def _outer_factors(e: Expr, own) -> Tuple[List[Expr], Expr]:
+    """``(outer, rest)`` with ``e == outer[0] * (outer[1] * (... * rest))``: the leading
+    factors of the product ``e`` down its right operands that use only the axes
+    ``own`` (uids; a constant stays with the factor it multiplies: ``2.0 * x``), when
+    ``rest`` uses another axis; else ``([], e)``.
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i, k = (Axis(n, Const(0, "int64"), Const(4, "int64"), u) for n, u in (("i", -1), ("k", -2)))
+    >>> X = te.placeholder((4, 4), name="X")
+    >>> outer, rest = _outer_factors(X[i, i] * (X[i, 0] * X[k, i]), {i.uid})
+    >>> [str(f) for f in outer], str(rest)
+    (['X[i, i]', 'X[i, 0]'], 'X[k, i]')
+    >>> _outer_factors(X[i, i] * X[i, 0], {i.uid})[0]   # no other axis: whole
+    []
+    """
+    outer: List[Expr] = []
+    whole = e
+    while (isinstance(e, Binary) and e.op == "mul" and not isinstance(e.a, Const)
+           and _axes_within(e.a, own)):
+        outer.append(e.a)
+        e = e.b
+    return (outer, e) if outer and not _axes_within(e, own) else ([], whole)
+
+
+def _axes_within(e: Expr, own) -> bool:
+    return all(x.uid in own for x in walk(e, unique=True) if isinstance(x, Axis))
+

@@ -314,6 +314,32 @@ def _small_programs() -> List[Tuple[str, Callable[[], Program]]]:
         H = te.placeholder((17, 33), name="H")
         return [Y] + list(te.differentiate(Y, [X, b], head=H)), [X, b, H]
 
+    @reg
+    def conv1d_long_rows_vjp():
+        # a 1-D convolution's weight gradient over rows of many vectors (flat positions)
+        X = te.placeholder((2, 6, 200), name="X")
+        W = te.placeholder((8, 6, 5), name="W")
+        c, k = te.reduce_axis(6, name="c"), te.reduce_axis(5, name="k")
+
+        def body(nn, f, t):
+            i = t + k - 2
+            return te.sum(te.select((i >= 0) & (i < 200), X[nn, c, i] * W[f, c, k], 0.0),
+                          axis=[c, k])
+        Y = te.compute((2, 8, 200), body, name="Y")
+        H = te.placeholder(Y.shape, name="H")
+        return list(te.differentiate(Y, [X, W], head=H)), [X, W, H]
+
+    @reg
+    def rnn_step_sums_transposed_vjp():
+        # an RNN adjoint's step sums read a transposed copy of the recurrent weight
+        x = te.placeholder((6, 8, 24), name="x")
+        Wh = te.placeholder((24, 24), name="Wh")
+        kh = te.reduce_axis(24, name="kh")
+        h = te.recurrence((6, 8, 24), lambda h, t, i, j: te.tanh(x[t, i, j] + te.select(
+            t == 0, 0.0, te.sum(h[t - 1, i, kh] * Wh[kh, j], axis=kh))), name="h")
+        H = te.placeholder(h.shape, name="H")
+        return list(te.differentiate(h, [x, Wh], head=H)), [x, Wh, H]
+
     return sorted(progs.items())
 
 

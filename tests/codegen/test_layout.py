@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import tensorexpr as te
 from codegen import fuse, layout
@@ -241,3 +242,53 @@ def test_docstring_examples_hold():
     import doctest
     result = doctest.testmod(layout)
     assert result.attempted > 0 and result.failed == 0
+
+
+
+def _rnn_gradient(T, B, D, k=None, dtype="float32", last=False):
+    """A tanh RNN's gradient (of ``sum(H * h)``, or with ``last`` of the last step's
+    squares): its adjoint's step sums ``sum_j dZ[b, j] * W[k, j]`` read ``W`` down its
+    rows (dot-product shaped)."""
+    x = te.placeholder((T, B, D), dtype, "x")
+    W = te.placeholder((D, D), dtype, "W")
+    kk = te.reduce_axis(D, "kk")
+    h = te.recurrence((T, B, D), lambda h, t, b, j: te.tanh(x[t, b, j] + te.select(
+        t == 0, 0.0, te.sum(h[t - 1, b, kk] * W[kk, j], axis=kk))), name="h", dtype=dtype,
+        checkpoints=k)
+    if last:
+        r1, r2 = te.reduce_axis(B), te.reduce_axis(D)
+        L = te.compute((), lambda: te.sum(h[T - 1, r1, r2] ** 2, axis=[r1, r2]), name="L")
+        return list(te.differentiate(L, [x, W])), [x, W]
+    H = te.placeholder(h.shape, dtype, "H")
+    grads = te.differentiate(h, [x, W], head=H)
+    return list(grads), [x, W, H], grads.adjoints[h]
+
+
+@settings(max_examples=4, deadline=None)
+@given(st.integers(2, 9), st.integers(8, 20), st.integers(3, 40))
+def test_the_step_sums_of_an_rnn_gradient_read_a_transposed_copy(T, B, D):
+    grads, ins, dh = _rnn_gradient(T, B, D)
+    arrays = [rand((T, B, D)), rand((D, D), seed=1) * (0.5 / D ** 0.5), rand((T, B, D), seed=2)]
+    f, _ = agree(grads, ins, *arrays, rtol=1e-4, atol=1e-4)
+    # step sums that would run as dot products (jam) read W_T by rows instead
+    plain = te.build(grads, ins, options=te.ScheduleOptions(copies=False))
+    jam = plain.schedule[f"{dh.name}_step0"].strategy == "jam"
+    assert (f.schedule.copies == ("W_T",)) == jam
+    if jam:
+        assert f.schedule[f"{dh.name}_step0"].strategy == "rows"
+    assert jam or D < 8
+
+
+def test_a_checkpointed_rnn_gradient_reads_the_same_copy_bit_for_bit():
+    T, B, D = 9, 8, 12
+    grads, ins = _rnn_gradient(T, B, D, k=3, dtype="float64", last=True)
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal((T, B, D)), 0.3 * rng.standard_normal((D, D))]
+    f = te.build(grads, ins)
+    assert "checkpointed gradient" in f.source and f.schedule.copies == ("W_T",)
+    full = te.build(grads, ins, options=te.ScheduleOptions(checkpoint=False))
+    assert full.schedule.copies == ("W_T",)
+    ref = te.build(grads, ins, backend="numpy")(*arrays)
+    for g, w, r in zip(f(*arrays), full(*arrays), ref):
+        assert np.array_equal(g, w)
+        np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-10)

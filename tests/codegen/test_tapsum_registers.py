@@ -7,6 +7,7 @@ import doctest
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import tensorexpr as te
 from codegen import tapsum_registers, target
@@ -235,3 +236,48 @@ def test_rows_shorter_than_the_lanes_check():
                           rand(H.shape, seed=2), rtol=1e-4)
         assert (_choice(fc).param("lanes") == "flat positions") == flat
         assert _in_registers(fc)
+
+
+def conv1d_weight_gradient(n, c, f, length, k, pad, s=1):
+    """The weight gradient of a 1-D convolution written as in ``benchmarks.cases`` (a
+    select for the padding), by ``te.differentiate``."""
+    X = te.placeholder((n, c, length), name="X")
+    W = te.placeholder((f, c, k), name="W")
+    cr, kr = te.reduce_axis((0, c), name="c"), te.reduce_axis((0, k), name="k")
+    out = (length + 2 * pad - k) // s + 1
+
+    def body(nn, ff, t):
+        i = s * t + kr - pad
+        return te.sum(te.select((i >= 0) & (i < length), X[nn, cr, i] * W[ff, cr, kr], 0.0),
+                      axis=[cr, kr])
+    Y = te.compute((n, f, out), body, name="Y")
+    H = te.placeholder(Y.shape, name="H")
+    (dW,) = te.differentiate(Y, [W], head=H)
+    return X, W, H, dW
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 3), st.integers(4, 9), st.integers(70, 300),
+       st.integers(2, 5), st.integers(0, 2), st.integers(1, 2))
+def test_long_one_dimensional_rows_run_over_flat_positions(n, c, f, length, k, pad, s):
+    # a 1-D convolution's rows longer than one lanes loop holds: one lanes loop over the
+    # whole row keeps the accumulators in registers (no y to hold them across)
+    X, W, H, dW = conv1d_weight_gradient(n, c, f, length, k, pad, s)
+    fc, _ = agree([dW], [X, W, H], rand(X.shape), rand(W.shape, seed=1),
+                  rand(H.shape, seed=2), rtol=1e-4)
+    lanes = target.current().lanes("float32")
+    if s == 1:
+        assert _in_registers(fc)
+    if _in_registers(fc) and -(-H.shape[-1] // lanes) > tapsum_registers.MAX_VECTORS:
+        assert _choice(fc).param("lanes") == "flat positions"
+
+
+def test_flat_one_dimensional_rows_with_non_finite_values():
+    X, W, H, dW = conv1d_weight_gradient(2, 2, 4, 100, 5, 2)
+    x, w, h = rand(X.shape), rand(W.shape, seed=1), rand(H.shape, seed=2)
+    h[0, 1, 0] = np.inf      # tap 0 meets it in the padding only: 0 * inf must not count
+    h[1, 2, 99] = np.nan     # the last position, past which the lanes read H as 0
+    x[1, 0, 99] = -np.inf
+    fc, (dw,) = agree([dW], [X, W, H], x, w, h)
+    assert _choice(fc).param("lanes") == "flat positions"
+    assert np.isfinite(dw[1, :, 0]).all() and not np.isfinite(dw[1, :, 2]).any()

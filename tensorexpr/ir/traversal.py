@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Tuple
 
-from .nodes import (Expr, Const, SizeVar, Axis, Binary, Unary, Cast, Select, Read, Reduce, Tensor,
+from .nodes import (Expr, SizeVar, Axis, Binary, Unary, Cast, Select, Read, Reduce, Tensor,
                     SelfRef, Compute, ScatterAdd)
 
 # {{{ traversal helpers

@@ -138,15 +138,8 @@ class PointSet:
         >>> PointSet.of([i], [i >= 1]) is PointSet.of([i], [i >= 1])
         True
         """
-        key = (tuple(axes), tuple(guards), tuple(params))
-        ps = _SHARED.get(key)
-        if ps is None:
-            ps = _SHARED[key] = cls(axes, guards, params)
-            if len(_SHARED) > SHARED_SETS:
-                _SHARED.popitem(last=False)
-        else:
-            _SHARED.move_to_end(key)
-        return ps
+        return _SHARED.get((tuple(axes), tuple(guards), tuple(params)),
+                           lambda: cls(axes, guards, params))
 
     def within(self, index: Expr, size: Expr) -> bool:
         """Is ``0 <= index < size`` at every point? False if either is not affine here.
@@ -169,15 +162,34 @@ class PointSet:
         return known
 
 
-#: how many point sets :meth:`PointSet.of` keeps (least recently used dropped first)
-SHARED_SETS = 256
-_SHARED: "OrderedDict[tuple, PointSet]" = OrderedDict()
+class _Recent:
+    """The values of the last ``size`` keys asked for (least recently used dropped
+    first), each made once by ``make()``; safe from several threads (programs may be
+    lowered on several)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.kept: "OrderedDict[tuple, object]" = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: tuple, make):
+        with self.lock:
+            known = self.kept.get(key)
+            if known is not None:
+                self.kept.move_to_end(key)
+                return known
+        known = make()  # outside the lock: isl may take a while
+        with self.lock:
+            self.kept[key] = known
+            if len(self.kept) > self.size:
+                self.kept.popitem(last=False)
+        return known
 
 
-#: how many loop nests :func:`loop_nest` keeps (least recently used dropped first)
-SHARED_NESTS = 64
-_NESTS: "OrderedDict[tuple, Tuple[LoopTree, Tuple[Expr, ...]]]" = OrderedDict()
-_NESTS_LOCK = threading.Lock()
+#: the point sets :meth:`PointSet.of` shares
+_SHARED = _Recent(256)
+#: the loop nests :func:`loop_nest` shares
+_NESTS = _Recent(64)
 
 
 def loop_nest(axes: Sequence[Axis], conds: Sequence[Expr], outer: Sequence[Axis] = (),
@@ -206,24 +218,14 @@ def loop_nest(axes: Sequence[Axis], conds: Sequence[Expr], outer: Sequence[Axis]
     # The same nest is asked for again and again (a register-tiled sum's main rows and
     # its last rows: half of an LSTM gradient's 44 nests). The IR and the trees are
     # immutable, so the last ones are shared, as PointSet.of shares sets.
-    key = (tuple(axes), tuple(conds), tuple(outer), tuple(facts))
-    with _NESTS_LOCK:  # programs may be lowered on several threads
-        known = _NESTS.get(key)
-        if known is not None:
-            _NESTS.move_to_end(key)
-    if known is None:
-        tree, rest = _loop_nest(list(axes), list(conds), list(outer), list(facts))
-        known = (tree, tuple(rest))
-        with _NESTS_LOCK:
-            _NESTS[key] = known
-            if len(_NESTS) > SHARED_NESTS:
-                _NESTS.popitem(last=False)
-    return known[0], list(known[1])
+    tree, rest = _NESTS.get((tuple(axes), tuple(conds), tuple(outer), tuple(facts)),
+                            lambda: _loop_nest(list(axes), list(conds), list(outer),
+                                               list(facts)))
+    return tree, list(rest)
 
 
 def _loop_nest(axes: List[Axis], conds: List[Expr], outer: List[Axis], facts: List[Expr]
-               ) -> Tuple[LoopTree, List[Expr]]:
-    axes, outer = list(axes), list(outer)
+               ) -> Tuple[LoopTree, Tuple[Expr, ...]]:
     sp = Space(outer + axes, params_of(list(conds) + list(facts) + outer + axes))
     dom, rest = sp.box(axes), []
     for c in conds:
@@ -259,7 +261,7 @@ def _loop_nest(axes: List[Axis], conds: List[Expr], outer: List[Axis], facts: Li
     build = isl.AstBuild.from_context(ctx).set_iterators(ids)
     node = build.node_from_schedule_map(isl.UnionMap.from_map(sched))
     shown = {f"{prefix}{k}": ax.name for k, ax in enumerate(axes)}  # loop k scans axes[k]
-    return _ast_tree(node, names, shown), rest
+    return _ast_tree(node, names, shown), tuple(rest)
 
 
 _AST_BIN = {"add": "add", "sub": "sub", "mul": "mul", "min": "min", "max": "max",

@@ -57,6 +57,10 @@ class Compilation:
         if job is None:
             self._done.set()
 
+    def failed(self) -> bool:
+        """Has the compile ended with an error (a later build must compile again)?"""
+        return self._done.is_set() and self._error is not None
+
     def then(self, fn: Callable[[], None]) -> None:
         """Call ``fn`` once the library is compiled (now if it is; never if it fails)."""
         with _lock:

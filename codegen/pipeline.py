@@ -78,12 +78,13 @@ def build(sig, options: Options = DEFAULT, name: Optional[str] = None, wait: boo
     entry = c_backend.entry_path(sig, comp, options)                  # 2. cache
     with _building_lock:
         building = _building.get(entry) if entry is not None else None
+        if building is not None and building[0].failed():
+            del _building[entry]  # its error was the first call's: this build tries again
+            building = None
     if building is not None:  # the same program, still compiling: shares that compile
         c_backend.stats["build_hits"] += 1
         job, layout, source, schedule = building
-        impl = background.PendingKernel(job, layout, sig,
-                                        lambda: compiler.compile_shared(source, comp))
-        return (impl.resolve() if wait else impl), source, lambda: schedule
+        return _pending(job, layout, sig, source, comp, wait), source, lambda: schedule
     if entry is not None:
         hit = c_backend.load_entry(entry, sig)
         if hit is not None:
@@ -94,8 +95,6 @@ def build(sig, options: Options = DEFAULT, name: Optional[str] = None, wait: boo
     # the first call
     layout = runtime.Layout.of(program, sig)
     job = background.start(source, comp, wait)
-    impl = background.PendingKernel(job, layout, sig,
-                                    lambda: compiler.compile_shared(source, comp))
     if entry is not None:
         # the same program built again before its entry is on disk shares this compile
         with _building_lock:
@@ -106,7 +105,15 @@ def build(sig, options: Options = DEFAULT, name: Optional[str] = None, wait: boo
             with _building_lock:
                 _building.pop(entry, None)
         job.then(recorded)
-    return (impl.resolve() if wait else impl), source, lambda: schedule
+    return _pending(job, layout, sig, source, comp, wait), source, lambda: schedule
+
+
+def _pending(job, layout, sig, source: str, comp, wait: bool):
+    """The kernel function of ``job``'s library: loaded now if ``wait``, else at the
+    first call (compiled once more if the library does not load)."""
+    impl = background.PendingKernel(job, layout, sig,
+                                    lambda: compiler.compile_shared(source, comp))
+    return impl.resolve() if wait else impl
 
 
 def source_text(sig, options: Options = DEFAULT, name: Optional[str] = None) -> str:

@@ -72,6 +72,23 @@ def test_a_compiler_error_is_raised_by_the_first_call(cache, monkeypatch, tmp_pa
         te.build(*_program(5.5))  # a build that waits raises at once
 
 
+@needs_cc
+def test_a_build_after_a_failed_compile_compiles_again(cache, monkeypatch, tmp_path):
+    flag = tmp_path / "fail-once"
+    flag.write_text("")
+    cc = tmp_path / "flaky-cc"
+    cc.write_text(f'#!/bin/sh\ncase "$*" in *te_*.c*) if [ -e "{flag}" ]; then rm "{flag}"; '
+                  f'echo "transient trouble" >&2; exit 1; fi;; esac\nexec "{SYSTEM_CC}" "$@"\n')
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    f = te.build(*_program(7.5), wait=False)
+    with pytest.raises(CompilerError, match="transient trouble"):
+        f(np.ones((5, 7), np.float32))
+    g = te.build(*_program(7.5), wait=False)  # the same program: not the failed compile
+    want = te.build(_program(7.5)[0], backend="numpy")(np.ones((5, 7), np.float32))
+    np.testing.assert_allclose(g(np.ones((5, 7), np.float32)), want, rtol=1e-6)
+
+
 def _call_in_child(f, q):
     q.put(float(f(np.ones((5, 7), np.float32)).sum()))
 

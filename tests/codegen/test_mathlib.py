@@ -94,11 +94,16 @@ def fma(request, monkeypatch, tmp_path):
     FMA (this machine's default), ``a * b + c`` where it has none (compiled here with
     ``-mno-fma``, in a cache of its own)."""
     if request.param == "no fma":
-        import shutil
-        cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-        monkeypatch.setenv("CC", f"{cc} -mno-fma")
-        monkeypatch.setenv("TENSOREXPR_CACHE_DIR", str(tmp_path))
+        _without_fma(monkeypatch, tmp_path)
     return request.param
+
+
+def _without_fma(monkeypatch, tmp_path) -> None:
+    """Compile with the system compiler and ``-mno-fma``, in a cache of its own."""
+    import shutil
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    monkeypatch.setenv("CC", f"{cc} -mno-fma")
+    monkeypatch.setenv("TENSOREXPR_CACHE_DIR", str(tmp_path))
 
 
 @pytest.mark.parametrize("dtype,tol_ulp", [("float32", 1.0), ("float64", 1.0)])
@@ -133,9 +138,7 @@ def test_the_no_fma_form_is_the_one_tested(monkeypatch, tmp_path):
         return te.build(te.compute((4096,), lambda i: te.tanh(X[i]), name="Y"))(x)
     from codegen import compiler
     fused, has_fma = run(), "__FMA__" in _predefined(compiler.find_compiler())
-    import shutil
-    monkeypatch.setenv("CC", f"{shutil.which('cc') or shutil.which('gcc')} -mno-fma")
-    monkeypatch.setenv("TENSOREXPR_CACHE_DIR", str(tmp_path))
+    _without_fma(monkeypatch, tmp_path)
     plain = run()
     assert "__FMA__" not in _predefined(compiler.find_compiler())
     if has_fma:

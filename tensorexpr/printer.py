@@ -5,7 +5,7 @@ import numpy as np
 
 from .ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder, Read, Reduce,
                  ScatterAdd, Select, SelfRef, SizeVar, Tensor, Unary, children, postorder,
-                 register_printer, topo_order)
+                 register_printer, topo_order, walk)
 
 _SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%",
         "pow": "**", "lt": "<", "le": "<=", "eq": "==", "ne": "!=", "gt": ">", "ge": ">=",
@@ -23,8 +23,52 @@ def _const(c: Const) -> str:
     return str(c.value)
 
 
-def _range(ax: Axis) -> str:
-    return f"{ax.name} in [{_fmt(ax.lo, True)}, {_fmt(ax.hi, True)})"
+def _range(ax: Axis, shown: dict) -> str:
+    return f"{shown.get(ax.uid, ax.name)} in [{_fmt(ax.lo, True, shown)}, {_fmt(ax.hi, True, shown)})"
+
+
+def axis_names(exprs, first=()) -> dict:
+    """``uid -> text`` for the axes of ``exprs`` whose name another axis already has.
+
+    Two distinct axes may share a name (``te.reduce_axis(3, "j")`` inside a tensor
+    with an axis ``j``, or an adjoint whose sum runs over the forward's ``j``); printed
+    alike, ``U[j, j]`` would read as a diagonal. The axes in ``first``, then the
+    free axes, keep their names; a later one is shown as ``j_2`` (a name not
+    otherwise in use). Axes named once are not in the result.
+
+    >>> import tensorexpr as te
+    >>> U = te.placeholder((3, 3), name="U")
+    >>> r = te.reduce_axis(3, "j")
+    >>> S = te.compute((3,), lambda j: te.sum(U[j, r], axis=r), name="S")
+    >>> print(S)
+    S[j] = sum_{j_2 in [0, 3)} U[j, j_2]    for j in [0, 3)    float32
+    >>> print(S.body)
+    (sum_{j_2 in [0, 3)} U[j, j_2])
+    """
+    free: list = list(first)
+    bound: list = []
+    for e in exprs:
+        for n in walk(e, unique=True):  # pre-order: an outer sum keeps its name
+            if isinstance(n, Axis):
+                free.append(n)
+            elif isinstance(n, Reduce):
+                bound.extend(n.axes)
+                for a in n.axes:  # bounds of a sum may read enclosing axes (k in [i, n))
+                    free.extend(x for b in (a.lo, a.hi) for x in postorder(b) if isinstance(x, Axis))
+    bound_uids = {a.uid for a in bound}
+    order = [a for a in free if a.uid not in bound_uids] + bound
+    taken = {a.name for a in order}
+    owner: dict = {}
+    shown: dict = {}
+    for a in order:
+        if owner.setdefault(a.name, a.uid) == a.uid or a.uid in shown:
+            continue
+        k = 2
+        while f"{a.name}_{k}" in taken:
+            k += 1
+        shown[a.uid] = f"{a.name}_{k}"
+        taken.add(shown[a.uid])
+    return shown
 
 
 def expr_str(e: Expr) -> str:
@@ -54,18 +98,21 @@ def expr_str(e: Expr) -> str:
 LET_NODES = 32
 
 
-def _fmt(e: Expr, top: bool) -> str:
+def _fmt(e: Expr, top: bool, shown: dict | None = None) -> str:
     """``e`` as text; ``top`` says no operator surrounds it (so no parentheses needed).
 
     Arguments between brackets or commas (indices, call arguments) count as top.
     A reduction extends to the right (``sum_{k} body``) and a negation is a
     prefix: both are parenthesised inside an operator, else ``-s / 9.0`` could
     mean ``-(s / 9.0)`` and ``-x ** 2`` would read as ``-(x ** 2)``.
+    ``shown`` renames axes (:func:`axis_names`; None: those of ``e`` alone).
     """
+    if shown is None:
+        shown = axis_names([e])
     names = _shared_names(e)
-    lets = [f"{names[id(n)]} = {''.join(_pieces(n, True, names, bound=False))}"
+    lets = [f"{names[id(n)]} = {''.join(_pieces(n, True, names, shown, bound=False))}"
             for n in postorder(e) if id(n) in names and n is not e]
-    text = "".join(_pieces(e, top, names, bound=False))
+    text = "".join(_pieces(e, top, names, shown, bound=False))
     return f"let {', '.join(lets)} in {text}" if lets else text
 
 
@@ -86,7 +133,7 @@ def _shared_names(e: Expr) -> dict:
     return names
 
 
-def _pieces(e: Expr, top: bool, names: dict, bound: bool = True) -> list:
+def _pieces(e: Expr, top: bool, names: dict, shown: dict, bound: bool = True) -> list:
     """The text of ``e`` as a list of strings, built without recursion (any depth)."""
     out: list = []
     stack: list = [(e, top, bound)]
@@ -99,12 +146,12 @@ def _pieces(e: Expr, top: bool, names: dict, bound: bool = True) -> list:
         if use_name and id(x) in names:
             out.append(names[id(x)])
             continue
-        parts = _layout(x, top_x)
+        parts = _layout(x, top_x, shown)
         stack.extend(reversed([p if isinstance(p, str) else (p[0], p[1], True) for p in parts]))
     return out
 
 
-def _layout(e: Expr, top: bool) -> list:
+def _layout(e: Expr, top: bool, shown: dict) -> list:
     """``e``'s text as strings and ``(child, child_top)`` pairs, in order."""
     def wrap(parts: list) -> list:
         return parts if top else ["("] + parts + [")"]
@@ -112,7 +159,9 @@ def _layout(e: Expr, top: bool) -> list:
     match e:
         case Const():
             return [_const(e)]
-        case SizeVar(name) | Axis(name):
+        case Axis(name, _, _, uid):
+            return [shown.get(uid, name)]
+        case SizeVar(name):
             return [name]
         case Binary(op, a, b, _) if op in ("max", "min"):
             return [f"{op}(", (a, True), ", ", (b, True), ")"]
@@ -134,7 +183,7 @@ def _layout(e: Expr, top: bool) -> list:
                 parts += ([", "] if k else []) + [(i, True)]
             return parts + ["]"]
         case Reduce(op, body, axes, where, _):
-            ranges = ", ".join(_range(a) for a in axes)
+            ranges = ", ".join(_range(a, shown) for a in axes)
             cond = [] if where is None else [" if ", (where, True)]
             return wrap([f"{op}_{{{ranges}"] + cond + ["} ", (body, False)])
     return [f"<{type(e).__name__}>"]
@@ -163,9 +212,10 @@ def tensor_str(t: Tensor) -> str:
     shape = ", ".join(_fmt(d, True) for d in t.dims)
     match t:
         case Compute():
-            head = f"{t.name}[{', '.join(a.name for a in t.axes)}]"
-            dom = ", ".join(_range(a) for a in t.axes)
-            body = _fmt(t.body, True)
+            shown = axis_names([t.body], t.axes)
+            head = f"{t.name}[{', '.join(shown.get(a.uid, a.name) for a in t.axes)}]"
+            dom = ", ".join(_range(a, shown) for a in t.axes)
+            body = _fmt(t.body, True, shown)
             extra = ""
             if t.carry is not None:
                 ax = t.axes[t.carry.axis].name
@@ -173,10 +223,11 @@ def tensor_str(t: Tensor) -> str:
             where = f"    for {dom}" if dom else ""
             return f"{head} = {body}{where}    {t.dtype}{extra}"
         case ScatterAdd():
-            idx = ", ".join(_fmt(i, True) for i in t.indices)
-            dom = ", ".join(_range(a) for a in t.axes)
-            cond = "" if t.where is None else f" if {_fmt(t.where, True)}"
-            return (f"{t.name}[{shape}] = 0;  {t.name}[{idx}] += {_fmt(t.value, True)}"
+            shown = axis_names([*t.indices, t.value] + ([] if t.where is None else [t.where]), t.axes)
+            idx = ", ".join(_fmt(i, True, shown) for i in t.indices)
+            dom = ", ".join(_range(a, shown) for a in t.axes)
+            cond = "" if t.where is None else f" if {_fmt(t.where, True, shown)}"
+            return (f"{t.name}[{shape}] = 0;  {t.name}[{idx}] += {_fmt(t.value, True, shown)}"
                     f"    for {dom}{cond}    {t.dtype}")
         case Placeholder() | SelfRef():
             return f"{t.name}[{shape}]    {t.dtype} input"

@@ -71,3 +71,27 @@ def test_numpy_backend_source_is_the_program_text():
     Z = te.compute((4,), lambda i: Y[i] + X[i], name="Z")
     src = te.build(Z, backend="numpy").source
     assert src.splitlines() == [str(X), str(Y), str(Z)]
+
+
+def test_distinct_axes_of_one_name_are_printed_apart():
+    # An adjoint's sum runs over the forward's axis j inside a tensor whose own axes
+    # carry the forward's names: printed alike, U[j, j] would read as U's diagonal.
+    T, B, H = 5, 2, 3
+    x = te.placeholder((T, B, H), name="x")
+    U = te.placeholder((H, H), name="U")
+    k = te.reduce_axis(H, "k")
+    h = te.recurrence((T, B, H), lambda h, t, b, j: te.tanh(
+        x[t, b, j] + te.select(t > 0, te.sum(h[t - 1, b, k] * U[k, j], axis=k), 0.0)), name="h")
+    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
+    L = te.compute((), lambda: te.sum(h[T - 1, r1, r2] * h[T - 1, r1, r2], axis=[r1, r2]),
+                   name="L")
+    dx, = te.differentiate(L, [x])
+    dh = next(r.tensor for r in te.ir.postorder(dx.body) if isinstance(r, te.ir.Read) and r.tensor.name == "dh")
+    text = str(dh)
+    assert "U[j, j_2]" in text and "sum_{j_2 in [0, 3)" in text, text
+    # Nested sums over two axes named i, and a name the renaming must not take.
+    X = te.placeholder((4, 4), name="X")
+    a, b = te.reduce_axis(4, "i"), te.reduce_axis(4, "i")
+    S = te.compute((4,), lambda i_2: te.sum(te.sum(X[a, b] * i_2, axis=b), axis=a), name="S")
+    assert str(S) == ("S[i_2] = sum_{i in [0, 4)} (sum_{i_3 in [0, 4)} (X[i, i_3] * float32(i_2)))"
+                      "    for i_2 in [0, 4)    float32"), str(S)

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import inspect
 import re
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Union
 
 import numpy as np
 
 from . import ir
-from .errors import TensorExprError, describe, user_origin
+from .errors import TensorExprError, user_origin
 # const, cast and as_expr are public here too: the typing rules live with the IR.
-from .ir import (Axis, Compute, Const, Expr, Read, Reduce, Select, SelfRef, SizeVar, Tensor,
+from .ir import (Axis, Compute, Const, Expr, Read, Reduce, Select, SelfRef, SizeVar,
                  Unary, Placeholder, as_expr, binary, cast, check_dtype, coerce_pair, const,
                  fresh_uid, is_float, promote, unary)
 # Imported here, not lazily in _define: the first import of a submodule sets it as an
@@ -260,13 +260,15 @@ def compute(shape, fn: Callable, name: Optional[str] = None, dtype: Optional[str
     return _define(shape, fn, name, dtype, recurrence=False, checkpoints=None)
 
 
-def recurrence(shape, fn: Callable, name: Optional[str] = None, dtype: str = "float32",
+def recurrence(shape, fn: Callable, name: Optional[str] = None, dtype: Optional[str] = None,
                checkpoints: Union[int, str, None] = None) -> Compute:
     """A tensor defined in terms of strictly earlier elements of itself.
 
     ``fn(self, *axes)`` receives the tensor being defined as its first argument;
     reads of ``self`` must refer to points strictly earlier along one axis (that
-    axis then runs sequentially, the others in parallel).
+    axis then runs sequentially, the others in parallel). Without a ``dtype`` the
+    recurrence is float32, or wider if its body computes in a wider type (float64
+    inputs give a float64 recurrence, not one rounded to float32 at every step).
 
     ``checkpoints=k`` bounds the memory of its gradient in the C backend to ``k``
     checkpoints and a few rows, at any ``T``: the backward pass recomputes the steps
@@ -289,6 +291,9 @@ def recurrence(shape, fn: Callable, name: Optional[str] = None, dtype: str = "fl
     ...     t == 0, d[r, 0], 0.5 * d[r, t] + 0.5 * e[t - 1, r]), name="e", checkpoints=2)
     >>> e.checkpoints
     2
+    >>> d64 = te.placeholder((T,), "float64", name="d64")
+    >>> te.recurrence((T,), lambda e, t: te.select(t == 0, d64[0], e[t - 1] + d64[t])).dtype
+    'float64'
     """
     if checkpoints is not None and checkpoints != "auto" and (
             isinstance(checkpoints, bool) or not isinstance(checkpoints, (int, np.integer))
@@ -310,9 +315,17 @@ def _define(shape, fn, name, dtype, recurrence, checkpoints):
     axes = tuple(Axis(nm, Const(0, ir.INDEX_DTYPE), d, fresh_uid()) for nm, d in zip(names, dims))
     self_ref = None
     if recurrence:
-        check_dtype(dtype)
-        self_ref = SelfRef(name, dims, dtype, fresh_uid(), origin)
-        body = fn(self_ref, *axes)
+        own = check_dtype(dtype or ir.DEFAULT_FLOAT)
+        while True:
+            self_ref = SelfRef(name, dims, own, fresh_uid(), origin)
+            body = fn(self_ref, *axes)
+            wider = getattr(body, "dtype", own)
+            if dtype is not None or not isinstance(wider, str) or promote(own, wider) == own:
+                break
+            # The body computes in a wider type than the recurrence was given (float64
+            # inputs): keeping float32 would round every step silently; widen and redo.
+            own = promote(own, wider)
+        dtype = own
     else:
         body = fn(*axes)
     try:

@@ -111,3 +111,23 @@ def test_a_data_dependent_guard_does_not_hide_a_read_of_the_same_point():
     with pytest.raises(te.RecurrenceError, match=r"reads itself at c\[0\]"):
         te.recurrence((6,), lambda c, t: X[t] + te.select((X[t] > 0.0) | (t >= 1), c[0], 0.0),
                       name="c")
+
+
+def test_recurrence_without_dtype_takes_the_bodys_wider_type():
+    # A float64 cumulative sum defined without dtype was rounded to float32 at every
+    # step (error ~1e-7 instead of ~1e-16): the default widens to the body's type.
+    T = 50
+    d = te.placeholder((T,), "float64", name="d")
+    e = te.recurrence((T,), lambda e, t: te.select(t == 0, d[0], e[t - 1] + d[t]), name="e")
+    assert e.dtype == "float64"
+    x = np.random.default_rng(0).standard_normal(T) * 1e3 + 0.1
+    for backend in ("c", "numpy"):
+        got = te.build(e, [d], backend=backend)(x)
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, np.cumsum(x), rtol=1e-13)
+    # Asked for, float32 is kept; integer bodies stay float32, the default.
+    assert te.recurrence((T,), lambda e, t: te.select(t == 0, d[0], e[t - 1] + d[t]),
+                         dtype="float32").dtype == "float32"
+    i = te.placeholder((T,), "int64", name="i")
+    assert te.recurrence((T,), lambda e, t: te.select(t == 0, i[0], e[t - 1] + i[t])).dtype \
+        == "float32"

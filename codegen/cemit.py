@@ -32,6 +32,7 @@ _INFIX = {"quot": ("/", _MUL), "rem": ("%", _MUL),
           "eq": ("==", _EQ), "ne": ("!=", _EQ), "and": ("&&", _AND), "or": ("||", _OR)}
 _RED = {"sum": "+", "max": "max", "min": "min"}
 _MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "sin": "sin", "cos": "cos",
+         "erf": "erf",  # libm, correctly rounded or within an ulp; scalar in every loop
          "abs": "fabs", "floor": "floor", "ceil": "ceil", "pow": "pow"}
 
 

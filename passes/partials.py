@@ -13,6 +13,7 @@ half of the adjoint (the average of the two one-sided derivatives).
 """
 from __future__ import annotations
 
+import math
 from typing import List, NamedTuple, Tuple
 
 from tensorexpr import api
@@ -167,6 +168,9 @@ def _rules(e: Expr, owner=None) -> list:
             return [(a, lambda adj: m("mul", adj, m("mul", e, m("sub", 1.0, e))), (), ())]
         case Unary("sin", a, _):
             return [(a, lambda adj: m("mul", adj, api.cos(a)), (), ())]
+        case Unary("erf", a, _):
+            slope = m("mul", 2.0 / math.sqrt(math.pi), api.exp(-m("mul", a, a)))
+            return [(a, lambda adj: m("mul", adj, slope), (), ())]
         case Unary("cos", a, _):
             return [(a, lambda adj: -m("mul", adj, api.sin(a)), (), ())]
         case Unary("abs", a, _):

@@ -9,7 +9,7 @@ array([3., 3.], dtype=float32)
 """
 # First: the printer gives nodes their text (repr); the IR below it cannot import it.
 from . import printer  # noqa: F401
-from .api import (abs, cast, ceil, compute, const, cos, exp, floor, log, max, maximum, min,
+from .api import (abs, cast, ceil, compute, const, cos, erf, exp, floor, log, max, maximum, min,
                   minimum, placeholder, recurrence, reduce_axis, select, sigmoid, sin, sqrt,
                   stop_gradient, sum, tanh, var)
 from .build import Function, build, saved_values
@@ -18,7 +18,7 @@ from .errors import (BoundsError, CompilerError, CompilerNotFoundError, Jacobian
 from .ir import Tensor
 from codegen.schedule import Options as ScheduleOptions  # noqa: E402 - te.build(options=...)
 
-__all__ = ["abs", "cast", "ceil", "compute", "const", "cos", "exp", "floor", "log", "max",
+__all__ = ["abs", "cast", "ceil", "compute", "const", "cos", "erf", "exp", "floor", "log", "max",
            "maximum", "min", "minimum", "placeholder", "recurrence", "reduce_axis", "select",
            "sigmoid", "sin", "sqrt", "stop_gradient", "sum", "tanh", "var", "Function", "build",
            "saved_values", "BoundsError", "JacobianError",

@@ -45,6 +45,7 @@ tanh = _math("tanh", "hyperbolic tangent")
 sigmoid = _math("sigmoid", "logistic sigmoid 1/(1+exp(-x))")
 sin = _math("sin", "sine")
 cos = _math("cos", "cosine")
+erf = _math("erf", "error function 2/sqrt(pi) * integral of exp(-t**2) from 0 to x")
 abs = _math("abs", "absolute value (of the same type for integers)")  # noqa: A001 - numpy's name
 floor = _math("floor", "floor (largest integer <= x, as a float; an integer is kept)")
 ceil = _math("ceil", "ceiling (smallest integer >= x, as a float; an integer is kept)")

@@ -117,14 +117,15 @@ def same(a: Any, b: Any) -> bool:
 BINARY_ARITH = ("add", "sub", "mul", "div", "floordiv", "mod", "pow", "max", "min")
 BINARY_CMP = ("lt", "le", "eq", "ne", "gt", "ge")
 BINARY_LOGIC = ("and", "or")
-UNARY_MATH = ("exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos", "abs", "floor", "ceil")
+UNARY_MATH = ("exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos", "erf", "abs", "floor", "ceil")
 # ``stop_gradient`` is the identity in value; differentiation treats it as a constant.
 UNARY_OPS = ("neg", "not", "stop_gradient") + UNARY_MATH
 REDUCE_OPS = ("sum", "max", "min")
 #: operations costly enough not to recompute freely: the C backend does not compute a
 #: tensor calling them where it is read (``codegen.patterns.inlinable``), and a gradient
 #: is given the forward tensors calling them (``build.saved_values``)
-COSTLY_OPS = ("pow", "floordiv", "mod", "exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos")
+COSTLY_OPS = ("pow", "floordiv", "mod", "exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos",
+              "erf")
 
 
 class Expr(Node):

@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 import tensorexpr as te
 from codegen import mathlib
 
-FUNCTIONS = ("exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos", "abs", "floor", "ceil")
+FUNCTIONS = ("exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos", "erf", "abs", "floor", "ceil")
 N = 37  # 4 vectors of 8 floats and a remainder of 5
 
 

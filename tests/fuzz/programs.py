@@ -162,7 +162,7 @@ _UNARY = {
     "cos": "te.cos({})", "exp": "te.exp(te.tanh({}))", "expneg": "te.exp(-({0}) * ({0}))",
     "log": "te.log(1.0 + ({0}) * ({0}))", "sqrt": "te.sqrt(1.0 + ({0}) * ({0}))",
     "sqrtabs": "te.sqrt(te.abs({}) + 0.5)", "abs": "te.abs({})", "floor": "te.floor({})",
-    "ceil": "te.ceil({})", "square": "({}) ** 2", "half": "0.5 * ({})",
+    "ceil": "te.ceil({})", "square": "({}) ** 2", "half": "0.5 * ({})", "erf": "te.erf({})",
 }
 _BINARY = {
     "add": "{} + {}", "sub": "{} - ({})", "mul": "({}) * ({})", "div": "({0}) / (1.0 + ({1}) * ({1}))",

@@ -1,6 +1,7 @@
 """te.differentiate against float64 central differences, first and second order."""
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -648,7 +649,7 @@ def test_nested_reductions_with_shifted_axes_second_order():
 # (op, reduce, where?): a max or min reduction of a math function of the input
 _EXTREMA = [("exp", te.max, False), ("tanh", te.min, False), ("log", te.max, False),
             ("sigmoid", te.min, False), ("sin", te.max, False), ("exp", te.max, True),
-            ("tanh", te.max, True)]
+            ("tanh", te.max, True), ("erf", te.min, False)]
 
 
 def _extremum(fn, red, where, K, N, dtype):
@@ -669,10 +670,12 @@ def _arg_extremum_grad(fn, red, where, x, h):
     """The exact gradient of ``sum(H * M)`` (no ties: random inputs), in float64."""
     x64 = x.astype(np.float64)
     op = {"exp": np.exp, "tanh": np.tanh, "sin": np.sin, "log": lambda v: np.log(np.abs(v) + 0.5),
-          "sigmoid": lambda v: 1 / (1 + np.exp(-v))}[fn]
+          "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+          "erf": lambda v: np.frompyfunc(math.erf, 1, 1)(v).astype(np.float64)}[fn]
     d = {"exp": np.exp, "tanh": lambda v: 1 - np.tanh(v) ** 2, "sin": np.cos,
          "log": lambda v: np.sign(v) / (np.abs(v) + 0.5),
-         "sigmoid": lambda v: np.exp(-v) / (1 + np.exp(-v)) ** 2}[fn]
+         "sigmoid": lambda v: np.exp(-v) / (1 + np.exp(-v)) ** 2,
+         "erf": lambda v: 2 / np.sqrt(np.pi) * np.exp(-v * v)}[fn]
     vals = op(x64)
     if where:
         vals[1::2] = np.nan

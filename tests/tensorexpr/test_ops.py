@@ -1,6 +1,8 @@
 """Every scalar operation of the language against numpy written out in the test."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -85,6 +87,8 @@ def program(dtype):
         ("sigmoid", lambda i: te.sigmoid(A[i]), lambda a, b, p, e: 1 / (1 + np.exp(-fl(a)))),
         ("sin", lambda i: te.sin(A[i]), lambda a, b, p, e: np.sin(fl(a))),
         ("cos", lambda i: te.cos(A[i]), lambda a, b, p, e: np.cos(fl(a))),
+        ("erf", lambda i: te.erf(A[i]),
+         lambda a, b, p, e: np.frompyfunc(math.erf, 1, 1)(fl(a)).astype(fl(a).dtype)),
         # integers are their own floor and ceiling (and keep their type)
         ("floor", lambda i: te.floor(A[i]), lambda a, b, p, e: a if a.dtype.kind == "i" else
          np.floor(a)),

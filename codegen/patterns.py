@@ -241,7 +241,10 @@ def row_block_axis(t: Compute, red: Reduce, block: int = 0) -> Optional[int]:
 def jam_reduce(t: Compute) -> Optional[Reduce]:
     """The float sum of ``t``'s body to reduce ``JAM`` elements of the innermost axis
     ``j`` at a time (see ``Lowerer.compute_jam``), or None: the body's only reduction,
-    on its arithmetic path, over a domain and bounds free of output axes; some read
+    on its arithmetic path, with bounds free of output axes and a domain free of ``j``
+    (tests on outer axes, a channels-last convolution's input gradient at its borders,
+    are the same for the ``JAM`` elements; :func:`row_block_axis` keeps clear of
+    them); some read
     without ``j`` (shared) and some with it; ``j`` long (or symbolic); an outer axis to
     parallelize over."""
     if len(t.axes) < 2:
@@ -260,12 +263,12 @@ def jam_reduce(t: Compute) -> Optional[Reduce]:
     for ax in red.axes:
         if uses(ax.lo, out_uids | {a.uid for a in red.axes}) or uses(ax.hi, out_uids):
             return None
-    if red.where is not None and uses(red.where, out_uids):
+    j = {t.axes[-1].uid}
+    if red.where is not None and uses(red.where, j):
         return None
     if any(isinstance(x, (Select, Reduce)) for x in walk(red.body, unique=True)):
         return None
     reads = [x for x in walk(red.body, unique=True) if isinstance(x, Read)]
-    j = {t.axes[-1].uid}
     if not any(uses(r, j) for r in reads) or all(uses(r, j) for r in reads):
         return None
     return red

@@ -210,3 +210,38 @@ def test_residue_rows_test_their_range_before_the_sums_condition(n):
     fc, _ = agree([D], [X, I, Y], rng.standard_normal(7), np.array([2], "int32"), y)
     if n is None:  # (a constant 7 is not split)
         assert "x//2" in fc.source
+
+
+def conv2d_nhwc(X, W, pad=0):
+    """``Y[n, y, x, f] = sum_{ky, kx, c} X[n, y + ky - pad, x + kx - pad, c] * W[ky, kx, c, f]``:
+    channels last, as TensorFlow and JAX users write it."""
+    N, H, Wd, C = X.shape
+    KH, KW, _, F = W.shape
+    ky, kx, c = te.reduce_axis(KH, "ky"), te.reduce_axis(KW, "kx"), te.reduce_axis(C, "c")
+
+    def body(n, y, x, f):
+        iy, ix = y + ky - pad, x + kx - pad
+        term = X[n, iy, ix, c] * W[ky, kx, c, f]
+        if pad:
+            term = te.select((iy >= 0) & (iy < H) & (ix >= 0) & (ix < Wd), term, 0.0)
+        return te.sum(term, axis=[ky, kx, c])
+    return te.compute((N, H + 2 * pad - KH + 1, Wd + 2 * pad - KW + 1, F), body, name="Y")
+
+
+@pytest.mark.parametrize("pad,hw,cf", [(0, (6, 7), (8, 16)), (1, (5, 9), (3, 17)), (0, (4, 4), (16, 9))])
+def test_channels_last_input_gradient_is_a_dot_product_sum(pad, hw, cf):
+    # dX[n, y, x, c] = sum_{f, ky, kx if y - ky, x - kx inside H} H[n, y-ky, x-kx, f] W[ky, kx, c, f]:
+    # its tests move with y and x, not with the innermost c, so it runs as a sum of dot
+    # products over f (with W transposed once) instead of scalar loops (3 channels:
+    # too few to tile; checked for its values only)
+    C, F = cf
+    X = te.placeholder((2,) + hw + (C,), name="X")
+    W = te.placeholder((3, 3, C, F), name="W")
+    Y = conv2d_nhwc(X, W, pad)
+    H = te.placeholder(Y.shape, name="H")
+    dX, dW = te.differentiate(Y, [X, W], head=H)
+    x, w, h = rand(X.shape), rand(W.shape, seed=1), rand(Y.shape, seed=2)
+    agree([Y], [X, W], x, w)
+    fg, _ = agree([dX, dW], [X, W, H], x, w, h, rtol=1e-4)
+    line = next(ln for ln in str(fg.schedule).splitlines() if ln.startswith("dX:"))
+    assert C < 8 or not line.startswith("dX: loops"), str(fg.schedule)

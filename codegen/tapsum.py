@@ -91,13 +91,17 @@ def plan(t: Compute, tap: int = TAP, max_taps: int = MAX_TAPS, min_lanes: int = 
     # reads, one per tap, then serve the whole block), else one some read does not use.
     tap_uids = {ax.uid for ax in t.axes[-ntaps:]}
     tapped = [r for r in reads if uses(r, tap_uids)]
+    # the sum's condition as the lowering tests it: its where and the select of its body
+    # (a padded convolution's), tested once per block; an axis it uses has rows that
+    # differ in it, so it cannot be the block axis
+    where = where_form(red)[1]
     block, score = None, 0
     for k in range(len(t.axes) - ntaps):
         ax = t.axes[k]
         lo, hi = const_value(ax.lo), const_value(ax.hi)
         if lo != 0 or hi is None or hi < 2 * BLOCK or hi % BLOCK:
             continue
-        if red.where is not None and uses(red.where, {ax.uid}):
+        if where is not None and uses(where, {ax.uid}):
             continue
         if not any(uses(r, {ax.uid}) for r in reads):
             continue

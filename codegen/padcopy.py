@@ -98,9 +98,16 @@ class Plan:
     sum: Compute
     weight: Read
     before: Tuple[int, ...]
+    #: the padded dimensions of the copy (R's), outermost first
+    padded: Tuple[int, ...] = ()
 
     def note(self) -> str:
         """The copy's buffer note in the generated C (what its padding is)."""
+        if self.padded and self.padded[-1] != self.fill.ndim - 1:   # channels last
+            sizes = ", ".join(str(const_value(self.fill.dims[k])) for k in self.padded)
+            zeros = ", ".join(map(str, self.before))
+            return (f"{self.fill.name} (scratch: dimensions {self.padded} padded to {sizes}, "
+                    f"{zeros} zeros before)")
         cols = const_value(self.fill.dims[-1])
         rows = f", {self.before[-2]} zero rows above" if len(self.before) > 1 else ""
         return (f"{self.fill.name} (scratch: rows of {cols}{rows}, {self.before[-1]} zero "
@@ -163,18 +170,24 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
     axes = list(t.axes) + list(red.axes)
     if any(const_value(a.lo) is None or const_value(a.hi) is None for a in axes):
         return None
-    for s in (2, 1):
-        p = _plan(t, red, s, stored, params)
-        if p is not None:
-            return p
+    n = len(t.axes)
+    # the last two axes, the last one, then (channels last: NHWC, NWC) two neighbouring
+    # outer axes or one
+    tries = [(n - 2, n - 1), (n - 1,)] + [(k, k + 1) for k in reversed(range(n - 2))] + [
+        (k,) for k in reversed(range(n - 1))]
+    for positions in tries:
+        if min(positions) >= 0:
+            p = _plan(t, red, positions, stored, params)
+            if p is not None:
+                return p
     return None
 
 
-def _plan(t: Compute, red: Reduce, s: int, stored, params: Sequence[str]) -> Optional[Plan]:
-    """:func:`plan` padding ``t``'s last ``s`` axes (``s`` = 1 or 2)."""
-    if len(t.axes) < s:
-        return None
-    sp = list(t.axes[-s:])   # the padded axes: (y, x) or (x,)
+def _plan(t: Compute, red: Reduce, positions: Tuple[int, ...], stored,
+          params: Sequence[str]) -> Optional[Plan]:
+    """:func:`plan` padding ``t``'s axes at ``positions`` (one or two)."""
+    s = len(positions)
+    sp = [t.axes[k] for k in positions]   # the padded axes: (y, x) or (x,)
     if any(const_value(a.lo) != 0 for a in sp):
         return None
     spu = {a.uid for a in sp}
@@ -189,10 +202,18 @@ def _plan(t: Compute, red: Reduce, s: int, stored, params: Sequence[str]) -> Opt
             break
     else:
         return None
-    lead, idx = R.indices[:-s], R.indices[-s:]
-    if any(uses(i, spu) for i in lead):
+    # R's padded dimensions: the one index each padded axis moves (in the axes' order)
+    pdims = []
+    for a in sp:
+        ks = [k for k, i in enumerate(R.indices) if uses(i, {a.uid})]
+        if len(ks) != 1 or ks[0] in pdims:
+            return None
+        pdims.append(ks[0])
+    if pdims != sorted(pdims):
         return None
-    sizes = [const_value(d) for d in R.tensor.dims[-s:]]
+    idx = [R.indices[k] for k in pdims]
+    lead = [i for k, i in enumerate(R.indices) if k not in pdims]   # (and trailing ones)
+    sizes = [const_value(R.tensor.dims[k]) for k in pdims]
     taps = list(red.axes)
     box = sp + taps
     # each padded index is its own axis + A(taps): nothing else moves
@@ -212,7 +233,9 @@ def _plan(t: Compute, red: Reduce, s: int, stored, params: Sequence[str]) -> Opt
     S = const_value(sp[-1].hi)
     # 2-D: flat positions need the copy's rows as long as the output's; else (a padded
     # convolution reads left of column 0 and past the last) rows as wide as the reads
-    flat_rows = s == 2 and before[-1] + sizes[-1] <= S and spans[-1][1] <= S - 1
+    last = tuple(positions) == (len(t.axes) - 2, len(t.axes) - 1) and pdims == [
+        R.tensor.ndim - 2, R.tensor.ndim - 1]
+    flat_rows = last and s == 2 and before[-1] + sizes[-1] <= S and spans[-1][1] <= S - 1
     if flat_rows:
         # one more row, where a read past the end of the last row runs into zeros
         widths = [widths[0] + 1, S]
@@ -222,6 +245,10 @@ def _plan(t: Compute, red: Reduce, s: int, stored, params: Sequence[str]) -> Opt
     axes = list(t.axes) + taps
     conds = polyhedral.conjuncts(where)
     kept = [c for c in conds if not uses(c, spu)]
+    n_out = len(t.axes)
+    if positions not in ((n_out - 2, n_out - 1), (n_out - 1,)) and any(
+            uses(c, {a.uid for a in t.axes}) for c in kept):
+        return None   # outer axes padded, tests left on others: little gained for a copy
     inside = [e for i, n in zip(idx, sizes) for e in (i >= 0, i < n)]
     if not all(polyhedral.implies(axes, conds, c, params) for c in inside):
         return None
@@ -231,31 +258,34 @@ def _plan(t: Compute, red: Reduce, s: int, stored, params: Sequence[str]) -> Opt
     # the other reads, now evaluated on the whole box where ``kept`` holds
     ps = polyhedral.PointSet(axes, kept, params)
     for r in (R, w):
-        dims = r.tensor.dims
-        ix = r.indices[:-s] if r is R else r.indices
-        if not all(ps.within(i, d) for i, d in zip(ix, dims)):
+        ks = [k for k in range(r.tensor.ndim) if r is not R or k not in pdims]
+        if not all(ps.within(r.indices[k], r.tensor.dims[k]) for k in ks):
             return None
-    # the copy
-    la = tuple(Axis(f"a{k}", Const(0, I64), d, fresh_uid())
-               for k, d in enumerate(R.tensor.dims[:-s]))
-    pa = tuple(Axis(nm, Const(0, I64), Const(n, I64), fresh_uid())
-               for nm, n in zip(("row", "col")[-s:], widths))
-    src = Read(R.tensor, la + tuple(a - b for a, b in zip(pa, before)), R.dtype)
-    ok = conj([e for a, b, n in zip(pa, before, sizes) for e in (a >= b, a < b + n)])
+    # the copy: R's dimensions, the padded ones widened
+    pa = dict(zip(pdims, (Axis(nm, Const(0, I64), Const(n, I64), fresh_uid())
+                          for nm, n in zip(("row", "col")[-s:], widths))))
+    ca = tuple(pa[k] if k in pa else Axis(f"a{k}", Const(0, I64), d, fresh_uid())
+               for k, d in enumerate(R.tensor.dims))
+    shift = dict(zip(pdims, before))
+    src = Read(R.tensor, tuple(a - shift[k] if k in shift else a for k, a in enumerate(ca)),
+               R.dtype)
+    ok = conj([e for k, b, n in zip(pdims, before, sizes) for e in (pa[k] >= b, pa[k] < b + n)])
     name = f"{R.tensor.name}_padded"
-    fill = Compute(name, R.tensor.dims[:-s] + tuple(Const(n, I64) for n in widths), R.dtype,
-                   fresh_uid(), t.origin, axes=la + pa,
+    cdims = tuple(Const(widths[pdims.index(k)], I64) if k in shift else d
+                  for k, d in enumerate(R.tensor.dims))
+    fill = Compute(name, cdims, R.dtype, fresh_uid(), t.origin, axes=ca,
                    body=Select(ok, src, Const(0.0, R.dtype), R.dtype))
     if not flat_rows:
         # a "valid" convolution over the copy, run as a forward convolution is; the
         # tests on the outer padded axis alone stay (exact: they skip the taps of
         # zero rows)
         rows_only = [c for c in conds if uses(c, spu) and not uses(c, {sp[-1].uid})]
-        moved = Read(fill, tuple(lead) + tuple(i + b for i, b in zip(idx, before)), R.dtype)
+        moved = Read(fill, tuple(i + shift[k] if k in shift else i
+                                 for k, i in enumerate(R.indices)), R.dtype)
         new = Reduce("sum", _term(body, R, moved, w, red.dtype), red.axes,
                      conj(kept + rows_only), red.dtype)
         total = Compute(t.name, t.dims, t.dtype, fresh_uid(), t.origin, axes=t.axes, body=new)
-        return Plan(t, fill, fill, total, w, tuple(before))
+        return Plan(t, fill, fill, total, w, tuple(before), tuple(pdims))
     (y, x), (ri, ci), (top, left) = sp, idx, before
     rows, Hy = widths[0], const_value(y.hi)
     flat = Compute(name, R.tensor.dims[:-2] + (Const(rows * S, I64),), R.dtype, fresh_uid(),
@@ -288,7 +318,7 @@ def _plan(t: Compute, red: Reduce, s: int, stored, params: Sequence[str]) -> Opt
                  red.dtype)
     total = Compute(t.name, t.dims[:-2] + tuple(a.hi for a in out_axes), t.dtype, fresh_uid(),
                     t.origin, axes=t.axes[:-2] + out_axes, body=new)
-    return Plan(t, fill, flat, total, w, tuple(before))
+    return Plan(t, fill, flat, total, w, tuple(before), tuple(pdims))
 
 
 def _term(body: Binary, R: Read, moved: Read, w: Read, dtype: str) -> Binary:

@@ -235,3 +235,44 @@ def test_conv1d_random_shapes(n, c, f, L, K, dil, padf, dtype):
     check_conv1d((n, c, L), (f, c, K), dtype, pad=pad, dil=dil, copies=False)
 
 # }}}
+
+
+# {{{ channels last (NHWC, NWC): the padded dimensions are not the last ones
+
+@settings(max_examples=12, deadline=None)
+@given(hw=st.tuples(st.integers(3, 9), st.integers(3, 9)), c=st.sampled_from([3, 8, 16, 19]),
+       f=st.sampled_from([4, 16]), k=st.sampled_from([1, 2, 3]), pad=st.integers(0, 2))
+def test_channels_last_convolution_pads_its_spatial_dimensions(hw, c, f, k, pad):
+    from .test_conv import conv2d_nhwc
+    assume(min(hw) + 2 * pad >= k)
+    X = te.placeholder((2,) + hw + (c,), name="X")
+    W = te.placeholder((k, k, c, f), name="W")
+    Y = conv2d_nhwc(X, W, pad)
+    H = te.placeholder(Y.shape, name="H")
+    dX, dW = te.differentiate(Y, [X, W], head=H)
+    # a 3 x 3 convolution of an image of at least 5 x 5 pixels: its input gradient
+    # sums over a copy of H padded along dimensions 1 and 2 (other shapes may pad one
+    # dimension, or none: their values are checked all the same)
+    p = padcopy.plan(dX, dX.body)
+    if k == 3 and min(hw) >= 5 and pad <= 1:
+        assert p is not None and p.padded == (1, 2) and p.sum.shape == dX.shape
+    x, w, h = rand(X.shape), rand(W.shape, seed=1), rand(Y.shape, seed=2)
+    agree([Y], [X, W], x, w)
+    agree([dX, dW], [X, W, H], x, w, h, rtol=1e-4)
+    w[0, 0, 0, 0] = np.inf  # non-finite weights: the exact sum
+    agree([dX], [X, W, H], x, w, h, rtol=1e-4)
+
+
+def test_channels_last_copy_says_which_dimensions_it_pads():
+    from .test_conv import conv2d_nhwc
+    X = te.placeholder((1, 6, 7, 16), name="X")
+    W = te.placeholder((3, 3, 16, 8), name="W")
+    Y = conv2d_nhwc(X, W)
+    H = te.placeholder(Y.shape, name="H")
+    dX, = te.differentiate(Y, [X], head=H)
+    p = padcopy.plan(dX, dX.body)
+    assert p.fill.shape == (1, 8, 9, 8) and p.before == (2, 2)
+    assert p.note() == ("H_padded (scratch: dimensions (1, 2) padded to 8, 9, "
+                        "2, 2 zeros before)")
+
+# }}}

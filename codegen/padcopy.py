@@ -133,7 +133,10 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
     """The rewrite of ``t`` (its sum ``red``) over a zero-padded copy, or None.
 
     Padded along ``t``'s last two axes (a 2-D convolution, rows and columns) when
-    the read moves with both, else along the last one alone (a 1-D convolution).
+    the read moves with both, else along the last one alone (a 1-D convolution),
+    else along two neighbouring outer axes or one (channels last: NHWC, NWC; the
+    dimension of ``R`` each moves need not be last) when no test on an output axis
+    is left.
     ``stored(read)`` says whether a read's tensor has a buffer of its own (not
     computed where it is read): the weight's buffer is what is checked finite.
 

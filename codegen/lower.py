@@ -245,6 +245,19 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
             out = add(mul(out, self.size_expr(d)), x)
         return out
 
+    def same_buffer(self, new: Tensor, old: Tensor) -> None:
+        """Store ``new`` (a rewrite of ``old`` over the same elements: its residues, the
+        rest of a step) where ``old`` is stored: its buffer and dimensions, and the
+        shift of a piece (``compute_piece_tensors``) or the ring of rows
+        (``codegen.checkpoint``) ``old`` is kept in, if any; without them a piece's
+        rewrite wrote at the start of the buffer."""
+        self.buf[new.uid] = self.buf[old.uid]
+        self.dims[new.uid] = self.dims.get(old.uid, old.dims)
+        if old.uid in self.shifts:
+            self.shifts[new.uid] = self.shifts[old.uid]
+        if old.uid in self.rings:
+            self.rings[new.uid] = self.rings[old.uid]
+
     def stored_at(self, uid: int, indices: Sequence[Expr]) -> Tuple[Tuple[Expr, ...],
                                                                    Tuple[Expr, ...]]:
         """``(indices, dims)``: where the element ``indices`` of tensor ``uid`` lies in
@@ -310,10 +323,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         s1 = self.fresh("s", I64)
         self.sizes[p.step] = s1
         self.params = tuple(outer_params) + (p.step,)
-        self.buf[p.rest.uid] = self.buf[t.uid]
-        self.dims[p.rest.uid] = t.dims
-        if t.uid in self.rings:  # kept in a ring of rows (codegen.checkpoint): so is rest
-            self.rings[p.rest.uid] = self.rings[t.uid]
+        self.same_buffer(p.rest, t)   # (kept in a ring of rows, codegen.checkpoint: so is rest)
         body: List[Stmt] = [Decl(s1, add(s, Lit(1, I64)))]  # (see Plan.step)
         for S in p.sums:
             body.append(Block((Comment(str(S)),) + tuple(self.compute(S))))

@@ -113,8 +113,7 @@ class RowSumLowering:
             sp = rowsum_residues.split(t, red)
             if sp is not None:
                 self.record.note("residues of", f"{sp.orig.axes[-1].name} // {sp.s}")
-                self.buf[sp.tensor.uid] = self.buf[t.uid]
-                self.dims[sp.tensor.uid] = t.dims
+                self.same_buffer(sp.tensor, t)
                 return self.compute_rows(sp.tensor, sp.red, sp)
         axes = list(t.axes)
         j = axes[-1]

@@ -14,6 +14,7 @@ from ..transform import free_axes, substitute
 from .spaces import NotAffine, params_of, Space
 from .fibers import align_like, set_expr
 from .loops import conjuncts, PointSet
+from .recent import Recent
 
 # {{{ recurrence windows (checkpointing; used by codegen/checkpoint.py)
 
@@ -36,7 +37,20 @@ def offset_range(axes: Sequence[Axis], guards: Sequence[Expr], index: Expr, base
     >>> offset_range([t], [], n - 1, t) is None  # the last row, read from every step
     True
     """
-    ps = PointSet(axes, guards, sorted(set(params) | set(params_of([index, base]))))
+    # A checkpoint plan asks of each read site the offset from each axis of its
+    # reader, for each reader and recurrence, again as groups are tried: an LSTM's
+    # gradient asked 498 times for 200 answers. The IR is immutable: answers are kept.
+    key = (tuple(axes), tuple(guards), index, base, tuple(params))
+    return _OFFSETS.get(key, lambda: (_offset_range(axes, guards, index, base, params),))[0]
+
+
+#: the answers :func:`offset_range` keeps (each in a tuple: None is an answer)
+_OFFSETS = Recent(512)
+
+
+def _offset_range(axes, guards, index, base, params):
+    # (the point set is shared with the questions of other bases and indices)
+    ps = PointSet.of(axes, guards, sorted(set(params) | set(params_of([index, base]))))
     sp = ps.space
     try:
         pa = sp.aff(index) - sp.aff(base)

@@ -121,7 +121,19 @@ def index_box(axes: Sequence[Axis], guards: Sequence[Expr], indices: Sequence[Ex
     >>> index_box([i], [i >= 9], [i]) is None
     True
     """
-    ps = PointSet(axes, guards, params_of(list(indices)))
+    # (passes.share asks it of each site of each form, again each round: an LSTM's
+    # gradient asked 81 times for 19 boxes)
+    key = (tuple(axes), tuple(guards), tuple(indices))
+    got = _INDEX_BOXES.get(key, lambda: (_index_box(axes, guards, indices),))[0]
+    return None if got is None else list(got)
+
+
+#: the answers :func:`index_box` keeps
+_INDEX_BOXES = Recent(256)
+
+
+def _index_box(axes, guards, indices) -> Optional[Tuple[Optional[Tuple[int, int]], ...]]:
+    ps = PointSet.of(axes, guards, params_of(list(indices)))
     if ps.set.is_empty():
         return None
     out: List[Optional[Tuple[int, int]]] = []
@@ -139,7 +151,7 @@ def index_box(axes: Sequence[Axis], guards: Sequence[Expr], indices: Sequence[Ex
         lo, hi = (v.sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
                   for v in (vals.lexmin(), vals.lexmax()))
         out.append((lo, hi))
-    return out
+    return tuple(out)
 
 # }}}
 

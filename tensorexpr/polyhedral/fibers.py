@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import islpy as isl
 
-from ..ir import Axis, Const, Expr, SizeVar, INDEX_DTYPE, binary, fresh_uid
+from ..ir import Axis, Expr, SizeVar, INDEX_DTYPE, binary, fresh_uid
 from ..ir import const as const_expr
 from ..printer import expr_str
 from ..transform import eval_int, free_axes

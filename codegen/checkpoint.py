@@ -137,6 +137,7 @@ from tensorexpr.transform import eval_int
 from .loopast import Block, Comment, For, Kernel, Lit, Load, Op, Stmt, Store
 from .cexpr import add, cast, mul
 from .program import Program
+from .replay import Replays
 from .scope import Scope
 from . import checkpoint_rows
 from . import revolve as revolve_schedule
@@ -461,6 +462,7 @@ class RingProgram(RevolveSteps, SegmentSteps):
         if s is not None and len(s.es) > 1:
             lw.record.checkpoint.append(f"{s.names}: in lockstep (a step of each in turn; "
                                         f"a checkpoint holds the state of each)")
+        self.replays = Replays(lw)
         self.ring_of: Dict[int, Ring] = {}
         self.logical: Dict[int, Tensor] = {}  # scratch buffer uid -> the tensor it holds
         self.recorded: set = set()  # uids of the tensors run by steps whose choice is recorded
@@ -540,6 +542,26 @@ class RingProgram(RevolveSteps, SegmentSteps):
         """``t``'s loop nest (as ``Lowerer.compute``) with axis ``a`` running over
         ``[lo, hi)`` (C expressions; None: its whole range). ``after_step(var)``
         gives statements run after each step of a recurrence's carried loop."""
+        p = self.lw.steps.get(t.uid)
+        # (by steps: recorded as the full tape records it, once: rows run at several places)
+        first = p is not None and a == p.axis and t.carry is None and t.uid not in self.recorded
+        if first:
+            self.recorded.add(t.uid)
+            self.lw.record.choose(t.name, "step-rows", (
+                ("step sums", tuple(x.name for x in p.sums)),
+                ("rows", "at the checkpointed turns")))
+        try:
+            if after_step is not None:
+                return self._rows(t, a, lo, hi, after_step)
+            # the same rows at several places of the program, with other bounds: lowered
+            # once (codegen.replay)
+            return self.replays.get(("rows", t.uid, a),
+                                    lambda lo, hi: self._rows(t, a, lo, hi), lo=lo, hi=hi)
+        finally:
+            if first:
+                self.lw.record.done()
+
+    def _rows(self, t: Compute, a: int, lo, hi, after_step=None) -> List[Stmt]:
         axes = list(t.axes)
         carry = t.carry.axis if t.carry is not None else None
         p = self.lw.steps.get(t.uid)
@@ -547,16 +569,7 @@ class RingProgram(RevolveSteps, SegmentSteps):
             # by steps, each step lowered as the full tape lowers it (Lowerer.step_of)
             s = self.lw.fresh("s", I64)
             ax = axes[p.axis]
-            # (recorded as the full tape records it, once: rows run at several places)
-            first = carry is None and t.uid not in self.recorded
-            if first:
-                self.recorded.add(t.uid)
-                self.lw.record.choose(t.name, "step-rows", (
-                    ("step sums", tuple(x.name for x in p.sums)),
-                    ("rows", "at the checkpointed turns")))
             step = self.lw.step_of(t, p, s) + (after_step(s) if after_step else [])
-            if first:
-                self.lw.record.done()
             return [For(s, lo if lo is not None else self.lw.size_expr(ax.lo),
                         hi if hi is not None else self.lw.size_expr(ax.hi), 1,
                         Block(tuple(step)), descending=carry is not None and t.carry.step < 0,

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorexpr import polyhedral
+from tensorexpr.polyhedral import Recent
 from tensorexpr.bounds import read_sites
 from tensorexpr.ir import (INDEX_DTYPE, Binary, Compute, Const, Expr, Read, Reduce, Tensor, same,
                            tensor_inputs, walk)
@@ -63,9 +64,8 @@ def offsets(reader: Tensor, target: Compute, base: Expr, params,
     c = axis if axis is not None else target.carry.axis if target.carry is not None else 0
     lo = hi = None
     found = False
-    for r, guards, raxes in read_sites(reader.body):
-        if r.tensor.uid not in uids:
-            continue
+    sites, in_bounds = reads_of(reader)
+    for r, guards, raxes in (x for u in uids for x in sites.get(u, ())):
         found = True
         rng = polyhedral.offset_range(tuple(reader.axes) + tuple(raxes), guards,
                                       r.indices[c], base, params)
@@ -75,14 +75,43 @@ def offsets(reader: Tensor, target: Compute, base: Expr, params,
             continue
         lo = rng[0] if lo is None else min(lo, rng[0])
         hi = rng[1] if hi is None else max(hi, rng[1])
-    for x in walk(reader.body, unique=True):  # reads in reduction bounds: read_sites does not see them
-        if isinstance(x, Reduce) and any(
-                isinstance(y, Read) and y.tensor.uid in uids
-                for ax in x.axes for b in (ax.lo, ax.hi) for y in walk(b, unique=True)):
-            return None
+    if uids & in_bounds:
+        return None
     if not found and target.uid in {t.uid for t in tensor_inputs(reader)}:
         return None
     return () if lo is None else (lo, hi)
+
+
+def reads_of(reader: Compute) -> Tuple[Dict[int, List], set]:
+    """``({uid: read sites}, uids read in reduction bounds)`` of ``reader``'s body: the
+    read sites (``tensorexpr.bounds.read_sites``) of each tensor it reads, in order, and
+    the tensors read in the bounds of its reductions, which ``read_sites`` does not see.
+
+    >>> import tensorexpr as te
+    >>> x = te.placeholder((4,), name="x")
+    >>> y = te.compute((3,), lambda i: x[i] + x[i + 1], name="y")
+    >>> sites, bounds = reads_of(y)
+    >>> [str(r) for r, _, _ in sites[x.uid]], bounds
+    (['x[i]', 'x[i + 1]'], set())
+    """
+    # A checkpoint plan asks for the offsets of every reader's reads of every tensor
+    # a turn has rows of, along each of its axes: the body is walked once.
+    got = _READS.get((reader.uid,), lambda: (reader, _reads_of(reader)))
+    return got[1] if got[0] is reader else _reads_of(reader)
+
+
+#: the read sites :func:`reads_of` found (with their reader: a uid names one tensor)
+_READS = Recent(256)
+
+
+def _reads_of(reader: Compute) -> Tuple[Dict[int, List], set]:
+    sites: Dict[int, List] = {}
+    for r, guards, raxes in read_sites(reader.body):
+        sites.setdefault(r.tensor.uid, []).append((r, guards, raxes))
+    in_bounds = {y.tensor.uid for x in walk(reader.body, unique=True) if isinstance(x, Reduce)
+                 for ax in x.axes for b in (ax.lo, ax.hi) for y in walk(b, unique=True)
+                 if isinstance(y, Read)}
+    return sites, in_bounds
 
 
 def window(e: Compute, params) -> Optional[int]:

@@ -355,17 +355,18 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         self.buf[zero.uid], self.dims[zero.uid] = self.buf[t.uid], t.dims
         return self.compute_loops(zero)
 
-    def adjoint_step(self, p, s: Var) -> List[Stmt]:
+    def adjoint_step(self, p, s: Optional[CExpr], after: Optional[CExpr] = None) -> List[Stmt]:
         """Step ``s`` (a C variable in the sum's steps) of the sum of plan ``p``: its terms,
         by the strategy the table picks for them, added to the running sum. The one
         lowering of a step, shared by :meth:`compute_adjoint_sum` and the checkpointed
-        gradients of ``codegen.checkpoint``."""
+        gradients of ``codegen.checkpoint``. ``after``: ``s + 1`` as C, instead of ``s``
+        (the only use of ``s``: a replayed step fills it in, ``codegen.replay``)."""
         outer_sizes, outer_params = dict(self.sizes), self.params
         s1 = self.fresh("s", I64)  # the step plus one (isl takes sizes to be >= 1)
         self.sizes[p.step] = s1
         self.params = tuple(outer_params) + (p.step,)
         self.buf[p.add.uid], self.dims[p.add.uid] = self.buf[p.t.uid], p.t.dims
-        body: List[Stmt] = [Decl(s1, add(s, Lit(1, I64))),
+        body: List[Stmt] = [Decl(s1, after if after is not None else add(s, Lit(1, I64))),
                             Block((Comment(str(p.term)),) + tuple(self.compute(p.term)))]
         body.extend(self.compute_loops(p.add))
         self.sizes, self.params = outer_sizes, outer_params

@@ -28,6 +28,7 @@ from typing import List
 from tensorexpr.ir import INDEX_DTYPE
 
 from . import revolve as revolve_schedule
+from .cexpr import add
 from .loopast import Assign, Block, Comment, Decl, For, If, Lit, Load, Local, Op, Stmt, Var
 
 I64 = INDEX_DTYPE
@@ -151,7 +152,10 @@ class RevolveSteps:
             out.append(If(Op("and", (Op("ge", (t, lo), "bool"), Op("lt", (t, hi), "bool")),
                              "bool"),
                           Block((Comment(f"{p.t.name} += the terms of this step"),)
-                                + tuple(self.lw.adjoint_step(p, t)))))
+                                + tuple(self.replays.get(
+                                    ("adjoint step", p.t.uid),
+                                    lambda after: self.lw.adjoint_step(p, None, after),
+                                    after=add(t, Lit(1, I64)))))))
         return out
 
     def _forward(self, s) -> Stmt:

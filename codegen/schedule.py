@@ -193,6 +193,9 @@ class Recorder:
         self.unfused: list = []
         self.residues: list = []
         self._open: list = []  # the choices in progress (a strategy lowers other tensors)
+        #: while not None, every note as ``(index of its choice or -1, name, value)``:
+        #: what a lowering replayed (``codegen.replay``) notes again
+        self.heard: Optional[list] = None
 
     def choose(self, tensor: str, strategy: str, params: Tuple[Tuple[str, Any], ...] = ()):
         """Open the choice of ``strategy`` for ``tensor``: :meth:`note` adds to it until
@@ -211,12 +214,24 @@ class Recorder:
 
     def note(self, name: str, value) -> None:
         """Record parameter ``name`` of the innermost open choice (nothing if none)."""
+        if self.heard is not None:
+            self.heard.append((self._open[-1] if self._open else -1, name, value))
         if not self._open:
             return
         k = self.choices[self._open[-1]]
         if (name, value) in k.params:
             return  # a tile lowered several times (row blocks, remainders) decides it once
         self.choices[self._open[-1]] = replace(k, params=k.params + ((name, value),))
+
+    def lists(self) -> Tuple[int, ...]:
+        """The lengths of the lists besides the choices (a lowering that adds to one is
+        not replayed: ``codegen.replay``).
+
+        >>> r = Recorder(DEFAULT); r.copies.append("A_T"); r.lists()
+        (0, 1, 0, 0, 0, 0, 0)
+        """
+        return (len(self.groups), len(self.copies), len(self.checkpoint), len(self.hoisted),
+                len(self.slabs), len(self.unfused), len(self.residues))
 
     def freeze(self) -> Schedule:
         return Schedule(tuple(self.choices), tuple(self.groups), tuple(self.copies),

@@ -25,6 +25,7 @@ from .spaces import (CTX, NotAffine, dim_name, isl_val, params_of, Space, const_
 from .affine import (is_index_arithmetic, affine_form)  # noqa: F401
 from .fibers import (FiberPiece, solve_fiber, align_like, simplify_affine,
     set_expr)  # noqa: F401
+from .recent import Recent  # noqa: F401
 from .loops import (LoopFor, LoopLet, LoopIf, LoopBlock, LoopPoint, LoopTree, may_fail,
     conjuncts, PointSet, loop_nest, image_bounds)  # noqa: F401
 from .queries import (offset_range, span, index_box, implies, project, seen_from)  # noqa: F401

@@ -8,10 +8,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import islpy as isl
 
-from ..ir import Axis, Const, Expr, SizeVar, INDEX_DTYPE, binary, fresh_uid
+from ..ir import Axis, Expr, SizeVar, INDEX_DTYPE, binary, fresh_uid
 from ..ir import const as const_expr
 from ..printer import expr_str
 from ..transform import eval_int, free_axes
+from .recent import Recent
 from .spaces import NotAffine, dim_name, isl_val, params_of, Space, const_int
 
 # {{{ gathers (used by passes/differentiate; owned by the differentiate work)
@@ -200,16 +201,29 @@ def simplify_affine(e: Expr) -> Expr:
     >>> simplify_affine((i // 2) * 2 + (i - 2 * (i // 2)))
     i
     """
+    # (differentiation tidies every index of every read it substitutes into, the same
+    # few again and again: an LSTM's gradient asked 658 times for 82 answers; an
+    # unchanged index comes back as the caller's own object)
+    got = _SIMPLIFIED.get((e,), lambda: _simplify_affine(e))
+    return e if got is _UNCHANGED else got
+
+
+#: the answers :func:`simplify_affine` keeps (_UNCHANGED: none simpler)
+_SIMPLIFIED = Recent(512)
+_UNCHANGED = object()
+
+
+def _simplify_affine(e: Expr):
     axes = free_axes(e)
     params = params_of([e])
     try:
         pa = Space(axes, params).aff(e)
     except NotAffine:
-        return e
+        return _UNCHANGED
     pieces = []
     pa.foreach_piece(lambda s, a: pieces.append(a))
     if len(pieces) != 1:
-        return e
+        return _UNCHANGED
     return _aff_expr(pieces[0], axes, params)
 
 

@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -16,6 +14,7 @@ from ..ir import (Axis, Binary, Const, Expr, Read, Select, SizeVar, Unary, INDEX
 from ..ir import const as const_expr
 from .spaces import CTX, NotAffine, dim_name, isl_val, params_of, Space
 from .affine import is_index_arithmetic
+from .recent import Recent
 
 # {{{ loop nests (used by codegen; owned by the C backend work)
 
@@ -162,34 +161,10 @@ class PointSet:
         return known
 
 
-class _Recent:
-    """The values of the last ``size`` keys asked for (least recently used dropped
-    first), each made once by ``make()``; safe from several threads (programs may be
-    lowered on several)."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self.kept: "OrderedDict[tuple, object]" = OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, key: tuple, make):
-        with self.lock:
-            known = self.kept.get(key)
-            if known is not None:
-                self.kept.move_to_end(key)
-                return known
-        known = make()  # outside the lock: isl may take a while
-        with self.lock:
-            self.kept[key] = known
-            if len(self.kept) > self.size:
-                self.kept.popitem(last=False)
-        return known
-
-
 #: the point sets :meth:`PointSet.of` shares
-_SHARED = _Recent(256)
+_SHARED = Recent(256)
 #: the loop nests :func:`loop_nest` shares
-_NESTS = _Recent(64)
+_NESTS = Recent(64)
 
 
 def loop_nest(axes: Sequence[Axis], conds: Sequence[Expr], outer: Sequence[Axis] = (),

@@ -14,6 +14,7 @@ from ..transform import free_axes, substitute
 from .spaces import NotAffine, params_of, Space
 from .fibers import align_like, set_expr
 from .loops import conjuncts, PointSet
+from .recent import Recent
 
 # {{{ recurrence windows (checkpointing; used by codegen/checkpoint.py)
 
@@ -36,7 +37,20 @@ def offset_range(axes: Sequence[Axis], guards: Sequence[Expr], index: Expr, base
     >>> offset_range([t], [], n - 1, t) is None  # the last row, read from every step
     True
     """
-    ps = PointSet(axes, guards, sorted(set(params) | set(params_of([index, base]))))
+    # A checkpoint plan asks of each read site the offset from each axis of its
+    # reader, for each reader and recurrence, again as groups are tried: an LSTM's
+    # gradient asked 498 times for 200 answers. The IR is immutable: answers are kept.
+    key = (tuple(axes), tuple(guards), index, base, tuple(params))
+    return _OFFSETS.get(key, lambda: (_offset_range(axes, guards, index, base, params),))[0]
+
+
+#: the answers :func:`offset_range` keeps (each in a tuple: None is an answer)
+_OFFSETS = Recent(512)
+
+
+def _offset_range(axes, guards, index, base, params):
+    # (the point set is shared with the questions of other bases and indices)
+    ps = PointSet.of(axes, guards, sorted(set(params) | set(params_of([index, base]))))
     sp = ps.space
     try:
         pa = sp.aff(index) - sp.aff(base)
@@ -107,7 +121,19 @@ def index_box(axes: Sequence[Axis], guards: Sequence[Expr], indices: Sequence[Ex
     >>> index_box([i], [i >= 9], [i]) is None
     True
     """
-    ps = PointSet(axes, guards, params_of(list(indices)))
+    # (passes.share asks it of each site of each form, again each round: an LSTM's
+    # gradient asked 81 times for 19 boxes)
+    key = (tuple(axes), tuple(guards), tuple(indices))
+    got = _INDEX_BOXES.get(key, lambda: (_index_box(axes, guards, indices),))[0]
+    return None if got is None else list(got)
+
+
+#: the answers :func:`index_box` keeps
+_INDEX_BOXES = Recent(256)
+
+
+def _index_box(axes, guards, indices) -> Optional[Tuple[Optional[Tuple[int, int]], ...]]:
+    ps = PointSet.of(axes, guards, params_of(list(indices)))
     if ps.set.is_empty():
         return None
     out: List[Optional[Tuple[int, int]]] = []
@@ -125,7 +151,7 @@ def index_box(axes: Sequence[Axis], guards: Sequence[Expr], indices: Sequence[Ex
         lo, hi = (v.sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
                   for v in (vals.lexmin(), vals.lexmax()))
         out.append((lo, hi))
-    return out
+    return tuple(out)
 
 # }}}
 

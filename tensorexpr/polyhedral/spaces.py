@@ -12,6 +12,8 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import islpy as isl
 
+from .recent import Recent
+
 from ..ir import Axis, Binary, Cast, Const, Expr, Reduce, Select, SizeVar, Unary, is_int, walk
 
 CTX = isl.DEFAULT_CONTEXT
@@ -210,6 +212,13 @@ class Space:
         >>> print(Space([i]).box())
         { [a7] : 0 <= a7 <= 7 }
         """
+        # Every point set and loop nest starts from a box, most of them from one of a few
+        # (a tensor's axes with those of its sums): an LSTM's gradient asked for 389 boxes
+        # of 150 kinds. The conversions to isl dominate: each box is made once.
+        key = (tuple(self.axes), tuple(self.params), None if axes is None else tuple(axes))
+        return _BOXES.get(key, lambda: self._box(axes))
+
+    def _box(self, axes: Optional[Sequence[Axis]]) -> isl.Set:
         s = self.context()
         for ax in (self.axes if axes is None else axes):
             v = self.vars[dim_name(ax)]
@@ -231,6 +240,10 @@ class Space:
         for k, p in enumerate(self.params):
             out[p] = point.get_coordinate_val(isl.dim_type.param, k).to_python()
         return out
+
+
+#: the boxes :meth:`Space.box` made (their space and axes name them)
+_BOXES = Recent(256)
 
 
 def const_int(e: Expr) -> Optional[int]:

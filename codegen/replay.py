@@ -1,0 +1,156 @@
+"""Lowerings repeated with other loop bounds, lowered once and replayed.
+
+A checkpointed gradient (``codegen.checkpoint``) runs the same rows of a tensor at
+several places of its program: a revolve schedule's forward steps at the start, in
+the forward sweep, after each restore and before each turn; a turn's reverse step
+for the last step and inside the schedule's loop. Each place is the same lowering
+(``Lowerer.step_of``, ``RingProgram.rows``) with other C expressions for the
+bounds of one loop. Lowering is a pure function of the tensor and the lowerer's
+state, except for what it allocates and records:
+
+* fresh variable names (``Lowerer.fresh``): a replay renames the template's to the
+  ones the lowering would have allocated next, so the C is the same text;
+* the schedule's choices (``Recorder``): those opened inside are appended again,
+  the notes it made to a choice open outside are made again;
+* run-time check sites: a lowering that records one is not replayed (its index is
+  in the C), nor one that adds to any other list of the schedule.
+
+The bounds are *holes*: the template is lowered with a marker variable for each,
+which a replay (and the first use) replaces by the caller's expression; a hole
+given as None is part of the key (the lowering then uses its own bound).
+
+>>> import tensorexpr as te
+>>> from codegen.lower import Lowerer
+>>> from codegen.loopast import Lit, Var
+>>> from codegen.signature import Signature
+>>> A = te.placeholder((4,), name="A")
+>>> B = te.compute((4,), lambda i: A[i] * 2.0, name="B")
+>>> lw = Lowerer(Signature([B], [A]))
+>>> r = Replays(lw)
+>>> def nest(lo):
+...     v = lw.fresh("i", "int64")
+...     return [For(v, lo, Lit(4, "int64"), 1, Block(()))]
+>>> from codegen.loopast import Block, For
+>>> [s.var.name for s in r.get("B", nest, lo=Lit(0, "int64"))]
+['i0']
+>>> again = r.get("B", nest, lo=Var("k", "int64"))  # replayed: the next name, the new bound
+>>> again[0].var.name, again[0].lo.name, lw.counters["i"]
+('i1', 'k', 2)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Callable, Dict, List, Optional, Tuple
+
+from tensorexpr.ir import INDEX_DTYPE
+
+from .loopast import Comment, For, Lit, Var
+
+#: False: every lowering is lowered again (the tests compare the C of both ways)
+ENABLED = True
+
+#: string fields that hold prose, never a name the lowering allocated
+_PROSE = {(Comment, "text"), (For, "note")}
+
+
+@dataclass
+class Template:
+    """A lowering kept for replay: its statements (holes as marker variables), the
+    names it allocated (``{prefix: (first, count)}``), the choices it opened and the
+    notes it made to the choice open around it."""
+
+    stmts: List
+    allocated: Dict[str, Tuple[int, int]]
+    choices: List
+    notes: List[Tuple[str, object]]
+
+
+class Replays:
+    """The replayable lowerings of one lowerer ``lw`` (see the module docstring)."""
+
+    def __init__(self, lw):
+        self.lw = lw
+        self.kept: Dict[tuple, Optional[Template]] = {}
+
+    def get(self, key, lower: Callable[..., List], **holes) -> List:
+        """``lower(**holes)``: lowered once per ``key`` (with the holes that are None
+        as part of it), replayed after that."""
+        if not ENABLED:
+            return lower(**holes)
+        key = (key,) + tuple((n, h is None) for n, h in sorted(holes.items()))
+        if key in self.kept:
+            t = self.kept[key]
+            if t is None:  # not replayable
+                return lower(**holes)
+            return self._replay(t, holes)
+        markers = {n: None if h is None else Var(f"\0{n}", INDEX_DTYPE) for n, h in holes.items()}
+        t, stmts = self._capture(lambda: lower(**markers))
+        self.kept[key] = t
+        fill = {f"\0{n}": h for n, h in holes.items() if h is not None}
+        return [_rename(s, {}, fill, {}) for s in stmts]
+
+    def _capture(self, lower) -> Tuple[Optional[Template], List]:
+        lw, rec = self.lw, self.lw.record
+        before = dict(lw.counters)
+        nsites, nchoices = len(lw.sites), len(rec.choices)
+        lists = rec.lists()
+        heard, rec.heard = rec.heard, []
+        try:
+            stmts = lower()
+            notes = rec.heard
+        finally:
+            rec.heard = heard if heard is None else heard + rec.heard
+        if len(lw.sites) != nsites or rec.lists() != lists:
+            return None, stmts
+        allocated = {p: (before.get(p, 0), n - before.get(p, 0)) for p, n in lw.counters.items()
+                     if n != before.get(p, 0)}
+        outer = [(name, value) for at, name, value in notes if at < nchoices]
+        return Template(stmts, allocated, rec.choices[nchoices:], outer), stmts
+
+    def _replay(self, t: Template, holes) -> List:
+        lw, rec = self.lw, self.lw.record
+        names: Dict[str, str] = {}
+        for p, (first, n) in t.allocated.items():
+            base = lw.counters.get(p, 0)
+            for k in range(n):
+                names[f"{p}{first + k}"] = f"{p}{base + k}"
+            lw.counters[p] = base + n
+        for c in t.choices:
+            rec.choices.append(c)
+        for name, value in t.notes:
+            rec.note(name, value)
+        fill = {f"\0{n}": h for n, h in holes.items() if h is not None}
+        memo: Dict[int, object] = {}
+        return [_rename(s, names, fill, memo) for s in t.stmts]
+
+
+_FIELDS: Dict[type, tuple] = {}
+#: values that are never a name nor hold one
+_LEAVES = (int, float, bool, type(None), Lit)
+
+
+def _rename(x, names: Dict[str, str], fill: Dict[str, object], memo: Dict[int, object]):
+    """``x`` (a loop-AST node, tuple or value) with the variables of ``names`` renamed
+    and the marker variables of ``fill`` replaced by their expressions."""
+    cls = type(x)
+    if cls is Var:
+        if x.name in fill:
+            return fill[x.name]
+        new = names.get(x.name)
+        return x if new is None else Var(new, x.dtype)
+    if cls in _LEAVES:
+        return x
+    if cls is tuple:
+        return tuple([_rename(y, names, fill, memo) for y in x])
+    if cls is str:
+        return names.get(x, x)
+    got = memo.get(id(x))
+    if got is not None:
+        return got[1]
+    fs = _FIELDS.get(cls)
+    if fs is None:
+        fs = _FIELDS[cls] = tuple((f.name, (cls, f.name) in _PROSE) for f in fields(cls))
+    out = cls(*[getattr(x, f) if prose else _rename(getattr(x, f), names, fill, memo)
+                for f, prose in fs])
+    memo[id(x)] = (x, out)  # (x kept: its id is not reused while the memo lives)
+    return out

@@ -1,0 +1,102 @@
+"""Replayed lowerings (``codegen.replay``): a checkpointed gradient's rows and steps,
+lowered once and replayed at their other places, give the C and the schedule that
+lowering each place again gives, and a lowering that records what a replay cannot
+repeat is lowered again."""
+from __future__ import annotations
+
+import pytest
+
+import tensorexpr as te
+from benchmarks.recurrence_cells import te_program
+from codegen import replay
+from codegen.loopast import Block, For, Lit, Store, Var
+from codegen.lower import Lowerer
+from codegen.pipeline import generate
+from codegen.program import Site
+from codegen.schedule import Options
+from codegen.signature import Signature
+
+CELLS = [("lstm", 13, 3), ("gru", 13, 3), ("rnn", 9, 2), ("lstm", 6, 8), ("gru", 64, 8)]
+
+
+def _both(sig, options, monkeypatch):
+    out = []
+    for on in (True, False):
+        monkeypatch.setattr(replay, "ENABLED", on)
+        _, source, schedule = generate(sig, options, name="g")
+        out.append((source, str(schedule)))
+    return out
+
+
+@pytest.mark.parametrize("mode", [True, "segments"])
+@pytest.mark.parametrize("cell,T,k", CELLS)
+def test_replayed_cells_are_lowered_again_exactly(cell, T, k, mode, monkeypatch):
+    ins, grads = te_program(cell, T, 2, 8, 4, k)
+    (a, sa), (b, sb) = _both(Signature(grads, ins), Options(checkpoint=mode), monkeypatch)
+    assert sa == sb
+    assert a == b
+
+
+def test_replays_happen():
+    """(The test above compares nothing if nothing is replayed.)"""
+    ins, grads = te_program("lstm", 13, 2, 8, 4, 3)
+    counts = {"lowered": 0}
+    real = replay.Replays.get
+
+    def get(self, key, lower, **holes):
+        def counted(**h):
+            counts["lowered"] += 1
+            return lower(**h)
+        counts.setdefault("asked", 0)
+        counts["asked"] += 1
+        return real(self, key, counted, **holes)
+    replay.Replays.get = get
+    try:
+        generate(Signature(grads, ins), Options())
+    finally:
+        replay.Replays.get = real
+    assert counts["lowered"] < counts["asked"]
+
+
+def test_a_lowering_recording_a_site_is_lowered_again():
+    A = te.placeholder((4,), name="A")
+    B = te.compute((4,), lambda i: A[i] * 2.0, name="B")
+    lw = Lowerer(Signature([B], [A]))
+    r = replay.Replays(lw)
+    calls = []
+
+    def nest(lo):
+        calls.append(lo)
+        lw.sites.append(Site(B, None))
+        v = lw.fresh("i", "int64")
+        return [For(v, lo, Lit(4, "int64"), 1, Block((Store("b1", v, Lit(0.0, "float32")),)))]
+    first = r.get("B", nest, lo=Lit(0, "int64"))
+    second = r.get("B", nest, lo=Var("k", "int64"))
+    assert len(calls) == 2 and len(lw.sites) == 2
+    assert (first[0].var.name, second[0].var.name) == ("i0", "i1")
+    assert first[0].lo == Lit(0, "int64") and second[0].lo == Var("k", "int64")
+
+
+def test_replay_renames_every_allocated_name_and_repeats_the_choices():
+    A = te.placeholder((4,), name="A")
+    B = te.compute((4,), lambda i: A[i] * 2.0, name="B")
+    lw = Lowerer(Signature([B], [A]))
+    r = replay.Replays(lw)
+
+    def nest(hi):
+        lw.record.choose("B", "loops")
+        lw.record.note("tile", 4)
+        lw.record.done()
+        lw.record.note("outer", True)  # (to the choice open around the lowering)
+        v, w = lw.fresh("i", "int64"), lw.fresh("t", "float32")
+        return [For(v, Lit(0, "int64"), hi, 1, Block((Store("b1", v, w),)))]
+    lw.record.choose("X", "steps")
+    r.get("B", nest, hi=Lit(4, "int64"))
+    lw.record.done()
+    lw.record.choose("Y", "steps")
+    (again,) = r.get("B", nest, hi=Var("n", "int64"))
+    lw.record.done()
+    assert again.var.name == "i1" and again.body.stmts[0].value.name == "t1"
+    assert again.hi == Var("n", "int64")
+    assert str(lw.record.freeze()).splitlines() == [
+        "X: steps (outer=True)", "B: loops (tile=4)", "Y: steps (outer=True)", "B: loops (tile=4)"]

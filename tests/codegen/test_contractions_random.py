@@ -6,13 +6,15 @@ that block rows, jam elements, run taps or pad copies (their thresholds start at
 select's test checked for the first row of a block only, and read outside its input:
 no random test reached that shape. Here a program is one sum of two reads, each index
 an output axis, a reduction axis, a shifted or strided mix of both, or a constant, over
-output and reduction boxes of 1 to 33 points; reads that can fall outside their tensor
-are guarded, by a select around the product (as a padded convolution is written) or by
+output and reduction boxes of 1 to 33 points (sums mostly, maxima and minima too: values
+repeat, so their gradients' ties are broken alike or not); reads that can fall outside
+their tensor are guarded, by a select around the product (as a padded convolution is written) or by
 the sum's ``where``, and an epilogue may follow. The forward sum and its gradient with
 respect to both inputs (the adjoint of a shifted read is a gather with conditions) are
 compared between the C and numpy backends.
 
-Values are multiples of 0.5 in float64, so every sum is exact whatever its order.
+Values are multiples of 0.5 in float64, so every sum is exact whatever its order (a max's
+gradient shared among a tie is checked to rounding).
 """
 from __future__ import annotations
 
@@ -44,11 +46,13 @@ def programs(draw):
     reads = [[index() for _ in range(draw(st.integers(1, 4)))] for _ in range(2)]
     guard = draw(st.sampled_from(["select", "where"]))
     epilogue = draw(st.sampled_from(["none", "scale", "add"]))
-    return out, red, reads, guard, epilogue
+    op = draw(st.sampled_from(["sum", "sum", "max", "min"]))
+    return out, red, reads, guard, epilogue, op
 
 
 def _build(recipe):
-    out, red, reads, guard, epilogue = recipe
+    out, red, reads, guard, epilogue, op = recipe
+    reduce = {"sum": te.sum, "max": te.max, "min": te.min}[op]
     raxes = [te.reduce_axis(n, f"r{k}") for k, n in enumerate(red)]
 
     def expr(form, oaxes):
@@ -84,8 +88,8 @@ def _build(recipe):
             inside = inside & c
         # unclamped: a select evaluates only its taken branch, where the reads are inside
         prod = A[tuple(idx[0])] * B[tuple(idx[1])]
-        if guard == "select":
-            s = te.sum(te.select(inside, prod, 0.0), axis=raxes)
+        if guard == "select" or op != "sum":  # (a max over no point would be -inf)
+            s = reduce(te.select(inside, prod, 0.0), axis=raxes)
         else:
             s = te.sum(prod, axis=raxes, where=inside)
         if epilogue == "scale":
@@ -114,5 +118,7 @@ def test_random_contraction_and_its_gradient_agree_with_numpy(recipe, seed):
         got = te.build(outs, ins)(*args)
         want = te.build(outs, ins, backend="numpy")(*args)
         got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        # a tie of a max shares its gradient (1/count of it each): rounded, not exact
+        tol = 0 if recipe[-1] == "sum" else 1e-12
         for g, w in zip(got, want):
-            assert_same(g, w, rtol=0, atol=0)
+            assert_same(g, w, rtol=tol, atol=tol)

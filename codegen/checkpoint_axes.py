@@ -43,8 +43,8 @@ def movable(order: Sequence[Tensor], outputs) -> List[Compute]:
 
     >>> import tensorexpr as te
     >>> x = te.placeholder((2, 5), name="x")
-    >>> h = te.recurrence((2, 5), lambda h, b, t: x[b, t] + te.select(
-    ...     t > 0, h[b, t - 1], 0.0), name="h", checkpoints=2)
+    >>> h = te.recurrence((2, 5), lambda h, b, t: te.tanh(x[b, t] + te.select(
+    ...     t > 0, h[b, t - 1], 0.0)), name="h", checkpoints=2)
     >>> L = te.compute((), lambda: h[0, 4] + h[1, 4], name="L")
     >>> (dx,) = te.differentiate(L, [x])
     >>> [t.name for t in movable(te.ir.topo_order([dx]), {dx.uid})]
@@ -80,9 +80,9 @@ def carry_first(outputs) -> Tuple[Dict[int, Tensor], List[Tuple[Compute, Compute
     ...     t > 0, h[b, t - 1], 0.0), name="h", checkpoints=2)
     >>> y = te.compute((2,), lambda b: h[b, 4] * 2.0, name="y")
     >>> done, moved = carry_first([y])
-    >>> print(moved[0][0]); print(done[y.uid])  # doctest: +NORMALIZE_WHITESPACE
-    h[t, b] = x[b, t] + select(t > 0, h[t - 1, b], 0.0)    for t in [0, 5), b in [0, 2)
-        float32
+    >>> print(moved[0][0])
+    h[t, b] = x[b, t] + select(t > 0, h[t - 1, b], 0.0)    for t in [0, 5), b in [0, 2)    float32    (recurrence: t runs ascending)
+    >>> print(done[y.uid])
     y[b] = h[4, b] * 2.0    for b in [0, 2)    float32
     """
     order = topo_order(list(outputs))

@@ -141,7 +141,7 @@ from .scope import Scope
 from . import checkpoint_rows
 from . import revolve as revolve_schedule
 from .checkpoint_groups import adjoints, group
-from .checkpoint_rows import has_reduce, last_rows, offsets, window
+from .checkpoint_rows import has_reduce, last_rows, offsets, refuse, window
 from .revolve_lowering import RevolveSteps
 from .segments_lowering import SegmentSteps
 
@@ -232,6 +232,9 @@ class Segments:
 class Plan:
     rings: Dict[int, Ring] = field(default_factory=dict)
     segments: Optional[Segments] = None
+    # (name, reason): the recurrences with checkpoints that keep their full tape, and the
+    # first unsupported condition each met (the schedule prints them)
+    refused: List[Tuple[str, str]] = field(default_factory=list)
 
 
 def _scratch(t: Compute, dims: Sequence[Expr], what: str) -> Compute:
@@ -270,25 +273,41 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
         for p in tensor_inputs(x):
             readers.setdefault(p.uid, []).append(x)
     out = Plan()
+    refused: Dict[int, Tuple[str, str]] = {}
     grouped: set = set()
     for e in order:
         if not (isinstance(e, Compute) and e.carry is not None) or e.uid in outputs:
+            if isinstance(e, Compute) and e.checkpoints and e.carry is not None:
+                refused[e.uid] = (e.name, "it is an output (every step is returned)")
             continue
         w = window(e, params)
         if w is None or e.uid in grouped:
+            if e.checkpoints and e.uid not in grouped:
+                T = e.dims[e.carry.axis]
+                refused[e.uid] = (e.name, "one step: nothing to checkpoint" if same(
+                    T, _c(1)) else "it reads itself at no constant distance back")
             continue
-        seg = None
-        if e.checkpoints and out.segments is None and e.carry.step > 0 and e.carry.axis == 0:
-            # the largest group that has the supported shape, down to e alone
+        seg, why = None, [f"{out.segments.names} is checkpointed (one group per program)"
+                          ] if out.segments is not None else []
+        if e.checkpoints and e.carry.step > 0 and e.carry.axis != 0:
+            why.append(f"its steps are along its axis {e.carry.axis}, not its first "
+                       f"(codegen.checkpoint_axes moves them first unless it is an output)")
+        if e.checkpoints and not why:
+            # the largest group that has the supported shape, down to e alone (the reason
+            # noted: e's own)
             es = group(e, order, outputs, params)
             for n in range(len(es), 0, -1):
-                seg = _segments(es[:n], order, readers, outputs, params, mode, sums, steps)
+                why = []
+                seg = _segments(es[:n], order, readers, outputs, params, mode, sums, steps,
+                                why)
                 if seg is not None:
                     break
         if seg is not None:
             out.segments = seg
             grouped = {x.uid for x in seg.es}
             continue
+        if e.checkpoints:
+            refused[e.uid] = (e.name, why[0] if why else "its gradient is not checkpointed")
         m = 0
         for x in readers.get(e.uid, []):
             got = last_rows(x, e, params)
@@ -305,12 +324,15 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
             out.rings[e.uid] = Ring(e, _c(rows), _scratch(e, dims, "ring"), e.carry.axis)
     if out.segments is not None:
         _segment_buffers(out)
+    # (a recurrence in a ring of its last rows keeps no full tape: a forward-only build)
+    out.refused = [r for u, r in refused.items() if u not in out.rings]
     return out
 
 
 def _segments(es: Sequence[Compute], order, readers, outputs, params,
-              mode: str = "revolve", sums=None, steps=None) -> Optional[Segments]:
-    """The checkpointed plan for the group ``es`` and its adjoints, or None (full tape)."""
+              mode: str = "revolve", sums=None, steps=None, why=None) -> Optional[Segments]:
+    """The checkpointed plan for the group ``es`` and its adjoints, or None (full tape;
+    the reason noted in the list ``why``)."""
     sums, steps = sums or {}, steps or {}
     e = es[0]
     T = e.dims[0]
@@ -318,19 +340,30 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
     des = sorted(adjoints(es, readers), key=lambda x: pos[x.uid])
     # one adjoint per recurrence at most (a second descending reader of e is no adjoint
     # a turn could run)
-    if not 1 <= len(des) <= len(es):
-        return None
-    if any(de.uid in outputs or de.carry.axis != 0 or not same(de.dims[0], T) for de in des):
-        return None
+    if not des:
+        return refuse(why, "no adjoint recurrence reads it (its gradient is not taken, or "
+                           "does not depend on it)")
+    if len(des) > len(es):
+        return refuse(why, f"several descending recurrences read it "
+                           f"({', '.join(d.name for d in des)}): no turn could run them")
+    for de in des:
+        if de.uid in outputs:
+            return refuse(why, f"its adjoint {de.name} is an output")
+        if de.carry.axis != 0 or not same(de.dims[0], T):
+            return refuse(why, f"its adjoint {de.name} does not run along its steps")
     # a recurrence by steps runs each step with the full tape's lowering of a step
     # (Lowerer.step_of), in either mode: its per-step sums are the same C, in the same order
-    if any(has_reduce(x) and x.uid not in steps for x in list(es) + des) or not all(
-            checkpoint_rows.by_steps_ok(x, 0, steps) for x in es if x.carry is None):
-        return None
+    for x in list(es) + des:
+        if has_reduce(x) and x.uid not in steps or x.carry is None and not \
+                checkpoint_rows.by_steps_ok(x, 0, steps):
+            return refuse(why, f"{x.name} holds a sum that does not run by steps")
     wds = [window(de, params) for de in des]
     ws = [window(x, params) if x.carry is not None else 0 for x in es]
-    rows = checkpoint_rows.classify(tuple(es), tuple(des), order, outputs, params, sums, steps)
-    if None in wds or None in ws or rows is None:
+    if None in wds or None in ws:
+        return refuse(why, "a recurrence of it reads itself at no constant distance")
+    rows = checkpoint_rows.classify(tuple(es), tuple(des), order, outputs, params, sums, steps,
+                                    why)
+    if rows is None:
         return None
     wd, w = max(wds), max(ws)
     # a member reading an earlier one: the rows of it its step reads (lockstep)
@@ -346,7 +379,7 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
     revolve = mode == "revolve" and isinstance(T, Const)
     seg = _c(1) if revolve else _bin("max", _ceil_div(T, k), _c(back))
     if not revolve and isinstance(seg, Const) and seg.value >= T.value:
-        return None  # one segment (k = 1): the rings would be the whole tape
+        return refuse(why, "one segment (k = 1 in segments mode) would be the whole tape")
     inner = rows.es | rows.des
     last = max([1] + [(last_rows(x, y, params) or 0) for y in es for x in readers.get(y.uid, [])
                       if x.uid not in inner and x.uid not in taken])
@@ -428,8 +461,9 @@ def _row_ring(p: Plan, t: Compute, a: int, rows: Expr) -> None:
 
 
 def rings(sig, mode: str = "revolve", sums=None, steps=None) -> Optional[Plan]:
-    """The rings and checkpointed segments of ``sig``'s program (a :class:`Plan`), or
-    None when no recurrence qualifies (the program then keeps the full tape).
+    """The rings and checkpointed segments of ``sig``'s program (a :class:`Plan`; with
+    no ring, the program keeps the full tape, and :attr:`Plan.refused` says why for
+    each recurrence asking for checkpoints), or None when there is nothing to say.
 
     >>> import tensorexpr as te
     >>> from codegen.signature import Signature
@@ -441,7 +475,32 @@ def rings(sig, mode: str = "revolve", sums=None, steps=None) -> Optional[Plan]:
     if not any(isinstance(t, Compute) and t.carry is not None for t in sig.order):
         return None
     p = plan(sig, mode, sums, steps)
-    return p if p.rings else None
+    return p if p.rings or p.refused else None
+
+
+def full_tapes(sig, p: Optional[Plan], options) -> List[str]:
+    """A line for each recurrence of ``sig`` asking for checkpoints that keeps its full
+    tape in the build with ``options`` (``p``: :func:`rings`' plan): its name and the
+    first unsupported condition it met, so that no one is given the full tape silently.
+
+    >>> import tensorexpr as te
+    >>> from codegen.schedule import Options
+    >>> from codegen.signature import Signature
+    >>> x = te.placeholder((4, 2), name="x")
+    >>> h = te.recurrence((4, 2), lambda h, t, b: te.sin(x[t, b] + te.select(
+    ...     t > 0, h[t - 1, b], 0.0)), name="h", checkpoints=2)
+    >>> full_tapes(Signature([h], [x]), rings(Signature([h], [x])), Options())
+    ['h (checkpoints=2: it is an output (every step is returned))']
+    >>> full_tapes(Signature([h], [x]), None, Options(checkpoint=False))
+    ['h (checkpoints=2: ScheduleOptions(checkpoint=False))']
+    """
+    asked = {t.name: t.checkpoints for t in sig.order
+             if isinstance(t, Compute) and t.carry is not None and t.checkpoints}
+    if not options.checkpoint:
+        return [f"{n} (checkpoints={k}: ScheduleOptions(checkpoint=False))"
+                for n, k in asked.items()]
+    return [f"{n} (checkpoints={asked[n]}: {why})" for n, why in (p.refused if p else ())
+            if n in asked]
 
 
 class RingProgram(RevolveSteps, SegmentSteps):

@@ -179,7 +179,7 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
         computed = made + computed
     mode = "segments" if options.checkpoint == "segments" else "revolve"
     rings = checkpoint.rings(sig, mode, sums, steps) if options.checkpoint else None
-    if rings is not None:
+    if rings is not None and rings.rings:
         lw = Lowerer(sig, title, options, computed if made else None,
                      scratch=step_sums + terms, steps=steps, adjoint_sums=sums)
         lw.record.copies.extend(t.name for t in made)
@@ -201,6 +201,7 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
         lw.record.residues.extend(split)
         program = lw.program()                                       # 6. schedule, lowering
     lw.record.hoisted.extend(hoisted)
+    lw.record.full_tape.extend(checkpoint.full_tapes(sig, rings, options))
     body = unswitch(regions.merge(list(program.kernel.body)))
     kernel = replace(program.kernel, body=tuple(body))
     return replace(program, kernel=kernel), lw.record.freeze()       # 7. loop-AST passes

@@ -126,3 +126,22 @@ def test_second_order_through_a_checkpointed_batch_first_rnn():
     assert "checkpointed gradient" in te.build(g, ins).source
     from tests.passes.gradcheck import check_grads
     check_grads(L2, ins, arrays, backend="c")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_loss_of_shape_one_of_a_steps_first_rnn(mode):
+    # h[t, b, j] is carried along its first axis, its adjoint dh[0, t, b, j] (the gradients
+    # are Jacobian-shaped) along its second: only the adjoint moves
+    T, B, H = 13, 2, 3
+    x, W = te.placeholder((T, B, H), "float64", "x"), te.placeholder((H, H), "float64", "W")
+    kk = te.reduce_axis(H, "k")
+    h = te.recurrence((T, B, H), lambda h, t, b, j: te.tanh(x[t, b, j] + te.select(
+        t == 0, 0.0, te.sum(h[t - 1, b, kk] * W[kk, j], axis=kk))), name="h", dtype="float64",
+        checkpoints=3)
+    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
+    L = te.compute((1,), lambda o: te.sum(h[T - 1, r1, r2] * h[T - 1, r1, r2], axis=[r1, r2]),
+                   name="L", dtype="float64")
+    grads = list(te.differentiate(L, [x, W]))
+    assert grads[0].shape == (1, T, B, H)
+    ck = agrees_with_its_full_tape([x, W], grads, mode, seed=5)
+    assert _kept(ck, mode) and not ck.schedule.full_tape

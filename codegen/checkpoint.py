@@ -28,8 +28,9 @@ Checkpointed gradient by revolve (``te.recurrence(..., checkpoints=k)``, a const
 
 Checkpointed gradient by segments
     The supported pattern is the one ``te.differentiate`` produces for a loss of
-    the last steps: a forward recurrence ``e`` (ascending, carried axis first,
-    ``e.checkpoints = k``), a descending recurrence ``de`` reading ``e`` (its
+    the last steps: a forward recurrence ``e`` (ascending, carried axis first: a
+    recurrence along another axis, and an adjoint along another, is stored so by
+    ``codegen.checkpoint_axes`` in every build, ``e.checkpoints = k``), a descending recurrence ``de`` reading ``e`` (its
     adjoint) with the same number of steps, and *per-step consumers*: tensors
     after ``de`` with an axis ``a`` of length ``T`` such that every read of ``e``
     and ``de`` is within a constant distance of ``a`` (the input gradient
@@ -87,7 +88,10 @@ Several recurrences: a group in lockstep (``codegen.checkpoint_groups``)
     that read the earlier members at their own step or earlier (the layers of a
     stacked RNN, a GRU layer on an RNN layer, a third layer on those), with the
     tensors between them reading members a step at a time (a GRU layer's input
-    projections ``h1 @ Wz2``), all along their first axis. Both modes run it as one
+    projections ``h1 @ Wz2``), all along their first axis (the recurrences along another
+    are moved so by ``codegen.checkpoint_axes``; a tensor between two members is not
+    moved: a batch-first GRU layer's input projections ``h1[b, t] @ Wz2`` on a layer
+    end the group, whose members then keep their full tape). Both modes run it as one
     recurrence whose state is the tuple of the members: a forward step computes the
     row of each in program order; a checkpoint holds ``width`` (``W``) rows of each (the
     rows kept are the most any member needs); the rings of the members and of their
@@ -111,14 +115,23 @@ Several recurrences: a group in lockstep (``codegen.checkpoint_groups``)
     reading ``de`` at earlier steps than their turn, or another consumer at another
     turn; tensors before ``de`` reading ``e`` other than within a constant distance of
     one of their axes or at its last steps; tensors after the segments reading forward
-    rows; ``e``, ``de`` or a forward row being outputs, scatter-adds reading them,
-    carried axes other than the first; more than one group per program (the first
+    rows; ``e``, ``de`` or a forward row being outputs (an output keeps the caller's
+    layout: a recurrence that is one and is carried along another axis than its first
+    is not moved either), scatter-adds reading them; more than one group per program (the first
     group found is checkpointed): independent recurrences that are not of the same
     steps, or that another tensor reads between them (a bidirectional RNN's reversed
     layer ``g[t]`` reading ``x[T - 1 - t]``, read back as ``g[T - 1 - t]``: no turn has its
     rows; it keeps its full tape, the forward layer is checkpointed when it qualifies);
     a member read ahead of its step by a later one; an adjoint reading a consumer at
     another turn. The numpy backend always keeps the full tape (it is the reference).
+    ``te.recurrence`` itself runs ascending only: a user's descending recurrence along
+    any axis does not exist (``x[b, T - 1 - t]`` reverses the input instead); adjoints
+    descend along any axis and are moved as their recurrence is.
+
+    The schedule names each recurrence asking for checkpoints that keeps its full tape,
+    with the first unsupported condition it met (:attr:`Plan.refused`, :func:`full_tapes`:
+    ``full tape: g (checkpoints=3: several descending recurrences read it (dg, dh): no
+    turn could run them)``), so a full tape is never given silently.
 
 Ring and checkpoint buffers are ordinary program buffers of their reduced
 shape (``runtime`` allocates them like any intermediate); the full ``T``-row

@@ -117,13 +117,18 @@ Several recurrences: a group in lockstep (``codegen.checkpoint_groups``)
     one of their axes or at its last steps; tensors after the segments reading forward
     rows; ``e``, ``de`` or a forward row being outputs (an output keeps the caller's
     layout: a recurrence that is one and is carried along another axis than its first
-    is not moved either), scatter-adds reading them; more than one group per program (the first
-    group found is checkpointed): independent recurrences that are not of the same
-    steps, or that another tensor reads between them (a bidirectional RNN's reversed
-    layer ``g[t]`` reading ``x[T - 1 - t]``, read back as ``g[T - 1 - t]``: no turn has its
-    rows; it keeps its full tape, the forward layer is checkpointed when it qualifies);
-    a member read ahead of its step by a later one; an adjoint reading a consumer at
-    another turn. The numpy backend always keeps the full tape (it is the reference).
+    is not moved either), scatter-adds reading them; more than one group per program
+    (the first group found is checkpointed): independent recurrences that are not of
+    the same steps, or that another tensor reads between them. A bidirectional RNN
+    (``h`` over ``x``, ``g`` over ``x[T - 1 - t]``, ``y[t] = h[t] + g[T - 1 - t]``) is
+    both: under a loss of ``y``'s last step, ``y``'s adjoint reaches ``dh`` and ``dg``,
+    so each layer is read by two descending recurrences and both keep their full tape;
+    under a head over every step of ``y``, ``h`` is checkpointed and ``g`` keeps its
+    full tape, as ``dx`` reads ``dh[t]`` and ``dg[T - 1 - t]``, rows of no single turn.
+    Checkpointing both would take two reversals in one program (a plan per group) and
+    ``dx`` split, in every build, into a sum of one term per group, each a consumer of
+    its own reversal, added after both: not done. Also not supported: a member read
+    ahead of its step by a later one; an adjoint reading a consumer at another turn. The numpy backend always keeps the full tape (it is the reference).
     ``te.recurrence`` itself runs ascending only: a user's descending recurrence along
     any axis does not exist (``x[b, T - 1 - t]`` reverses the input instead); adjoints
     descend along any axis and are moved as their recurrence is.

@@ -88,10 +88,9 @@ Several recurrences: a group in lockstep (``codegen.checkpoint_groups``)
     that read the earlier members at their own step or earlier (the layers of a
     stacked RNN, a GRU layer on an RNN layer, a third layer on those), with the
     tensors between them reading members a step at a time (a GRU layer's input
-    projections ``h1 @ Wz2``), all along their first axis (the recurrences along another
-    are moved so by ``codegen.checkpoint_axes``; a tensor between two members is not
-    moved: a batch-first GRU layer's input projections ``h1[b, t] @ Wz2`` on a layer
-    end the group, whose members then keep their full tape). Both modes run it as one
+    projections ``h1 @ Wz2``), all along their first axis (``codegen.checkpoint_axes``
+    moves the steps of batch-first layers first, and those of the tensors between them
+    read at the lower layer's step, ``h1[b, t] @ Wz2``). Both modes run it as one
     recurrence whose state is the tuple of the members: a forward step computes the
     row of each in program order; a checkpoint holds ``width`` (``W``) rows of each (the
     rows kept are the most any member needs); the rings of the members and of their

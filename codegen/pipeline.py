@@ -7,9 +7,10 @@ part that decides and lowers (steps 3-7), :func:`generate` adds the C text.
    views of the caller's arrays, never computed (``codegen.views``);
 2. **cache**: a program built before, by this code generator with the same
    options, compiler and target, is loaded from disk (``codegen.c_backend``);
-3. **analysis**: checkpointed recurrences along another axis than their first are
-   stored with it first (``codegen.checkpoint_axes``); costly sub-expressions evaluated under axes they do not use
-   become tensors of their own (``passes.hoist``; ``Options.hoist``); the cheap
+3. **analysis**: costly sub-expressions evaluated under axes they do not use
+   become tensors of their own (``passes.hoist``; ``Options.hoist``); checkpointed
+   recurrences along another axis than their first are stored with it first
+   (``codegen.checkpoint_axes``); the cheap
    elementwise intermediates are computed where they are read instead of stored
    (``codegen.lower.inlinable``);
 4. **recurrences**: by steps where a step holds sums over earlier steps
@@ -157,10 +158,11 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     from .patterns import inlinable
     from .unswitch import unswitch
 
-    # checkpointed recurrences along another axis than their first (and their adjoints)
-    # stored with it first, in every build: what codegen.checkpoint's rows need
-    sig = carry_first(sig)
     sig, hoisted = hoist(sig, options.hoist, options.share)         # 3. analysis
+    # checkpointed recurrences along another axis than their first (their adjoints, the
+    # tensors hoisted between two of them) stored with it first, in every build: what
+    # codegen.checkpoint's rows need
+    sig = carry_first(sig)
     inline = inlinable(sig)
     computed = [t for t in sig.order if not isinstance(t, Placeholder)]
     # 4. recurrences: by steps where a step holds sums over earlier ones; rings of rows

@@ -145,3 +145,46 @@ def test_a_loss_of_shape_one_of_a_steps_first_rnn(mode):
     assert grads[0].shape == (1, T, B, H)
     ck = agrees_with_its_full_tape([x, W], grads, mode, seed=5)
     assert _kept(ck, mode) and not ck.schedule.full_tape
+
+
+def _batch_first_layers(gru, T, B, H, k):
+    """An RNN layer over ``x[b, t, j]`` and a second layer on it (a GRU's input
+    projections ``h1[b, t] @ W``, which ``passes.hoist`` makes tensors between the
+    layers, or an RNN reading ``h1[b, t, j]``), both batch first."""
+    x = te.placeholder((B, T, H), "float64", "x")
+    Ws = [te.placeholder((H, H), "float64", f"W{g}") for g in "hzn"]
+
+    def prev(h, b, t, j, U):
+        kk = te.reduce_axis(H, "k")
+        return te.select(t == 0, 0.0, te.sum(h[b, t - 1, kk] * U[kk, j], axis=kk))
+
+    def proj(b, t, j, W):
+        d = te.reduce_axis(H, "d")
+        return te.sum(h1[b, t, d] * W[d, j], axis=d)
+    h1 = te.recurrence((B, T, H), lambda h, b, t, j: te.tanh(x[b, t, j] + prev(
+        h, b, t, j, Ws[0])), name="h1", dtype="float64", checkpoints=k)
+    if gru:
+        def fn(h, b, t, j):
+            z = te.sigmoid(proj(b, t, j, Ws[1]) + prev(h, b, t, j, Ws[0]))
+            n = te.tanh(proj(b, t, j, Ws[2]) + z * prev(h, b, t, j, Ws[0]))
+            return (1.0 - z) * n + z * te.select(t == 0, 0.0, h[b, t - 1, j])
+    else:
+        def fn(h, b, t, j):
+            return te.tanh(h1[b, t, j] + prev(h, b, t, j, Ws[1]))
+    h2 = te.recurrence((B, T, H), fn, name="h2", dtype="float64", checkpoints=k)
+    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
+    L = te.compute((), lambda: te.sum(h2[r1, T - 1, r2] * h2[r1, T - 1, r2], axis=[r1, r2]),
+                   name="L", dtype="float64")
+    ins = [x] + Ws
+    return ins, list(te.differentiate(L, ins))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("T,k", [(13, 3), (4, 9)])
+@pytest.mark.parametrize("gru", [False, True])
+def test_batch_first_layers_are_checkpointed_in_lockstep(gru, T, k, mode):
+    # the GRU layer's input projections are moved with the layers: the group's rows
+    ins, grads = _batch_first_layers(gru, T, 2, 3, k)
+    ck = agrees_with_its_full_tape(ins, grads, mode, seed=T)
+    assert any(c.startswith("h1, ") and "h2: in lockstep" in c for c in ck.schedule.checkpoint)
+    assert not ck.schedule.full_tape

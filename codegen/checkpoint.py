@@ -28,8 +28,9 @@ Checkpointed gradient by revolve (``te.recurrence(..., checkpoints=k)``, a const
 
 Checkpointed gradient by segments
     The supported pattern is the one ``te.differentiate`` produces for a loss of
-    the last steps: a forward recurrence ``e`` (ascending, carried axis first,
-    ``e.checkpoints = k``), a descending recurrence ``de`` reading ``e`` (its
+    the last steps: a forward recurrence ``e`` (ascending, carried axis first: a
+    recurrence along another axis, and an adjoint along another, is stored so by
+    ``codegen.checkpoint_axes`` in every build, ``e.checkpoints = k``), a descending recurrence ``de`` reading ``e`` (its
     adjoint) with the same number of steps, and *per-step consumers*: tensors
     after ``de`` with an axis ``a`` of length ``T`` such that every read of ``e``
     and ``de`` is within a constant distance of ``a`` (the input gradient
@@ -87,7 +88,9 @@ Several recurrences: a group in lockstep (``codegen.checkpoint_groups``)
     that read the earlier members at their own step or earlier (the layers of a
     stacked RNN, a GRU layer on an RNN layer, a third layer on those), with the
     tensors between them reading members a step at a time (a GRU layer's input
-    projections ``h1 @ Wz2``), all along their first axis. Both modes run it as one
+    projections ``h1 @ Wz2``), all along their first axis (``codegen.checkpoint_axes``
+    moves the steps of batch-first layers first, and those of the tensors between them
+    read at the lower layer's step, ``h1[b, t] @ Wz2``). Both modes run it as one
     recurrence whose state is the tuple of the members: a forward step computes the
     row of each in program order; a checkpoint holds ``width`` (``W``) rows of each (the
     rows kept are the most any member needs); the rings of the members and of their
@@ -111,14 +114,28 @@ Several recurrences: a group in lockstep (``codegen.checkpoint_groups``)
     reading ``de`` at earlier steps than their turn, or another consumer at another
     turn; tensors before ``de`` reading ``e`` other than within a constant distance of
     one of their axes or at its last steps; tensors after the segments reading forward
-    rows; ``e``, ``de`` or a forward row being outputs, scatter-adds reading them,
-    carried axes other than the first; more than one group per program (the first
-    group found is checkpointed): independent recurrences that are not of the same
-    steps, or that another tensor reads between them (a bidirectional RNN's reversed
-    layer ``g[t]`` reading ``x[T - 1 - t]``, read back as ``g[T - 1 - t]``: no turn has its
-    rows; it keeps its full tape, the forward layer is checkpointed when it qualifies);
-    a member read ahead of its step by a later one; an adjoint reading a consumer at
-    another turn. The numpy backend always keeps the full tape (it is the reference).
+    rows; ``e``, ``de`` or a forward row being outputs (an output keeps the caller's
+    layout: a recurrence that is one and is carried along another axis than its first
+    is not moved either), scatter-adds reading them; more than one group per program
+    (the first group found is checkpointed): independent recurrences that are not of
+    the same steps, or that another tensor reads between them. A bidirectional RNN
+    (``h`` over ``x``, ``g`` over ``x[T - 1 - t]``, ``y[t] = h[t] + g[T - 1 - t]``) is
+    both: under a loss of ``y``'s last step, ``y``'s adjoint reaches ``dh`` and ``dg``,
+    so each layer is read by two descending recurrences and both keep their full tape;
+    under a head over every step of ``y``, ``h`` is checkpointed and ``g`` keeps its
+    full tape, as ``dx`` reads ``dh[t]`` and ``dg[T - 1 - t]``, rows of no single turn.
+    Checkpointing both would take two reversals in one program (a plan per group) and
+    ``dx`` split, in every build, into a sum of one term per group, each a consumer of
+    its own reversal, added after both: not done. Also not supported: a member read
+    ahead of its step by a later one; an adjoint reading a consumer at another turn. The numpy backend always keeps the full tape (it is the reference).
+    ``te.recurrence`` itself runs ascending only: a user's descending recurrence along
+    any axis does not exist (``x[b, T - 1 - t]`` reverses the input instead); adjoints
+    descend along any axis and are moved as their recurrence is.
+
+    The schedule names each recurrence asking for checkpoints that keeps its full tape,
+    with the first unsupported condition it met (:attr:`Plan.refused`, :func:`full_tapes`:
+    ``full tape: g (checkpoints=3: several descending recurrences read it (dg, dh): no
+    turn could run them)``), so a full tape is never given silently.
 
 Ring and checkpoint buffers are ordinary program buffers of their reduced
 shape (``runtime`` allocates them like any intermediate); the full ``T``-row
@@ -142,7 +159,7 @@ from .scope import Scope
 from . import checkpoint_rows
 from . import revolve as revolve_schedule
 from .checkpoint_groups import adjoints, group
-from .checkpoint_rows import has_reduce, last_rows, offsets, window
+from .checkpoint_rows import has_reduce, last_rows, offsets, refuse, window
 from .revolve_lowering import RevolveSteps
 from .segments_lowering import SegmentSteps
 
@@ -233,6 +250,9 @@ class Segments:
 class Plan:
     rings: Dict[int, Ring] = field(default_factory=dict)
     segments: Optional[Segments] = None
+    # (name, reason): the recurrences with checkpoints that keep their full tape, and the
+    # first unsupported condition each met (the schedule prints them)
+    refused: List[Tuple[str, str]] = field(default_factory=list)
 
 
 def _scratch(t: Compute, dims: Sequence[Expr], what: str) -> Compute:
@@ -271,25 +291,41 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
         for p in tensor_inputs(x):
             readers.setdefault(p.uid, []).append(x)
     out = Plan()
+    refused: Dict[int, Tuple[str, str]] = {}
     grouped: set = set()
     for e in order:
         if not (isinstance(e, Compute) and e.carry is not None) or e.uid in outputs:
+            if isinstance(e, Compute) and e.checkpoints and e.carry is not None:
+                refused[e.uid] = (e.name, "it is an output (every step is returned)")
             continue
         w = window(e, params)
         if w is None or e.uid in grouped:
+            if e.checkpoints and e.uid not in grouped:
+                T = e.dims[e.carry.axis]
+                refused[e.uid] = (e.name, "one step: nothing to checkpoint" if same(
+                    T, _c(1)) else "it reads itself at no constant distance back")
             continue
-        seg = None
-        if e.checkpoints and out.segments is None and e.carry.step > 0 and e.carry.axis == 0:
-            # the largest group that has the supported shape, down to e alone
+        seg, why = None, [f"{out.segments.names} is checkpointed (one group per program)"
+                          ] if out.segments is not None else []
+        if e.checkpoints and e.carry.step > 0 and e.carry.axis != 0:
+            why.append(f"its steps are along its axis {e.carry.axis}, not its first "
+                       f"(codegen.checkpoint_axes moves them first unless it is an output)")
+        if e.checkpoints and not why:
+            # the largest group that has the supported shape, down to e alone (the reason
+            # noted: e's own)
             es = group(e, order, outputs, params)
             for n in range(len(es), 0, -1):
-                seg = _segments(es[:n], order, readers, outputs, params, mode, sums, steps)
+                why = []
+                seg = _segments(es[:n], order, readers, outputs, params, mode, sums, steps,
+                                why)
                 if seg is not None:
                     break
         if seg is not None:
             out.segments = seg
             grouped = {x.uid for x in seg.es}
             continue
+        if e.checkpoints:
+            refused[e.uid] = (e.name, why[0] if why else "its gradient is not checkpointed")
         m = 0
         for x in readers.get(e.uid, []):
             got = last_rows(x, e, params)
@@ -306,12 +342,15 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
             out.rings[e.uid] = Ring(e, _c(rows), _scratch(e, dims, "ring"), e.carry.axis)
     if out.segments is not None:
         _segment_buffers(out)
+    # (a recurrence in a ring of its last rows keeps no full tape: a forward-only build)
+    out.refused = [r for u, r in refused.items() if u not in out.rings]
     return out
 
 
 def _segments(es: Sequence[Compute], order, readers, outputs, params,
-              mode: str = "revolve", sums=None, steps=None) -> Optional[Segments]:
-    """The checkpointed plan for the group ``es`` and its adjoints, or None (full tape)."""
+              mode: str = "revolve", sums=None, steps=None, why=None) -> Optional[Segments]:
+    """The checkpointed plan for the group ``es`` and its adjoints, or None (full tape;
+    the reason noted in the list ``why``)."""
     sums, steps = sums or {}, steps or {}
     e = es[0]
     T = e.dims[0]
@@ -319,19 +358,30 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
     des = sorted(adjoints(es, readers), key=lambda x: pos[x.uid])
     # one adjoint per recurrence at most (a second descending reader of e is no adjoint
     # a turn could run)
-    if not 1 <= len(des) <= len(es):
-        return None
-    if any(de.uid in outputs or de.carry.axis != 0 or not same(de.dims[0], T) for de in des):
-        return None
+    if not des:
+        return refuse(why, "no adjoint recurrence reads it (its gradient is not taken, or "
+                           "does not depend on it)")
+    if len(des) > len(es):
+        return refuse(why, f"several descending recurrences read it "
+                           f"({', '.join(d.name for d in des)}): no turn could run them")
+    for de in des:
+        if de.uid in outputs:
+            return refuse(why, f"its adjoint {de.name} is an output")
+        if de.carry.axis != 0 or not same(de.dims[0], T):
+            return refuse(why, f"its adjoint {de.name} does not run along its steps")
     # a recurrence by steps runs each step with the full tape's lowering of a step
     # (Lowerer.step_of), in either mode: its per-step sums are the same C, in the same order
-    if any(has_reduce(x) and x.uid not in steps for x in list(es) + des) or not all(
-            checkpoint_rows.by_steps_ok(x, 0, steps) for x in es if x.carry is None):
-        return None
+    for x in list(es) + des:
+        if has_reduce(x) and x.uid not in steps or x.carry is None and not \
+                checkpoint_rows.by_steps_ok(x, 0, steps):
+            return refuse(why, f"{x.name} holds a sum that does not run by steps")
     wds = [window(de, params) for de in des]
     ws = [window(x, params) if x.carry is not None else 0 for x in es]
-    rows = checkpoint_rows.classify(tuple(es), tuple(des), order, outputs, params, sums, steps)
-    if None in wds or None in ws or rows is None:
+    if None in wds or None in ws:
+        return refuse(why, "a recurrence of it reads itself at no constant distance")
+    rows = checkpoint_rows.classify(tuple(es), tuple(des), order, outputs, params, sums, steps,
+                                    why)
+    if rows is None:
         return None
     wd, w = max(wds), max(ws)
     # a member reading an earlier one: the rows of it its step reads (lockstep)
@@ -347,7 +397,7 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
     revolve = mode == "revolve" and isinstance(T, Const)
     seg = _c(1) if revolve else _bin("max", _ceil_div(T, k), _c(back))
     if not revolve and isinstance(seg, Const) and seg.value >= T.value:
-        return None  # one segment (k = 1): the rings would be the whole tape
+        return refuse(why, "one segment (k = 1 in segments mode) would be the whole tape")
     inner = rows.es | rows.des
     last = max([1] + [(last_rows(x, y, params) or 0) for y in es for x in readers.get(y.uid, [])
                       if x.uid not in inner and x.uid not in taken])
@@ -429,8 +479,9 @@ def _row_ring(p: Plan, t: Compute, a: int, rows: Expr) -> None:
 
 
 def rings(sig, mode: str = "revolve", sums=None, steps=None) -> Optional[Plan]:
-    """The rings and checkpointed segments of ``sig``'s program (a :class:`Plan`), or
-    None when no recurrence qualifies (the program then keeps the full tape).
+    """The rings and checkpointed segments of ``sig``'s program (a :class:`Plan`; with
+    no ring, the program keeps the full tape, and :attr:`Plan.refused` says why for
+    each recurrence asking for checkpoints), or None when there is nothing to say.
 
     >>> import tensorexpr as te
     >>> from codegen.signature import Signature
@@ -442,7 +493,32 @@ def rings(sig, mode: str = "revolve", sums=None, steps=None) -> Optional[Plan]:
     if not any(isinstance(t, Compute) and t.carry is not None for t in sig.order):
         return None
     p = plan(sig, mode, sums, steps)
-    return p if p.rings else None
+    return p if p.rings or p.refused else None
+
+
+def full_tapes(sig, p: Optional[Plan], options) -> List[str]:
+    """A line for each recurrence of ``sig`` asking for checkpoints that keeps its full
+    tape in the build with ``options`` (``p``: :func:`rings`' plan): its name and the
+    first unsupported condition it met, so that no one is given the full tape silently.
+
+    >>> import tensorexpr as te
+    >>> from codegen.schedule import Options
+    >>> from codegen.signature import Signature
+    >>> x = te.placeholder((4, 2), name="x")
+    >>> h = te.recurrence((4, 2), lambda h, t, b: te.sin(x[t, b] + te.select(
+    ...     t > 0, h[t - 1, b], 0.0)), name="h", checkpoints=2)
+    >>> full_tapes(Signature([h], [x]), rings(Signature([h], [x])), Options())
+    ['h (checkpoints=2: it is an output (every step is returned))']
+    >>> full_tapes(Signature([h], [x]), None, Options(checkpoint=False))
+    ['h (checkpoints=2: ScheduleOptions(checkpoint=False))']
+    """
+    asked = {t.name: t.checkpoints for t in sig.order
+             if isinstance(t, Compute) and t.carry is not None and t.checkpoints}
+    if not options.checkpoint:
+        return [f"{n} (checkpoints={k}: ScheduleOptions(checkpoint=False))"
+                for n, k in asked.items()]
+    return [f"{n} (checkpoints={asked[n]}: {why})" for n, why in (p.refused if p else ())
+            if n in asked]
 
 
 class RingProgram(RevolveSteps, SegmentSteps):

@@ -216,10 +216,23 @@ def by_steps_ok(x: Compute, a: int, steps) -> bool:
     return p is not None and p.t is x and p.axis == a
 
 
+def refuse(why: Optional[list], reason: str) -> None:
+    """None (the full tape), with ``reason`` noted in ``why`` (a list, or None) if it has
+    none yet: the schedule names the first unsupported condition met.
+
+    >>> why = []; refuse(why, "a reason"); refuse(why, "another"); why
+    ['a reason']
+    """
+    if why is not None and not why:
+        why.append(reason)
+    return None
+
+
 def classify(e, de, order: Sequence[Tensor], outputs, params,
-             sums=None, steps=None) -> Optional[Rows]:
+             sums=None, steps=None, why: Optional[list] = None) -> Optional[Rows]:
     """The rows of the tensors after ``e`` in ``order`` (see the module docstring), or
-    None when one of them has no place in a turn. ``outputs``: uids of the program's
+    None when one of them has no place in a turn (the reason noted in ``why``, as
+    :func:`refuse` does). ``outputs``: uids of the program's
     outputs; ``sums``, ``steps``: the ``codegen.adjoint_sums`` and
     ``codegen.recurrence_steps`` plans by uid. ``e`` and ``de`` may be tuples: a group
     of recurrences run in lockstep (``codegen.checkpoint``) and their adjoints, in
@@ -263,8 +276,14 @@ def classify(e, de, order: Sequence[Tensor], outputs, params,
                                  params)
             if got is None and m is not None:
                 continue  # (every row of e, kept: exact, nothing saved)
-            if got is None or x.uid in outputs or not by_steps_ok(x, got[0], steps):
-                return None
+            if got is None:
+                return refuse(why, f"{x.name} reads {_names(es)} other than within a constant "
+                                   f"distance of one of its axes or at its last steps")
+            if x.uid in outputs:
+                return refuse(why, f"{x.name}, computed along the steps, is an output")
+            if not by_steps_ok(x, got[0], steps):
+                return refuse(why, f"{x.name} holds a sum along the steps that does not run "
+                                   f"by steps")
             fore[x.uid] = [x, got[0], None, None, got[1]]
             stepped[x.uid] = (x, got[0])
             continue
@@ -273,10 +292,13 @@ def classify(e, de, order: Sequence[Tensor], outputs, params,
             reads(x, c) for c in (stepped[u][0] for u in shift))
         if on_turns and any(p.uid in out.taken and p.uid not in shift
                             for p in tensor_inputs(x)):
-            return None  # reads a sum over the steps, or a tensor after the turns
+            return refuse(why, f"{x.name} reads a sum over the steps or a tensor computed "
+                               f"after the turns")
         if x.uid in sums and on_turns:  # a sum over the steps, added a step at a time
             if not _sum_reads(sums[x.uid], x, T, stepped, fore, shift, out, params):
-                return None
+                return refuse(why, f"the sum over the steps {x.name} cannot add a step at its "
+                                   f"turn (it reads the gradient at an earlier step, or "
+                                   f"another turn's rows)")
             out.sums.append(sums[x.uid])
             out.taken.add(x.uid)
             continue
@@ -288,7 +310,9 @@ def classify(e, de, order: Sequence[Tensor], outputs, params,
                         and not any(reads(x, stepped[u][0]) for u in shift):
                     out.early.append(x)  # only the last steps of e: before the turns
                     continue
-                return None
+                return refuse(why, f"{x.name} reads the rows run along the steps at no single "
+                                   f"turn (the gradient at an earlier step, another turn's "
+                                   f"rows, or not within a constant distance of an axis)")
             a, c = got
             out.consumers.append((x, a, c))
             shift[x.uid] = c
@@ -299,27 +323,29 @@ def classify(e, de, order: Sequence[Tensor], outputs, params,
         else:
             out.early.append(x)
     if not out.consumers and not out.sums:
-        return None
+        return refuse(why, "no tensor reads the gradient a step at a time")
     # the rows of the forward tensors each turn needs, from their readers down
     for d in des:
         for y in es:
             rng = offsets(d, y, d.axes[0], params)
             if rng is None:
-                return None
+                return refuse(why, f"{d.name} reads {y.name} not within a constant distance "
+                                   f"of its step")
             out.need += [rng] if rng else []
         for y in des:  # (an adjoint read by a later one: rows the turns computed)
             rng = offsets(d, y, d.axes[0], params) if y is not d and reads(d, y) else ()
             if rng is None or (rng and rng[0] < 0):
-                return None
+                return refuse(why, f"{d.name} reads {y.name} at an earlier step")
             out.look_d = max([out.look_d] + list(rng[1:]))
         for u in shift:  # (a consumer read by a later adjoint: at the same turn only)
             x, a = stepped[u]
             if reads(d, x) and (shift[u] or offsets(d, x, d.axes[0], params, a) != (0, 0)):
-                return None
+                return refuse(why, f"{d.name} reads {x.name} at another turn")
         for u, f in fore.items():
             got = offsets(d, f[0], d.axes[0], params, f[1])
             if got is None:
-                return None
+                return refuse(why, f"{d.name} reads {f[0].name} not within a constant "
+                                   f"distance of its step")
             _widen(f, got)
     for f in reversed(list(fore.values())):
         if f[2] is None:
@@ -332,14 +358,20 @@ def classify(e, de, order: Sequence[Tensor], outputs, params,
                 out.need.append((f[2] + lo, f[3] + hi))
             else:
                 _widen(fore[u], (f[2] + lo, f[3] + hi))
-    if any(f[2] is None for f in fore.values()):
-        return None  # (an unread forward tensor: nothing would compute it)
+    for f in fore.values():
+        if f[2] is None:  # (nothing would compute it)
+            return refuse(why, f"{f[0].name} reads {_names(es)} at every step, and nothing "
+                               f"run at the turns reads it")
     out.fore = [(f[0], f[1], f[2], f[3]) for f in fore.values()]
     # a consumer read only at the turns (by consumers and sums) needs its turn's rows only
     inside = set(shift) | {p.t.uid for p in out.sums} | out.des
     out.ringed = {u for u in shift if u not in outputs
                   and all(r.uid in inside for r in readers.get(u, []))}
     return out
+
+
+def _names(ts) -> str:
+    return ", ".join(t.name for t in ts)
 
 
 def _widen(f: List, rng) -> None:

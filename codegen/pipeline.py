@@ -8,7 +8,9 @@ part that decides and lowers (steps 3-7), :func:`generate` adds the C text.
 2. **cache**: a program built before, by this code generator with the same
    options, compiler and target, is loaded from disk (``codegen.c_backend``);
 3. **analysis**: costly sub-expressions evaluated under axes they do not use
-   become tensors of their own (``passes.hoist``; ``Options.hoist``); the cheap
+   become tensors of their own (``passes.hoist``; ``Options.hoist``); checkpointed
+   recurrences along another axis than their first are stored with it first
+   (``codegen.checkpoint_axes``); the cheap
    elementwise intermediates are computed where they are read instead of stored
    (``codegen.lower.inlinable``);
 4. **recurrences**: by steps where a step holds sums over earlier steps
@@ -157,6 +159,10 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     from .unswitch import unswitch
 
     sig, hoisted = hoist(sig, options.hoist, options.share)         # 3. analysis
+    # checkpointed recurrences along another axis than their first (their adjoints, the
+    # tensors hoisted between two of them) stored with it first, in every build: what
+    # codegen.checkpoint's rows need
+    sig = carry_first(sig)
     inline = inlinable(sig)
     computed = [t for t in sig.order if not isinstance(t, Placeholder)]
     # 4. recurrences: by steps where a step holds sums over earlier ones; rings of rows
@@ -175,7 +181,7 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
         computed = made + computed
     mode = "segments" if options.checkpoint == "segments" else "revolve"
     rings = checkpoint.rings(sig, mode, sums, steps) if options.checkpoint else None
-    if rings is not None:
+    if rings is not None and rings.rings:
         lw = Lowerer(sig, title, options, computed if made else None,
                      scratch=step_sums + terms, steps=steps, adjoint_sums=sums)
         lw.record.copies.extend(t.name for t in made)
@@ -197,9 +203,29 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
         lw.record.residues.extend(split)
         program = lw.program()                                       # 6. schedule, lowering
     lw.record.hoisted.extend(hoisted)
+    lw.record.full_tape.extend(checkpoint.full_tapes(sig, rings, options))
     body = unswitch(regions.merge(list(program.kernel.body)))
     kernel = replace(program.kernel, body=tuple(body))
     return replace(program, kernel=kernel), lw.record.freeze()       # 7. loop-AST passes
+
+
+def carry_first(sig) -> Signature:
+    """``sig`` with its checkpointed recurrences and their adjoints stored with their
+    carried axis first (``codegen.checkpoint_axes``); ``sig`` itself if none moves.
+
+    >>> import tensorexpr as te
+    >>> x = te.placeholder((2, 5), name="x")
+    >>> h = te.recurrence((2, 5), lambda h, b, t: x[b, t] + te.select(
+    ...     t > 0, h[b, t - 1], 0.0), name="h", checkpoints=2)
+    >>> y = te.compute((2,), lambda b: h[b, 4], name="y")
+    >>> [t.shape for t in carry_first(Signature([y], [x])).order if t.name == "h"]
+    [(5, 2)]
+    """
+    from .checkpoint_axes import carry_first as move
+    done, moved = move(sig.outputs)
+    if not moved:
+        return sig
+    return Signature([done[t.uid] for t in sig.outputs], sig.inputs, sig.inferred)
 
 
 def hoist(sig, invariants: bool = True, shared: bool = True) -> Tuple[Signature, List[str]]:

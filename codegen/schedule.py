@@ -136,6 +136,9 @@ class Schedule:
     unfused: Tuple[Tuple[Tuple[str, ...], str], ...] = ()
     #: a line per sum split by residues of a stride (``codegen.residues``)
     residues: Tuple[str, ...] = ()
+    #: a line per recurrence asking for checkpoints that keeps its full tape, and why
+    #: (``codegen.checkpoint.full_tapes``)
+    full_tape: Tuple[str, ...] = ()
 
     def __getitem__(self, name: str) -> Choice:
         for c in self.choices:
@@ -166,6 +169,7 @@ class Schedule:
                   f"outermost)" for g, m in self.unfused]
         lines += [f"copy: {c}" for c in self.copies]
         lines += [f"checkpointed: {c}" for c in self.checkpoint]
+        lines += [f"full tape: {c}" for c in self.full_tape]
         lines += [f"hoisted: {c}" for c in self.hoisted]
         lines += [f"residues: {c}" for c in self.residues]
         return "\n".join(lines) or "(nothing lowered: every output is a view of an input)"
@@ -192,6 +196,7 @@ class Recorder:
         self.slabs: list = []
         self.unfused: list = []
         self.residues: list = []
+        self.full_tape: list = []
         self._open: list = []  # the choices in progress (a strategy lowers other tensors)
         #: while not None, every note as ``(index of its choice or -1, name, value)``:
         #: what a lowering replayed (``codegen.replay``) notes again
@@ -236,4 +241,5 @@ class Recorder:
     def freeze(self) -> Schedule:
         return Schedule(tuple(self.choices), tuple(self.groups), tuple(self.copies),
                         tuple(self.checkpoint), tuple(self.hoisted), self.options,
-                        tuple(self.slabs), tuple(self.unfused), tuple(self.residues))
+                        tuple(self.slabs), tuple(self.unfused), tuple(self.residues),
+                        tuple(self.full_tape))

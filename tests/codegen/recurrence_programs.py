@@ -190,3 +190,59 @@ def lstm_layer(x, Ws, Us, k, name):
         c = f * te.select(t == 0, 0.0, s[t - 1, b, 0, j]) + i * g
         return te.select(w == 0, c, o * te.tanh(c))
     return te.recurrence((T, B, 2, H), fn, name=name, dtype=x.dtype, checkpoints=k)
+
+
+def batch_first(cell, T, B, H, k, head="last", dtype="float64"):
+    """``(inputs, gradients)`` of a ``cell`` (``"rnn"``, ``"gru"`` or ``"lstm"``, as
+    ``benchmarks.recurrence_cells`` writes them) laid out batch first: ``x[b, t, j]``,
+    the state ``h[b, t, j]`` (an LSTM's ``s[b, t, 2, j]``: ``c`` and ``h``), its steps
+    along its second axis; ``head`` as :func:`with_head`, or ``"one"``: the loss of shape
+    ``(1,)`` (Jacobian-shaped gradients, their adjoint's steps along its second axis).
+
+    >>> ins, grads = batch_first("gru", 4, 2, 3, 2)
+    >>> [p.name for p in ins][:2], grads[0].shape
+    (['x', 'Wz'], (2, 4, 3))
+    """
+    gates = {"rnn": ("",), "gru": ("z", "r", "n"), "lstm": ("i", "f", "o", "g")}[cell]
+    x = te.placeholder((B, T, H), dtype, "x")
+    Ws = [te.placeholder((H, H), dtype, f"W{g}") for g in gates]
+    Us = [te.placeholder((H, H), dtype, f"U{g}") for g in gates]
+    ins = [x] + Ws + Us
+
+    def proj(b, t, j, W):
+        d = te.reduce_axis(H, "d")
+        return te.sum(x[b, t, d] * W[d, j], axis=d)
+
+    def prev(h, b, t, j, U, *part):
+        kk = te.reduce_axis(H, "k")
+        return te.select(t == 0, 0.0, te.sum(h[(b, t - 1) + part + (kk,)] * U[kk, j], axis=kk))
+
+    if cell == "lstm":
+        def fn(s, b, t, w, j):
+            i, f, o = (te.sigmoid(proj(b, t, j, W) + prev(s, b, t, j, U, 1))
+                       for W, U in zip(Ws[:3], Us[:3]))
+            g = te.tanh(proj(b, t, j, Ws[3]) + prev(s, b, t, j, Us[3], 1))
+            c = f * te.select(t == 0, 0.0, s[b, t - 1, 0, j]) + i * g
+            return te.select(w == 0, c, o * te.tanh(c))
+        s = te.recurrence((B, T, 2, H), fn, name="s", dtype=dtype, checkpoints=k)
+        h = s  # (read at its h part: a tensor of it would be a forward row)
+    elif cell == "gru":
+        def fn(h, b, t, j):
+            z = te.sigmoid(proj(b, t, j, Ws[0]) + prev(h, b, t, j, Us[0]))
+            r = te.sigmoid(proj(b, t, j, Ws[1]) + prev(h, b, t, j, Us[1]))
+            n = te.tanh(proj(b, t, j, Ws[2]) + r * prev(h, b, t, j, Us[2]))
+            return (1.0 - z) * n + z * te.select(t == 0, 0.0, h[b, t - 1, j])
+        h = te.recurrence((B, T, H), fn, name="h", dtype=dtype, checkpoints=k)
+    else:
+        h = te.recurrence((B, T, H), lambda h, b, t, j: te.tanh(
+            x[b, t, j] + prev(h, b, t, j, Us[0])), name="h", dtype=dtype, checkpoints=k)
+        ins = [x, Us[0]]
+    if head == "every":
+        Hd = te.placeholder(h.shape, dtype, "Hd")
+        return ins + [Hd], list(te.differentiate(h, ins, head=Hd))
+    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
+    part = (1,) if cell == "lstm" else ()
+    last = lambda: h[(r1, T - 1) + part + (r2,)]  # noqa: E731
+    L = te.compute(() if head == "last" else (1,), lambda *o: te.sum(last() * last(), axis=[
+        r1, r2]), name="L", dtype=dtype)
+    return ins, list(te.differentiate(L, ins))

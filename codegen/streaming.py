@@ -4,8 +4,8 @@ A plain store to a line not in cache first reads that line (write-allocate), so 
 kernel that writes ``N`` bytes it never reads moves ``2N`` over the memory bus for
 them. A non-temporal (streaming) store writes whole aligned vectors straight to
 memory: ``N``. For a large gradient written once (a global max pool's ``dX``, 16 MiB:
-one thread, the whole VJP 1.6-1.8 -> 1.0-1.2 ms, its buffers 64-byte aligned) that is much of the
-kernel's time.
+one thread, the whole VJP 1.6-1.8 -> 1.0-1.2 ms, its buffers 64-byte aligned) that is much
+of the kernel's time.
 GCC ignores ``#pragma omp simd nontemporal(...)`` (no ``movnt`` emitted, GCC 12), so the
 stores are written as such (``loopast.StreamStore``; the C helper is a plain store
 where the target has no such instruction).

@@ -230,12 +230,12 @@ class _Rewriter:
             Decl(e, Op("min", (Op("add", (w, Lit(chunk, I64)), I64), b), I64)),
             Local(stage, elem, chunk),
             replace(f, lo=w, hi=e, body=Block(staged), work=None,
-                    note=f"{f.note} (a chunk, staged)".strip()),
+                    note=f"{f.note} (staged)".strip()),
             For(k, w, e, lanes, Block((
                 StreamStore(store.buf, Op("add", (base, k), I64),
                             Load(stage, Op("sub", (k, w), I64), vector_dtype(elem, lanes))),)),
                 note="its vectors: non-temporal stores"))),
-            note="chunks of whole aligned vectors")
+            note="whole aligned vectors, through a local array")
         return [Decl(a, Op("add", (f.lo, gap), I64)), Decl(b, Op("add", (a, whole), I64)),
                 replace(f, hi=a, note=f"{f.note} (to the first aligned vector)".strip()),
                 vectors, replace(f, lo=b, note=f"{f.note} (the rest)".strip())]

@@ -18,7 +18,8 @@ A buffer's stores stream when (:func:`plan`):
 * every store to it is plain (not ``+=``) in an innermost, ascending, serial ``simd``
   loop of step 1 without reduction clauses, at ``base + v`` (``v`` the loop's
   variable, ``base`` free of it: contiguous), in a body of declarations, assignments
-  and that one store (every iteration writes its element);
+  and that one store (every iteration writes its element), with constant bounds at
+  least ``MIN_VECTORS`` vectors apart (long rows: whole lines written back to back);
 * that body costs at most ``MAX_COST`` simple operations per element: the loop is
   bound by memory, where the write-allocate read is what streaming saves.
 
@@ -60,6 +61,11 @@ STREAM_BYTES = 4 << 20
 #: they are streamed: one vector at a time, GCC vectorized a costly body (GELU's tanh)
 #: worse than the whole row (0.7x)
 CHUNK_VECTORS = 16
+
+#: a streamed loop runs at least this many vectors (a constant trip count): a register
+#: tile's row of 2 vectors (pdist's forward) ran at 0.69x streamed, its lines written a
+#: few vectors at a time between other loops
+MIN_VECTORS = 8
 
 #: element types streamed (the vector stores ``codegen.cemit`` has for them)
 _DTYPES = ("float32", "float64")
@@ -164,11 +170,18 @@ def _cost(e: Optional[CExpr]) -> int:
     return 0
 
 
+def _lanes(dtype: str) -> int:
+    return target.current().lanes(dtype)
+
+
 def _streamable(loop: Optional[For], buf: str) -> bool:
     """Is ``loop`` an innermost simd loop whose body stores ``buf[base + v]`` once,
     among declarations and assignments only?"""
     if (loop is None or not loop.simd or loop.step != 1 or loop.descending or loop.parallel
             or loop.team or loop.reduction):
+        return False
+    lo, hi = loop.lo, loop.hi
+    if not (isinstance(lo, Lit) and isinstance(hi, Lit)):
         return False
     stores = [s for s in loop.body.stmts if isinstance(s, Store)]
     others = [s for s in loop.body.stmts if not isinstance(s, (Store, Decl, Assign, Comment))]
@@ -176,6 +189,7 @@ def _streamable(loop: Optional[For], buf: str) -> bool:
                for s in loop.body.stmts)
     return (not others and len(stores) == 1 and stores[0].buf == buf
             and stores[0].value.dtype in _DTYPES and cost <= MAX_COST
+            and hi.value - lo.value >= MIN_VECTORS * _lanes(stores[0].value.dtype)
             and contiguous(stores[0].offset, loop.var) is not None)
 
 

@@ -16,7 +16,8 @@ import numpy as np
 
 from . import mathlib, threads
 from .loopast import (Accumulate, Assign, Block, Comment, Decl, Fail, Fence, For, If, Kernel, Lit,
-                      Load, Local, Op, Region, Stmt, Store, Var, flat, vector_parts)
+                      Load, Local, Op, Region, Stmt, Store, StoreFence, StreamStore, Var, flat,
+                      vector_parts)
 
 CTYPE = {"bool": "bool", "int32": "int32_t", "int64": "int64_t", "float32": "float",
          "float64": "double"}
@@ -67,6 +68,20 @@ def _print_order(names) -> List[str]:
 def _helper_src(name: str) -> str:
     if name in mathlib.FUNCTIONS:
         return mathlib.source(name)
+    if name == "te_align_gap":
+        return ("static inline int64_t te_align_gap(const void *p, int64_t elem, int64_t bytes,\n"
+                "                                   int64_t n)\n{\n"
+                "  uintptr_t a = (uintptr_t)p;\n"
+                "  if (a % (uintptr_t)elem != 0) return n;  /* never aligned: no vector stores */\n"
+                "  int64_t k = (int64_t)((0 - a) & (uintptr_t)(bytes - 1)) / elem;\n"
+                "  return k < n ? k : n;\n}\n")
+    if name == "te_store_fence":
+        return ("static inline void te_store_fence(void)\n{\n"
+                "#if defined(__x86_64__) || defined(__i386__)\n"
+                "  __builtin_ia32_sfence();\n"
+                "#else\n"
+                "  __atomic_thread_fence(__ATOMIC_SEQ_CST);\n"
+                "#endif\n}\n")
     if name == "te_fail":
         return ("static void te_fail(int64_t *err, int64_t code, int64_t site, int64_t dim,\n"
                 "                    int64_t index, int64_t size)\n{\n"
@@ -169,9 +184,18 @@ _VFMA = {(16, "float32"): ("defined(__FMA__)", "_mm_fmadd_ps", "__m128",
                            "__builtin_ia32_vfmaddps512_mask", ", (unsigned short)-1, 4"),
          (64, "float64"): ("defined(__AVX512F__)", "_mm512_fmadd_pd", "__m512d",
                            "__builtin_ia32_vfmaddpd512_mask", ", (unsigned char)-1, 4")}
+#: non-temporal stores of whole aligned vectors on x86 (GCC has no generic builtin for them;
+#: clang's ``__builtin_nontemporal_store`` is tried first): (vector bytes, element type) ->
+#: (the macros that say the instruction exists, the builtin ``_mm*_stream_p*`` calls)
+_STREAM = {(16, "float32"): ("defined(__SSE__)", "__builtin_ia32_movntps"),
+           (16, "float64"): ("defined(__SSE2__)", "__builtin_ia32_movntpd"),
+           (32, "float32"): ("defined(__AVX__)", "__builtin_ia32_movntps256"),
+           (32, "float64"): ("defined(__AVX__)", "__builtin_ia32_movntpd256"),
+           (64, "float32"): ("defined(__AVX512F__)", "__builtin_ia32_movntps512"),
+           (64, "float64"): ("defined(__AVX512F__)", "__builtin_ia32_movntpd512")}
 #: defined by a kernel's prelude when the compiler has every builtin its vector fmas call
 _VFMA_BUILTINS = "TE_VFMA_BUILTINS"
-_VECTOR_HELPERS = ("vload", "vstore", "splat", "vfma")
+_VECTOR_HELPERS = ("vload", "vstore", "vstream", "splat", "vfma")
 
 
 def _vfma_prelude(helpers) -> str:
@@ -235,6 +259,16 @@ def _vector_helper(kind: str, suf: str) -> str:
         return f"static inline {V} {name}(const {T} *p) {{ return *(const {V}u *)p; }}\n"
     if kind == "vstore":
         return f"static inline void {name}({T} *p, {V} v) {{ *({V}u *)p = v; }}\n"
+    if kind == "vstream":  # p is aligned to the vector's size (codegen.streaming)
+        size = lanes * np.dtype(elem).itemsize
+        builtin = _STREAM.get((size, elem))
+        x86 = "" if builtin is None else (
+            f"#elif (defined(__x86_64__) || defined(__i386__)) && {builtin[0]} && "
+            f"__has_builtin({builtin[1]})\n  {builtin[1]}(p, v);\n  return;\n")
+        return (f"static inline void {name}({T} *p, {V} v)\n{{\n"
+                f"#ifdef __has_builtin\n#if __has_builtin(__builtin_nontemporal_store)\n"
+                f"  __builtin_nontemporal_store(v, ({V} *)p);\n  return;\n{x86}"
+                f"#endif\n#endif\n  *({V} *)p = v;\n}}\n")
     if kind == "splat":  # not 0 + x: that turns -0.0 into +0.0
         return (f"static inline {V} {name}({T} x) "
                 f"{{ return ({V}){{{', '.join(['x'] * lanes)}}}; }}\n")
@@ -348,6 +382,10 @@ class _Emitter:
             return self.cast(args[0], dt)
         if op == "splat":
             return self.call(self.vector_call("splat", dt), args, False)
+        if op == "align_gap":
+            at, bytes_, n = args
+            return (f"{self.use('te_align_gap')}(&{at.buf}[{self.text(at.offset)}], "
+                    f"sizeof({CTYPE[at.dtype]}), {self.text(bytes_)}, {self.text(n)})", _ATOM, True)
         if op == "select":
             c, a, b = args
             if dt in ("float32", "float64") and isinstance(a, Lit) and isinstance(b, Lit):
@@ -438,6 +476,11 @@ class _Emitter:
             case Store(buf, off, value, False) if vector_parts(value.dtype) is not None:
                 self.line(ind, f"{self.vector_call('vstore', value.dtype)}(&{buf}[{self.text(off)}], "
                                f"{self.text(value)});")
+            case StreamStore(buf, off, value):
+                self.line(ind, f"{self.vector_call('vstream', value.dtype)}(&{buf}[{self.text(off)}], "
+                               f"{self.text(value)});")
+            case StoreFence():
+                self.line(ind, f"{self.use('te_store_fence')}();")
             case Store(buf, off, value, add):
                 sym = "+=" if add else "="
                 self.line(ind, f"{buf}[{self.text(off)}] {sym} {self.text(value)};")

@@ -42,8 +42,11 @@ class Op:
     truncating integer ``/`` and ``%``: only for a dividend >= 0 and a divisor > 0,
     where they equal floor division and modulo), ``"select"`` (``a ? b : c``,
     only the taken branch evaluated), ``"cast"`` (to ``dtype``, like numpy's
-    ``astype``) or ``"splat"`` (a scalar copied into every lane of a vector
-    ``dtype``). Operands of arithmetic have the result's type; comparisons
+    ``astype``), ``"splat"`` (a scalar copied into every lane of a vector
+    ``dtype``) or ``"align_gap"`` (args ``(Load(buf, off), Lit(bytes), n)``, int64: how
+    many elements from ``&buf[off]`` on precede the first address that is a multiple
+    of ``bytes``, at most ``n``; ``n`` when that address is not a multiple of the
+    element's size: ``codegen.streaming``). Operands of arithmetic have the result's type; comparisons
     compare operands of one type.
 
     Vectors: a ``dtype`` ``"float32x8"`` (see :func:`vector_dtype`) is a vector of 8
@@ -225,7 +228,27 @@ class Fence:
     size: int
 
 
-Stmt = Union[Decl, Assign, Accumulate, Store, Fail, Block, For, Region, If, Local, Comment, Fence]
+@dataclass(frozen=True)
+class StreamStore:
+    """``buf[offset..] = value`` for a vector ``value`` at an address aligned to the
+    vector's size, non-temporal: the line is not read first nor kept in the caches
+    (``codegen.streaming``; a plain store where the target has no such instruction).
+    Such stores are weakly ordered: a :class:`StoreFence` must follow them before
+    another thread or the caller reads ``buf``."""
+
+    buf: str
+    offset: CExpr
+    value: CExpr
+
+
+@dataclass(frozen=True)
+class StoreFence:
+    """The non-temporal stores this thread made before this point are done (visible
+    to every thread) before any store after it (x86 ``sfence``)."""
+
+
+Stmt = Union[Decl, Assign, Accumulate, Store, Fail, Block, For, Region, If, Local, Comment, Fence,
+             StreamStore, StoreFence]
 
 
 def total_work(works):

@@ -26,7 +26,8 @@ part that decides and lowers (steps 3-7), :func:`generate` adds the C text.
    one ``Options.force`` names), lowered to the loop AST (``codegen.loopast``);
    every choice is recorded in a :class:`~codegen.schedule.Schedule`;
 7. **loop-AST passes**: consecutive parallel nests share one parallel region
-   (``codegen.regions``);
+   (``codegen.regions``); large outputs written once get non-temporal stores
+   (``codegen.streaming``; ``Options.streaming``);
 8. **emission**: the loop AST as C (``codegen.cemit``);
 9. **compile and load**: the system compiler, the on-disk cache, the ctypes
    call (``codegen.compiler``, ``codegen.runtime``); with ``te.build(...,
@@ -156,6 +157,7 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
                    residues)
     from .lower import Lowerer
     from .patterns import inlinable
+    from .streaming import rewrite as stream
     from .unswitch import unswitch
 
     sig, hoisted = hoist(sig, options.hoist, options.share)         # 3. analysis
@@ -206,6 +208,9 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     lw.record.full_tape.extend(checkpoint.full_tapes(sig, rings, options))
     body = unswitch(regions.merge(list(program.kernel.body)))
     kernel = replace(program.kernel, body=tuple(body))
+    if options.streaming:
+        kernel, streamed = stream(kernel, program.tensors)
+        lw.record.streamed.extend(streamed)
     return replace(program, kernel=kernel), lw.record.freeze()       # 7. loop-AST passes
 
 

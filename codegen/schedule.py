@@ -42,14 +42,15 @@ class Options:
     (``passes.hoist``); ``share``: costly expressions several tensors (or points) recompute
     are stored once (``passes.share``); ``residues``: sums that gather with a stride split their
     reduction axes by residues and read residue-packed copies (``codegen.residues``);
-    ``force``: tensor name -> strategy
+    ``streaming``: large outputs written once are stored around the caches
+    (``codegen.streaming``); ``force``: tensor name -> strategy
     name, used for that tensor when the strategy applies (an error names the
     strategies that do otherwise).
 
     >>> Options(force={"Y": "loops"}).force
     (('Y', 'loops'),)
     >>> Options().key()
-    'checkpoint=1 register_tiles=1 fuse=1 copies=1 hoist=1 share=1 residues=1 force='
+    'checkpoint=1 register_tiles=1 fuse=1 copies=1 hoist=1 share=1 residues=1 streaming=1 force='
     """
     checkpoint: Union[bool, str] = True
     register_tiles: bool = True
@@ -58,6 +59,7 @@ class Options:
     hoist: bool = True
     share: bool = True
     residues: bool = True
+    streaming: bool = True
     force: Tuple[Tuple[str, str], ...] = ()
 
     def __post_init__(self):
@@ -81,7 +83,7 @@ class Options:
         """A stable text of the options: part of the build-cache key."""
         flags = " ".join(f"{k}={int(v) if isinstance(v, bool) else v}"
                          for k in ("checkpoint", "register_tiles", "fuse", "copies", "hoist",
-                                   "share", "residues")
+                                   "share", "residues", "streaming")
                          for v in [getattr(self, k)])
         return f"{flags} force=" + ",".join(f"{k}:{v}" for k, v in self.force)
 
@@ -121,7 +123,8 @@ class Schedule:
     tensor lowered twice, as in a fast and a fallback version, appears twice), the
     row-fusion groups, the copies the program reads instead of some operands, and the
     checkpointed recurrences, the tensors hoisted out of others (``passes.hoist``) and
-    the sums split by residues (``codegen.residues``).
+    the sums split by residues (``codegen.residues``) and the tensors stored around the
+    caches (``codegen.streaming``).
     ``schedule["name"]`` is the first choice for a tensor."""
     choices: Tuple[Choice, ...] = ()
     groups: Tuple[Tuple[str, ...], ...] = ()
@@ -139,6 +142,8 @@ class Schedule:
     #: a line per recurrence asking for checkpoints that keeps its full tape, and why
     #: (``codegen.checkpoint.full_tapes``)
     full_tape: Tuple[str, ...] = ()
+    #: a line per tensor whose stores are non-temporal (``codegen.streaming``)
+    streamed: Tuple[str, ...] = ()
 
     def __getitem__(self, name: str) -> Choice:
         for c in self.choices:
@@ -172,6 +177,7 @@ class Schedule:
         lines += [f"full tape: {c}" for c in self.full_tape]
         lines += [f"hoisted: {c}" for c in self.hoisted]
         lines += [f"residues: {c}" for c in self.residues]
+        lines += [f"streamed: {c}" for c in self.streamed]
         return "\n".join(lines) or "(nothing lowered: every output is a view of an input)"
 
 
@@ -197,6 +203,7 @@ class Recorder:
         self.unfused: list = []
         self.residues: list = []
         self.full_tape: list = []
+        self.streamed: list = []
         self._open: list = []  # the choices in progress (a strategy lowers other tensors)
         #: while not None, every note as ``(index of its choice or -1, name, value)``:
         #: what a lowering replayed (``codegen.replay``) notes again
@@ -242,4 +249,4 @@ class Recorder:
         return Schedule(tuple(self.choices), tuple(self.groups), tuple(self.copies),
                         tuple(self.checkpoint), tuple(self.hoisted), self.options,
                         tuple(self.slabs), tuple(self.unfused), tuple(self.residues),
-                        tuple(self.full_tape))
+                        tuple(self.full_tape), tuple(self.streamed))

@@ -167,6 +167,10 @@ def _layout(e: Expr, top: bool, shown: dict) -> list:
             return [f"{op}(", (a, True), ", ", (b, True), ")"]
         case Binary(op, a, b, _):
             return wrap([(a, False), f" {_SYM[op]} ", (b, False)])
+        case Unary("neg", Const(v, _) as a, _) if v < 0:
+            return wrap(["-(", (a, True), ")"])  # not "--1": C reads that as a decrement
+        case Unary("neg", Unary("neg") as a, _):
+            return wrap(["-(", (a, True), ")"])
         case Unary("neg", a, _):
             return wrap(["-", (a, False)])
         case Unary("not", a, _):

@@ -581,6 +581,8 @@ def unary(op: str, a) -> Expr:
 
     >>> unary("exp", const(1)).dtype, unary("abs", const(-1)).dtype
     ('float32', 'int64')
+    >>> unary("abs", const(-1))
+    max(-1, -(-1))
     """
     a = as_expr(a)
     if op == "not":
@@ -592,7 +594,9 @@ def unary(op: str, a) -> Expr:
             raise TypeError("cannot negate a boolean; use ~")
         return Unary("neg", a, a.dtype)
     if op == "abs" and is_int(a.dtype):
-        return Unary(op, a, a.dtype)
+        # max(a, -a): piecewise affine, so an index built with it (a reflection) has an
+        # exact domain in isl and a value in eval_int, as min/max clamps do
+        return Binary("max", a, Unary("neg", a, a.dtype), a.dtype)
     if op in ("floor", "ceil") and is_int(a.dtype):
         return a
     a = _to_float(a)

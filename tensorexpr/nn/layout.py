@@ -113,19 +113,32 @@ def permute(x: Tensor, dims: Sequence[int], name: Optional[str] = None) -> Tenso
 
 
 def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
-    """Pad (or crop, for negative amounts) with ``value``; ``pad`` starts at the last dim.
+    """Pad (or crop, for negative amounts) ``x``; ``pad`` starts at the last dim.
 
     As torch: ``pad=(left, right, top, bottom)`` pads the last dim by ``left``/``right``
-    and the one before by ``top``/``bottom``. Outside ``x`` nothing is read (a select).
+    and the one before by ``top``/``bottom``. ``mode`` as torch's:
+
+    * ``"constant"``: ``value`` outside ``x`` (a select: nothing is read there);
+    * ``"reflect"``: ``x`` mirrored about its edge elements (``x[1]`` left of ``x[0]``),
+      pads smaller than the dim;
+    * ``"replicate"``: the edge elements repeated (a clamped index);
+    * ``"circular"``: ``x`` wrapped around (an index modulo the size), pads at most the
+      dim.
+
+    The other modes read ``x`` at an index folded back into it, so their gradients
+    add the padding's head onto the elements it copies.
 
     >>> import tensorexpr as te
     >>> te.nn.pad(te.placeholder((2, 3), name="x"), (1, 2)).shape
     (2, 6)
+    >>> te.nn.pad(te.placeholder((2, 3), name="x"), (2, 2), mode="reflect").shape
+    (2, 7)
     """
     fn = "pad"
     check_tensor(x, fn)
-    if mode != "constant":
-        raise ValueError(f"te.nn.pad: mode {mode!r} is not supported; use 'constant'")
+    modes = ("constant", "reflect", "replicate", "circular")
+    if mode not in modes:
+        raise ValueError(f"te.nn.pad: mode {mode!r} is not one of {', '.join(map(repr, modes))}")
     pad = tuple(pad)
     if len(pad) % 2 or len(pad) // 2 > x.ndim or builtins.any(
             not isinstance(v, int) or isinstance(v, bool) for v in pad):
@@ -147,6 +160,9 @@ def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.
         else:
             shape.append(x.shape[d])
 
+    if mode != "constant":
+        return _fold_pad(x, lo, hi, shape, mode)
+
     def body(*ax):
         src = tuple(a - lo[d] if lo[d] else a for d, a in enumerate(ax))
         inside = None
@@ -162,6 +178,38 @@ def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.
         return v if inside is None else api.select(inside, v, api.as_expr(value, x.dtype))
 
     return api.compute(tuple(shape), body, name=f"{x.name}_pad")
+
+
+def _fold_pad(x: Tensor, lo, hi, shape, mode: str) -> Tensor:
+    """``pad``'s reflect, replicate and circular modes: ``x`` read at a folded index."""
+    for d in range(x.ndim):
+        if not (lo[d] or hi[d]):
+            continue
+        n = x.shape[d]
+        widest = max(lo[d], hi[d])
+        if min(lo[d], hi[d]) < 0:
+            raise ValueError(f"te.nn.pad: mode {mode!r} cannot crop (dim {d} of "
+                             f"{describe(x)} has a negative pad); crop with mode 'constant'")
+        if mode == "reflect" and widest >= n:
+            raise ValueError(f"te.nn.pad: reflect pads of dim {d} of {describe(x)} must be "
+                             f"smaller than its size {n}, not {widest}")
+        if mode == "circular" and widest > n:
+            raise ValueError(f"te.nn.pad: circular pads of dim {d} of {describe(x)} must be "
+                             f"at most its size {n}, not {widest}")
+
+    def fold(a, d):
+        if not (lo[d] or hi[d]):
+            return a
+        n, s = x.shape[d], a - lo[d]
+        if mode == "replicate":
+            return api.minimum(api.maximum(s, 0), n - 1)
+        if mode == "circular":
+            return s % n
+        # reflect: -s left of the start, 2 (n - 1) - s right of the end
+        return (n - 1) - api.abs((n - 1) - api.abs(s))
+
+    return api.compute(tuple(shape), lambda *ax: x[tuple(fold(a, d) for d, a in enumerate(ax))],
+                       name=f"{x.name}_pad")
 
 
 def concat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:

@@ -167,6 +167,12 @@ CASES = [
     ("pad", lambda x: nn.pad(x, (1, 2, 0, 1)), lambda x: F.pad(x, (1, 2, 0, 1)), [(2, 3, 4)]),
     ("pad_value_crop", lambda x: nn.pad(x, (-1, 2), value=1.5),
      lambda x: F.pad(x, (-1, 2), value=1.5), [(2, 4)]),
+    ("pad_reflect", lambda x: nn.pad(x, (3, 1, 2, 2), mode="reflect"),
+     lambda x: F.pad(x, (3, 1, 2, 2), mode="reflect"), [(2, 3, 4, 5)]),
+    ("pad_replicate", lambda x: nn.pad(x, (4, 0, 1, 2), mode="replicate"),
+     lambda x: F.pad(x, (4, 0, 1, 2), mode="replicate"), [(2, 3, 4, 5)]),
+    ("pad_circular", lambda x: nn.pad(x, (5, 2, 1, 4), mode="circular"),
+     lambda x: F.pad(x, (5, 2, 1, 4), mode="circular"), [(2, 3, 4, 5)]),
     ("concat", lambda a, b, c: nn.concat([a, b, c], dim=1),
      lambda a, b, c: torch.cat([a, b, c], dim=1), [(2, 3), (2, 1), (2, 4)]),
     ("concat_neg_dim", lambda a, b: nn.concat([a, b], dim=-3),
@@ -181,7 +187,7 @@ def test_forward_and_gradient_against_torch(name, build, ref, specs):
 
 C_SAMPLE = ["softmax_last", "log_softmax", "conv2d_all", "conv_transpose2d", "max_pool2d",
             "avg_pool2d", "cross_entropy", "layer_norm", "bilinear_x2", "linear", "pad",
-            "group_norm"]
+            "group_norm", "pad_reflect", "pad_replicate", "pad_circular"]
 
 
 @pytest.mark.parametrize("name", C_SAMPLE)
@@ -291,6 +297,14 @@ def test_cross_entropy_label_out_of_range_is_an_index_error():
     (lambda: nn.cross_entropy(te.placeholder((2, 3), name="z"),
                               te.placeholder((2,), name="y")), ValueError, "integer"),
     (lambda: nn.reshape(te.placeholder((2, 3), name="x"), (4, -1)), ValueError, "cannot be"),
+    (lambda: nn.pad(te.placeholder((2, 3), name="x"), (3, 0), mode="reflect"), ValueError,
+     "smaller than its size 3"),
+    (lambda: nn.pad(te.placeholder((2, 3), name="x"), (4, 0), mode="circular"), ValueError,
+     "at most its size 3"),
+    (lambda: nn.pad(te.placeholder((2, 3), name="x"), (-1, 1), mode="replicate"), ValueError,
+     "cannot crop"),
+    (lambda: nn.pad(te.placeholder((2, 3), name="x"), (1, 1), mode="wrap"), ValueError,
+     "not one of"),
     (lambda: nn.max_pool2d(te.placeholder((1, 1, 4, 4), name="x"), 2, padding=2), ValueError,
      "half the kernel"),
     (lambda: nn.conv2d(te.placeholder((1, 2, te.var("h"), 4), name="x"),

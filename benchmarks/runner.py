@@ -167,8 +167,12 @@ def measure_growth(case: Case, small: Prepared, small_work: int, opts: Options) 
     for part in ("fwd", "vjp"):
         out[f"{part}_min_ms"] = (fastest[part], fastest[f"{part}_big"])
         out[f"{part}_ms"] = (ms[part], ms[f"{part}_big"])
-    work = case.work(p, inputs, Y.size * np.dtype(np.float32).itemsize).fwd
-    out.update(growth.judge(out["fwd_min_ms"], out["vjp_min_ms"], work / small_work))
+    work = case.work(p, inputs, Y.size * np.dtype(np.float32).itemsize)
+    roof = None
+    if work.unit == "byte":  # the grown VJP's bandwidth against a copy of as many bytes
+        moved = work.vjp / (fastest["vjp_big"] / 1e3) / 1e9
+        roof = moved / copy_gbps(work.vjp, opts.quick)
+    out.update(growth.judge(out["fwd_min_ms"], out["vjp_min_ms"], work.fwd / small_work, roof))
     out["noisy"] = any(ms[k] > NOISY * fastest[k] for k in ms)
     return out
 

@@ -26,6 +26,18 @@ def test_growth_like_the_work_is_ok(fwd, vjp):
     assert g["status"] == "ok" and not growth.flagged(g)
 
 
+def test_a_steep_gradient_at_the_memory_roof_is_not_a_cliff():
+    # case 31's VJP (64 MiB read, 64 MiB written at L x 4) left the cache its base size
+    # fit: exponent 1.97 against the forward's 1.35, while moving its bytes as fast as a copy
+    fwd, vjp = (0.17, 1.1), (0.41, 6.28)
+    assert growth.flagged(growth.judge(fwd, vjp, 4.0))
+    g = growth.judge(fwd, vjp, 4.0, vjp_roof=0.85)
+    assert not growth.flagged(g) and g["status"].startswith("ok (at the memory roof")
+    assert g["vjp_roof"] == 0.85
+    # far below the roof it stays a cliff
+    assert growth.flagged(growth.judge(fwd, vjp, 4.0, vjp_roof=growth.ROOF / 2))
+
+
 def test_equal_sizes_are_not_judged():
     assert growth.judge((1.0, 1.0), (1.0, 1.0), 1.0)["status"].startswith("not measurable")
 

@@ -14,11 +14,11 @@ import math
 
 from .. import api
 from ..ir import Expr, Tensor, is_float
-from .arguments import check_float_tensor
+from .arguments import check_float_tensor, compute
 
 
 def _elementwise(x: Tensor, fn, name: str) -> Tensor:
-    return api.compute(x.shape, lambda *i: fn(x[i]), name=name)
+    return compute(x.shape, lambda *i: fn(x[i]), name=name)
 
 
 def relu(x: Tensor) -> Tensor:

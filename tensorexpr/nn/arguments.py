@@ -18,7 +18,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 from .. import api
 from ..errors import describe, user_origin
-from ..ir import Expr, Tensor, is_float, same
+from ..ir import Expr, Tensor, is_float, same, tensor_inputs, topo_order
 
 #: torch's spelling of a window argument: one int for every dimension, or one per dimension
 IntOrTuple = Union[int, Sequence[int]]
@@ -169,3 +169,28 @@ def check_vector(v: Optional[Tensor], n, fn: str, what: str) -> None:
     if v.ndim != 1 or not same(v.dims[0], size_expr(n)):
         raise ValueError(f"te.nn.{fn}: {what} {describe(v)} has shape {v.shape}; expected "
                          f"({n},)")
+
+
+def compute(shape, body, name: str) -> Tensor:
+    """``te.compute(shape, body, name=name)``, its name apart from every tensor it reads.
+
+    The layers name their results after their input (``x_logsumexp``, then
+    ``x_logsumexp_sum`` for its inner sum); a layer applied to another's result could
+    repeat a name already in the program (``te.nn.sum`` of a logsumexp), and two
+    tensors printed alike make a schedule and its lookups ambiguous. Such a result
+    takes the first free ``name_2``, ``name_3``...
+
+    >>> import tensorexpr as te
+    >>> x = te.placeholder((2, 3), name="x")
+    >>> y = compute((2, 3), lambda i, j: x[i, j] * 2, name="x")
+    >>> y.name
+    'x_2'
+    """
+    t = api.compute(shape, body, name=name)
+    taken = {u.name for u in topo_order(list(tensor_inputs(t)))}
+    if name not in taken:
+        return t
+    k = 2
+    while f"{name}_{k}" in taken:
+        k += 1
+    return api.compute(shape, body, name=f"{name}_{k}")

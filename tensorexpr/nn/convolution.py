@@ -16,7 +16,7 @@ from typing import Optional
 from .. import api
 from ..errors import describe
 from ..ir import Tensor
-from .arguments import IntOrTuple, check_float_tensor, check_vector, int_tuple, static_size
+from .arguments import IntOrTuple, check_float_tensor, check_vector, compute, int_tuple, static_size
 
 
 def window_output_size(n: int, k: int, s: int, p: int, d: int, fn: str, x: Tensor) -> int:
@@ -76,7 +76,7 @@ def _conv(x: Tensor, w: Tensor, b, stride, padding, dilation, groups: int, nd: i
         y = api.sum(term, axis=[c] + kk)
         return y + b[o] if b is not None else y
 
-    return api.compute((x.shape[0], O) + tuple(outs), body, name=f"{x.name}_{fn}")
+    return compute((x.shape[0], O) + tuple(outs), body, name=f"{x.name}_{fn}")
 
 
 def conv1d(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, stride: IntOrTuple = 1,
@@ -165,4 +165,4 @@ def conv_transpose2d(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
                     where=cond)
         return t + bias[o] if bias is not None else t
 
-    return api.compute((x.shape[0], O) + tuple(outs), body, name=f"{x.name}_{fn}")
+    return compute((x.shape[0], O) + tuple(outs), body, name=f"{x.name}_{fn}")

@@ -7,10 +7,9 @@
 """
 from __future__ import annotations
 
-from .. import api
 from ..errors import describe
 from ..ir import Tensor, is_int
-from .arguments import check_float_tensor, check_tensor
+from .arguments import check_float_tensor, check_tensor, compute
 
 
 def embedding(idx: Tensor, table: Tensor) -> Tensor:
@@ -32,6 +31,6 @@ def embedding(idx: Tensor, table: Tensor) -> Tensor:
     if table.ndim != 2:
         raise ValueError(f"te.nn.embedding: {describe(table)} has shape {table.shape}; "
                          f"expected (num_embeddings, embedding_dim)")
-    return api.compute(tuple(idx.shape) + (table.shape[1],),
+    return compute(tuple(idx.shape) + (table.shape[1],),
                        lambda *ax: table[idx[tuple(ax[:-1])], ax[-1]],
                        name=f"{table.name}_embedding")

@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 from .. import api
 from ..errors import describe
 from ..ir import Tensor, same
-from .arguments import check_tensor, dim_index, static_size
+from .arguments import check_tensor, compute, dim_index, static_size
 
 
 def reshape(x: Tensor, shape) -> Tensor:
@@ -77,7 +77,7 @@ def reshape(x: Tensor, shape) -> Tensor:
             idx.append(q if d == 0 else q % x.shape[d])
         return x[tuple(idx)]
 
-    return api.compute(out_shape, body, name=f"{x.name}_reshape")
+    return compute(out_shape, body, name=f"{x.name}_reshape")
 
 
 def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
@@ -107,7 +107,7 @@ def permute(x: Tensor, dims: Sequence[int], name: Optional[str] = None) -> Tenso
         raise ValueError(f"te.nn.permute: {tuple(dims)} is not a permutation of the "
                          f"{x.ndim} dims of {describe(x)}")
     inv = [perm.index(d) for d in range(x.ndim)]
-    return api.compute(tuple(x.shape[d] for d in perm),
+    return compute(tuple(x.shape[d] for d in perm),
                        lambda *ax: x[tuple(ax[inv[d]] for d in range(x.ndim))],
                        name=name or f"{x.name}_permute")
 
@@ -177,7 +177,7 @@ def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.
         v = x[src]
         return v if inside is None else api.select(inside, v, api.as_expr(value, x.dtype))
 
-    return api.compute(tuple(shape), body, name=f"{x.name}_pad")
+    return compute(tuple(shape), body, name=f"{x.name}_pad")
 
 
 def _fold_pad(x: Tensor, lo, hi, shape, mode: str) -> Tensor:
@@ -208,7 +208,7 @@ def _fold_pad(x: Tensor, lo, hi, shape, mode: str) -> Tensor:
         # reflect: -s left of the start, 2 (n - 1) - s right of the end
         return (n - 1) - api.abs((n - 1) - api.abs(s))
 
-    return api.compute(tuple(shape), lambda *ax: x[tuple(fold(a, d) for d, a in enumerate(ax))],
+    return compute(tuple(shape), lambda *ax: x[tuple(fold(a, d) for d, a in enumerate(ax))],
                        name=f"{x.name}_pad")
 
 
@@ -247,4 +247,4 @@ def concat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         return out
 
     shape = tuple(total if k == d else first.shape[k] for k in range(first.ndim))
-    return api.compute(shape, body, name=f"{first.name}_concat")
+    return compute(shape, body, name=f"{first.name}_concat")

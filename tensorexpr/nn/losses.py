@@ -7,10 +7,9 @@
 """
 from __future__ import annotations
 
-from .. import api
 from ..errors import describe
 from ..ir import Tensor, is_int, same
-from .arguments import check_float_tensor, check_same_shape, check_tensor
+from .arguments import check_float_tensor, check_same_shape, check_tensor, compute
 from .reductions import element_count, reduce_over
 from .softmax_family import logsumexp
 
@@ -51,7 +50,7 @@ def cross_entropy(logits: Tensor, labels: Tensor, reduction: str = "mean") -> Te
                          f"indices of shape ({logits.shape[0]},), not {labels.dtype} "
                          f"{labels.shape}")
     lse = logsumexp(logits, 1)
-    per = api.compute((logits.shape[0],), lambda n: lse[n] - logits[n, labels[n]],
+    per = compute((logits.shape[0],), lambda n: lse[n] - logits[n, labels[n]],
                       name=f"{logits.name}_nll")
     return _reduction(per, reduction, "cross_entropy", f"{logits.name}_cross_entropy")
 
@@ -67,6 +66,6 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor: 
     check_float_tensor(input, "mse_loss")
     check_float_tensor(target, "mse_loss", "target")
     check_same_shape(input, target, "mse_loss")
-    sq = api.compute(input.shape, lambda *i: (input[i] - target[i]) * (input[i] - target[i]),
+    sq = compute(input.shape, lambda *i: (input[i] - target[i]) * (input[i] - target[i]),
                      name=f"{input.name}_sqerr")
     return _reduction(sq, reduction, "mse_loss", f"{input.name}_mse_loss")

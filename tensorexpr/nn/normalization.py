@@ -15,7 +15,7 @@ from typing import Optional
 from .. import api
 from ..errors import describe
 from ..ir import Tensor
-from .arguments import check_float_tensor, check_ndim_at_least, check_vector, static_size
+from .arguments import check_float_tensor, check_ndim_at_least, check_vector, compute, static_size
 from .reductions import centered, element_count, reduce_over
 
 
@@ -28,11 +28,11 @@ def _affine(x: Tensor, mu: Tensor, rstd: Tensor, stat_idx, weight, bias, widx, n
         if bias is not None:
             y = y + bias[widx(i)]
         return y
-    return api.compute(x.shape, body, name=name)
+    return compute(x.shape, body, name=name)
 
 
 def _rstd(v: Tensor, eps: float, name: str) -> Tensor:
-    return api.compute(v.shape, lambda *i: 1.0 / api.sqrt(v[i] + eps), name=name)
+    return compute(v.shape, lambda *i: 1.0 / api.sqrt(v[i] + eps), name=name)
 
 
 def layer_norm(x: Tensor, normalized_shape, weight: Optional[Tensor] = None,
@@ -88,7 +88,7 @@ def group_norm(x: Tensor, num_groups: int, weight: Optional[Tensor] = None,
     spatial = list(range(2, x.ndim))
     n = element_count([cg] + [x.shape[d] for d in spatial])
     # x seen as (N, G, C/G, *): the statistics reduce over all but the first two
-    xg = api.compute((x.shape[0], num_groups, cg) + tuple(x.shape[2:]),
+    xg = compute((x.shape[0], num_groups, cg) + tuple(x.shape[2:]),
                      lambda b, g, c, *s: x[(b, g * cg + c) + tuple(s)], name=f"{x.name}_groups")
     gdims = tuple(range(2, xg.ndim))
     mu, d, _ = centered(xg, gdims, "gn")

@@ -11,7 +11,7 @@ from typing import Optional
 
 from .. import api
 from ..ir import Tensor
-from .arguments import IntOrTuple, check_float_tensor, check_ndim_at_least, int_tuple, static_size
+from .arguments import IntOrTuple, check_float_tensor, check_ndim_at_least, compute, int_tuple, static_size
 from .convolution import window_output_size
 
 
@@ -49,7 +49,7 @@ def _pool(x: Tensor, kernel_size, stride, padding, dilation, fn: str, op: str, s
         v = red(x[tuple(ax[:lead]) + tuple(src)], axis=kk, where=inside)
         return v if scale is None else v / scale(k)
 
-    return api.compute(tuple(x.shape[:lead]) + tuple(outs), body, name=f"{x.name}_{fn}")
+    return compute(tuple(x.shape[:lead]) + tuple(outs), body, name=f"{x.name}_{fn}")
 
 
 def max_pool2d(x: Tensor, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,

@@ -13,7 +13,7 @@ from typing import Optional
 from .. import api
 from ..errors import describe
 from ..ir import Tensor, same
-from .arguments import check_float_tensor, check_ndim_at_least, check_vector, size_expr
+from .arguments import check_float_tensor, check_ndim_at_least, check_vector, compute, size_expr
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
@@ -65,7 +65,7 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
         bi = pick(bax, b_batch) + ((k,) + tuple(j) if b.ndim >= 2 else (k,))
         return api.sum(a[ai] * b[bi], axis=k)
 
-    return api.compute(tuple(batch) + rows + cols, body, name=f"{a.name}_matmul")
+    return compute(tuple(batch) + rows + cols, body, name=f"{a.name}_matmul")
 
 
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
@@ -89,4 +89,4 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
         y = api.sum(x[tuple(ax[:-1]) + (k,)] * weight[ax[-1], k], axis=k)
         return y + bias[ax[-1]] if bias is not None else y
 
-    return api.compute(tuple(x.shape[:-1]) + (weight.shape[0],), body, name=f"{x.name}_linear")
+    return compute(tuple(x.shape[:-1]) + (weight.shape[0],), body, name=f"{x.name}_linear")

@@ -18,7 +18,7 @@ from typing import Optional, Tuple
 
 from .. import api
 from ..ir import Expr, Tensor
-from .arguments import check_float_tensor, check_tensor, dim_indices
+from .arguments import check_float_tensor, check_tensor, compute, dim_indices
 
 
 def element_count(sizes):
@@ -84,7 +84,7 @@ def reduce_over(x: Tensor, dims: Tuple[int, ...], keepdim: bool, op: str, elem,
             value = {"sum": api.sum, "max": api.max, "min": api.min}[op](value, axis=raxes)
         return value if scale is None else value / _as_float(scale, x.dtype)
 
-    return api.compute(reduced_shape(x, dims, keepdim), body, name=name)
+    return compute(reduced_shape(x, dims, keepdim), body, name=name)
 
 
 def reduced_at(stat: Tensor, idx, dims: Tuple[int, ...]) -> Expr:
@@ -112,7 +112,7 @@ def centered(x: Tensor, dims, what: str):
     n = element_count([x.shape[d] for d in dims])
     mu = reduce_over(x, dims, False, "sum", lambda idx: x[idx], f"{x.name}_{what}_mean",
                      scale=n)
-    d = api.compute(x.shape, lambda *i: x[i] - reduced_at(mu, i, dims),
+    d = compute(x.shape, lambda *i: x[i] - reduced_at(mu, i, dims),
                     name=f"{x.name}_{what}_centered")
     return mu, d, n
 

@@ -14,7 +14,7 @@ from typing import Optional, Sequence, Tuple, Union
 from .. import api
 from ..errors import describe
 from ..ir import Tensor
-from .arguments import IntOrTuple, check_float_tensor, int_tuple, static_size
+from .arguments import IntOrTuple, check_float_tensor, compute, int_tuple, static_size
 
 
 def _scale_ratio(n: int, size, scale_factor, j: int) -> Tuple[int, Fraction]:
@@ -76,7 +76,7 @@ def interpolate(x: Tensor, size: Optional[IntOrTuple] = None,
             src = [api.minimum((pos * r.numerator) // r.denominator, sp[j] - 1)
                    for j, (pos, (_, r)) in enumerate(zip((y, z), dims))]
             return x[n, c, src[0], src[1]]
-        return api.compute(out_shape, body, name=name)
+        return compute(out_shape, body, name=name)
 
     def taps(pos, j):
         """(i0, i1, weight of i1) along dimension j: src = num / den, exactly."""
@@ -100,4 +100,4 @@ def interpolate(x: Tensor, size: Optional[IntOrTuple] = None,
         return ((1.0 - ly) * ((1.0 - lx) * x[n, c, y0, x0] + lx * x[n, c, y0, x1])
                 + ly * ((1.0 - lx) * x[n, c, y1, x0] + lx * x[n, c, y1, x1]))
 
-    return api.compute(out_shape, body, name=name)
+    return compute(out_shape, body, name=name)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .. import api
 from ..ir import Tensor
-from .arguments import check_float_tensor, dim_index, dim_indices
+from .arguments import check_float_tensor, compute, dim_index, dim_indices
 from .reductions import reduce_over, reduced_at, reduced_shape
 
 
@@ -44,10 +44,10 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     m = reduce_over(x, (d,), False, "max", lambda idx: x[idx], f"{x.name}_softmax_max")
     # the exponentials once, as a tensor: the sum and the quotient read them, and so
     # does the gradient (dX = (dY - sum(dY * Y)) * ex / s) instead of recomputing exp
-    ex = api.compute(x.shape, lambda *i: api.exp(x[i] - api.stop_gradient(reduced_at(m, i, (d,)))),
+    ex = compute(x.shape, lambda *i: api.exp(x[i] - api.stop_gradient(reduced_at(m, i, (d,)))),
                      name=f"{x.name}_softmax_exp")
     s = reduce_over(ex, (d,), False, "sum", lambda idx: ex[idx], f"{x.name}_softmax_sum")
-    return api.compute(x.shape, lambda *i: ex[i] / reduced_at(s, i, (d,)), name=f"{x.name}_softmax")
+    return compute(x.shape, lambda *i: ex[i] / reduced_at(s, i, (d,)), name=f"{x.name}_softmax")
 
 
 def log_softmax(x: Tensor, dim: int) -> Tensor:
@@ -60,7 +60,7 @@ def log_softmax(x: Tensor, dim: int) -> Tensor:
     check_float_tensor(x, "log_softmax")
     d = dim_index(x, dim, "log_softmax")
     m, s = _stable_row_stats(x, d, "log_softmax")
-    return api.compute(x.shape, lambda *i: x[i] - api.stop_gradient(reduced_at(m, i, (d,)))
+    return compute(x.shape, lambda *i: x[i] - api.stop_gradient(reduced_at(m, i, (d,)))
                        - api.log(reduced_at(s, i, (d,))), name=f"{x.name}_log_softmax")
 
 
@@ -82,4 +82,4 @@ def logsumexp(x: Tensor, dim, keepdim: bool = False) -> Tensor:
         if keepdim:
             ax = tuple(a for k, a in enumerate(ax) if k not in dims)
         return api.stop_gradient(m[ax]) + api.log(s[ax])
-    return api.compute(reduced_shape(x, dims, keepdim), body, name=f"{x.name}_logsumexp")
+    return compute(reduced_shape(x, dims, keepdim), body, name=f"{x.name}_logsumexp")

@@ -414,3 +414,17 @@ def test_interpolate_random_sizes(data):
 
 
 # }}}
+
+
+def test_layers_on_layers_keep_names_apart():
+    # te.nn.sum of a logsumexp was named like the logsumexp's inner sum: one schedule
+    # line for two tensors, and schedule["X_logsumexp_sum"] found the wrong one
+    x = te.placeholder((4, 6), dtype="float64", name="X")
+    y = nn.sum(nn.logsumexp(nn.reshape(nn.softmax(nn.log_softmax(x, 1), 1), (4, 6)), 1))
+    names = [t.name for t in topo_order([y, nn.sum(nn.logsumexp(x, 1))])]
+    assert len(names) == len(set(names)), names
+    (g,) = te.differentiate(y, [x])
+    names = [t.name for t in topo_order([g])]
+    assert len(names) == len(set(names)), names
+    f = te.build(y, [x])
+    assert len(f.schedule.choices) == len({c.tensor for c in f.schedule.choices})

@@ -21,7 +21,7 @@ Trees (all tuples):
   ``("select", cond, a, b)``, ``("reduce", op, axes, where, body)``
 * index expressions: ``("ax", a)``, ``("n",)``, ``("c", v)``, ``("add", a, b)``,
   ``("sub", a, b)``, ``("mul", k, a)``, ``("fdiv", a, k)``, ``("mod", a, k)``,
-  ``("max", a, b)``, ``("min", a, b)``, ``("data", I, idx)``
+  ``("max", a, b)``, ``("min", a, b)``, ``("abs", a)`` (a reflection), ``("data", I, idx)``
 * conditions: ``("cmp", op, a, b)`` of index expressions, ``("dcmp", op, e, v)``
   of a float expression and a constant, ``("and", a, b)``, ``("or", a, b)``,
   ``("not", a)``
@@ -127,6 +127,8 @@ def idx_src(e, p: str = "") -> str:
             return f"te.maximum({idx_src(a, p)}, {idx_src(b, p)})"
         case ("min", a, b):
             return f"te.minimum({idx_src(a, p)}, {idx_src(b, p)})"
+        case ("abs", a):
+            return f"te.abs({idx_src(a, p)})"
         case ("data", t, idx):
             return f"{p}{t}[{', '.join(idx_src(i, p) for i in idx)}]"
     raise ValueError(f"not an index tree: {e!r}")
@@ -335,6 +337,12 @@ def index_range(e, ranges: dict, tensors: dict):
                 return None
             f = max if e[0] == "max" else min
             return (f(r[0], v), 0, f(r[2], v), 0)
+        case ("abs", a):
+            r = index_range(a, ranges, tensors)
+            if r is None or r[1] or r[3]:
+                return None
+            lo, hi = r[0], r[2]
+            return (0 if lo <= 0 <= hi else min(abs(lo), abs(hi)), 0, max(abs(lo), abs(hi)), 0)
         case ("data", t, _):
             return (0, 0, tensors[t].vmax - 1, 0)
     return None
@@ -392,7 +400,7 @@ def _pick(draw, options):
 def gen_index(draw, ctx: _Ctx, depth: int = 1):
     """An index tree over the axes in scope (not yet made valid for any tensor)."""
     scope = ctx.scope()
-    kinds = ["axis", "shift", "const", "rev", "lin", "div", "mod"]
+    kinds = ["axis", "shift", "const", "rev", "lin", "div", "mod", "reflect"]
     if depth > 0 and any(t.kind == "index" for t in ctx.tensors.values()):
         kinds.append("data")
     kind = _pick(draw, kinds) if scope else "const"
@@ -415,6 +423,10 @@ def gen_index(draw, ctx: _Ctx, depth: int = 1):
         if draw(st.booleans()):
             return ("add", ("mul", k, a), b)   # strided (or a flattening when k = b's extent)
         return ("add", b, ("mul", k, a))       # dilated
+    if kind == "reflect":  # |a - c|: te.nn.pad's reflect mode folds indices so
+        if ctx.ranges[a[1]][1] or ctx.ranges[a[1]][3]:
+            return a
+        return ("abs", ("add", a, ("c", -draw(st.integers(1, 2)))))
     if kind in ("div", "mod"):
         if ctx.ranges[a[1]][1] or ctx.ranges[a[1]][3]:
             return a  # // and % of a symbolic range have no static interval here

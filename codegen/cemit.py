@@ -15,7 +15,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 from . import mathlib, threads
-from .loopast import (Accumulate, Assign, Block, Comment, Decl, Fail, Fence, For, If, Kernel, Lit,
+from .loopast import (Accumulate, Assign, Block, CExpr, Comment, Decl, Fail, Fence, For, If, Kernel, Lit,
                       Load, Local, Op, Region, Stmt, Store, StoreFence, StreamStore, Var, flat,
                       vector_parts)
 
@@ -290,6 +290,25 @@ def _vector_helper(kind: str, suf: str) -> str:
 # }}}
 
 
+def _data_dependent(c: CExpr) -> bool:
+    """Does the test ``c`` depend on data (a load, or a value not an index)?
+
+    >>> _data_dependent(Op("eq", (Var("i0", "int64"), Lit(0, "int64")), "bool"))
+    False
+    >>> _data_dependent(Op("lt", (Load("b0", Var("i0", "int64"), "float32"),
+    ...                           Lit(0.0, "float32")), "bool"))
+    True
+    """
+    match c:
+        case Load():
+            return True
+        case Var(_, dt):
+            return not dt.startswith(("int", "uint"))
+        case Op(_, args, _):
+            return any(_data_dependent(a) for a in args)
+    return False
+
+
 class _Emitter:
     def __init__(self):
         self.helpers: Dict[str, None] = {}
@@ -298,6 +317,8 @@ class _Emitter:
         self.locals: set = set()
         #: some loop compares its work with the run-time threshold
         self.threaded = False
+        #: loops marked simd around the statement being emitted
+        self.simd_depth = 0
         #: vector types used (their typedefs precede the helpers)
         self.vectors: Dict[str, None] = {}
 
@@ -388,10 +409,16 @@ class _Emitter:
                     f"sizeof({CTYPE[at.dtype]}), {self.text(bytes_)}, {self.text(n)})", _ATOM, True)
         if op == "select":
             c, a, b = args
-            if dt in ("float32", "float64") and isinstance(a, Lit) and isinstance(b, Lit):
-                # a choice between constants (a count of ties, a mask) by bits, not a
-                # branch: gcc branches in scalar code (a vector loop's peeled tail), and
-                # a data-dependent test mispredicts (max-pool gradient 3x slower)
+            if dt in ("float32", "float64") and (
+                    (isinstance(a, Lit) and isinstance(b, Lit))
+                    or (not self.simd_depth and _data_dependent(c)
+                        and all(isinstance(x, (Lit, Var)) for x in (a, b)))):
+                # a choice between constants (a count of ties, a mask), or, outside vector
+                # loops, between values already computed on a test of data, by bits, not
+                # a branch: gcc branches in scalar code (a vector loop's peeled tail, a
+                # blocked transpose), and a data-dependent test mispredicts (max-pool
+                # gradient 3x slower; a running maximum's gradient, transposed, 1.6x).
+                # A test of indices alone is predicted: it stays a branch, or a cmov
                 return self.call(self.use(f"te_blend_{_SUF[dt]}"), args, False)
             sa, sb = self.ex(a), self.ex(b)
             s = f"{self.text(c, _OR)} ? {_wrap(sa, _OR)} : {_wrap(sb, _COND)}"
@@ -544,7 +571,9 @@ class _Emitter:
             head = (f"for (int64_t {v} = {self.text(s.lo)}; {v} < {self.text(s.hi, _REL + 1)}; "
                     f"{v} += {s.step}) {{")
         self.line(ind, head + note)
+        self.simd_depth += bool(s.simd)
         self.stmt(s.body, ind + 1)
+        self.simd_depth -= bool(s.simd)
         self.line(ind, "}")
 
     def if_(self, s: If, ind: int, chained: bool = False) -> None:

@@ -24,6 +24,7 @@ from tensorexpr.ir import (Axis, BINARY_CMP, Binary, Cast, Compute, Const, Expr,
 from tensorexpr.transform import const_value, eval_int
 
 from . import target
+from .copies import is_copy
 
 #: a reduction is computed by rows only if its innermost output axis is at least this long
 ROW_MIN = 8
@@ -338,7 +339,8 @@ def inlinable(sig) -> set:
     once = read_once_in_place(sig)
     depth: Dict[int, int] = {}  # inlined uid -> nesting depth of its body, reads expanded
     for t in sig.order:
-        if not isinstance(t, Compute) or t.uid in outputs or t.self_ref is not None:
+        if (not isinstance(t, Compute) or t.uid in outputs or t.self_ref is not None
+                or is_copy(t)):  # a copy is made to be stored (codegen.copies)
             continue
         nodes = occurrences(t.body)  # the sizes below count the tree, in DAG time
         if any(isinstance(x, (Reduce, Select)) for x, _ in nodes):

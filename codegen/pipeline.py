@@ -165,6 +165,8 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     # tensors hoisted between two of them) stored with it first, in every build: what
     # codegen.checkpoint's rows need
     sig = carry_first(sig)
+    # inputs a recurrence reads across its vector lanes: transposed copies, in every build
+    sig, transposed = recurrence_inputs(sig) if options.copies else (sig, [])
     inline = inlinable(sig)
     computed = [t for t in sig.order if not isinstance(t, Placeholder)]
     # 4. recurrences: by steps where a step holds sums over earlier ones; rings of rows
@@ -186,7 +188,7 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     if rings is not None and rings.rings:
         lw = Lowerer(sig, title, options, computed if made else None,
                      scratch=step_sums + terms, steps=steps, adjoint_sums=sums)
-        lw.record.copies.extend(t.name for t in made)
+        lw.record.copies.extend(t.name for t in transposed + made)
         program = checkpoint.RingProgram(lw, rings).program()
     else:
         scratch, padded, split = [], {}, []
@@ -231,6 +233,24 @@ def carry_first(sig) -> Signature:
     if not moved:
         return sig
     return Signature([done[t.uid] for t in sig.outputs], sig.inputs, sig.inferred)
+
+
+def recurrence_inputs(sig) -> Tuple[Signature, list]:
+    """``sig`` with its recurrences reading transposed copies of the inputs they read
+    across their vector lanes (``codegen.recurrence_copies``), and the copies.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((256, 512), name="X")
+    >>> Y = te.recurrence((512, 256), lambda h, t, r: te.select(t > 0, h[t - 1, r]
+    ...     + X[r, t], X[r, t]), name="Y")
+    >>> [t.name for t in recurrence_inputs(Signature([Y], [X]))[0].order]
+    ['X', 'X_T', 'Y']
+    """
+    from .recurrence_copies import rewrite
+    done, made = rewrite(sig.outputs)
+    if not made:
+        return sig, []
+    return Signature([done[t.uid] for t in sig.outputs], sig.inputs, sig.inferred), made
 
 
 def hoist(sig, invariants: bool = True, shared: bool = True) -> Tuple[Signature, List[str]]:

@@ -15,9 +15,9 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 from . import mathlib, threads
-from .loopast import (Accumulate, Assign, Block, CExpr, Comment, Decl, Fail, Fence, For, If, Kernel, Lit,
-                      Load, Local, Op, Region, Stmt, Store, StoreFence, StreamStore, Var, flat,
-                      vector_parts)
+from .loopast import (Accumulate, Assign, Block, CExpr, Comment, Decl, Fail, Fence, For, If,
+                      Kernel, Lit, Load, Local, Op, Region, Stmt, Store, StoreFence, StreamStore,
+                      Var, flat, vector_parts)
 
 CTYPE = {"bool": "bool", "int32": "int32_t", "int64": "int64_t", "float32": "float",
          "float64": "double"}

@@ -29,10 +29,12 @@ Differences from PyTorch, by design of a pure expression language:
   would count ties and take another pass over ``x``.
 
 The layers live in modules by concept, every public name re-exported here:
-``activations`` (``relu``, ``sigmoid``, ``tanh``, ``gelu``, ``erf``),
+``activations`` (``relu``, ``leaky_relu``, ``elu``, ``silu``, ``softplus``, ``hardtanh``,
+``sigmoid``, ``tanh``, ``gelu``, ``erf``),
 ``reductions`` (``sum``, ``amax``, ``mean``, ``var``), ``softmax_family``
 (``softmax``, ``log_softmax``, ``logsumexp``), ``normalization`` (``layer_norm``,
-``group_norm``, ``batch_norm``), ``losses`` (``cross_entropy``, ``mse_loss``),
+``group_norm``, ``batch_norm``), ``losses`` (``cross_entropy``, ``mse_loss``, ``l1_loss``,
+``smooth_l1_loss``, ``binary_cross_entropy_with_logits``),
 ``products`` (``matmul``, ``linear``), ``convolution`` (``conv1d``, ``conv2d``,
 ``conv_transpose2d``), ``pooling`` (``max_pool2d``, ``avg_pool2d``), ``embeddings``
 (``embedding``), ``resampling`` (``interpolate``) and ``layout`` (``reshape``,
@@ -51,12 +53,14 @@ True
 """
 from __future__ import annotations
 
-from .activations import erf, gelu, relu, sigmoid, tanh
+from .activations import (elu, erf, gelu, hardtanh, leaky_relu, relu, sigmoid, silu, softplus,
+                          tanh)
 from .arguments import IntOrTuple
 from .convolution import conv1d, conv2d, conv_transpose2d
 from .embeddings import embedding
 from .layout import concat, pad, permute, reshape, transpose
-from .losses import cross_entropy, mse_loss
+from .losses import (binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss,
+                     smooth_l1_loss)
 from .normalization import batch_norm, group_norm, layer_norm
 from .pooling import avg_pool2d, max_pool2d
 from .products import linear, matmul
@@ -64,8 +68,9 @@ from .reductions import amax, mean, sum, var  # noqa: A004 - torch's names
 from .resampling import interpolate
 from .softmax_family import log_softmax, logsumexp, softmax
 
-__all__ = ["relu", "sigmoid", "tanh", "erf", "gelu", "sum", "amax", "mean", "var", "softmax",
-           "log_softmax", "logsumexp", "layer_norm", "group_norm", "batch_norm", "cross_entropy",
-           "mse_loss", "matmul", "linear", "conv1d", "conv2d", "conv_transpose2d", "max_pool2d",
-           "avg_pool2d", "embedding", "interpolate", "reshape", "transpose", "permute", "pad",
-           "concat", "IntOrTuple"]
+__all__ = ["relu", "leaky_relu", "elu", "silu", "softplus", "hardtanh", "sigmoid", "tanh",
+           "erf", "gelu", "sum", "amax", "mean", "var", "softmax", "log_softmax", "logsumexp",
+           "layer_norm", "group_norm", "batch_norm", "cross_entropy", "mse_loss", "l1_loss",
+           "smooth_l1_loss", "binary_cross_entropy_with_logits", "matmul", "linear", "conv1d",
+           "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "embedding",
+           "interpolate", "reshape", "transpose", "permute", "pad", "concat", "IntOrTuple"]

@@ -1,4 +1,5 @@
-"""Elementwise activations, as ``torch.nn.functional``: ``relu``, ``sigmoid``, ``tanh``, ``gelu``.
+"""Elementwise activations, as ``torch.nn.functional``: ``relu``, ``leaky_relu``, ``elu``,
+``silu``, ``softplus``, ``hardtanh``, ``sigmoid``, ``tanh``, ``gelu``.
 
 Each returns a tensor of ``x``'s shape named after it (``x`` gives ``x_relu``);
 :func:`erf`, which ``gelu`` needs and the language lacks as a primitive, is an
@@ -30,6 +31,74 @@ def relu(x: Tensor) -> Tensor:
     """
     check_float_tensor(x, "relu")
     return _elementwise(x, lambda v: api.select(v > 0, v, 0.0), f"{x.name}_relu")
+
+
+def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
+    """``x`` where positive, else ``negative_slope * x`` (torch's gradient at 0: the slope).
+
+    >>> import tensorexpr as te
+    >>> te.nn.leaky_relu(te.placeholder((3,), name="x"), 0.2).name
+    'x_leaky_relu'
+    """
+    check_float_tensor(x, "leaky_relu")
+    return _elementwise(x, lambda v: api.select(v > 0, v, v * negative_slope),
+                        f"{x.name}_leaky_relu")
+
+
+def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """``x`` where positive, else ``alpha * (exp(x) - 1)``.
+
+    >>> import tensorexpr as te
+    >>> te.nn.elu(te.placeholder((3,), name="x")).name
+    'x_elu'
+    """
+    check_float_tensor(x, "elu")
+    return _elementwise(x, lambda v: api.select(v > 0, v, alpha * (api.exp(v) - 1.0)),
+                        f"{x.name}_elu")
+
+
+def silu(x: Tensor) -> Tensor:
+    """``x * sigmoid(x)`` (swish).
+
+    >>> import tensorexpr as te
+    >>> te.nn.silu(te.placeholder((3,), name="x")).name
+    'x_silu'
+    """
+    check_float_tensor(x, "silu")
+    return _elementwise(x, lambda v: v * api.sigmoid(v), f"{x.name}_silu")
+
+
+def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """``log(1 + exp(beta x)) / beta``, and ``x`` itself where ``beta x > threshold``
+    (torch's: no overflow). Written ``max(z, 0) + log(1 + exp(-|z|))`` so that a large
+    negative ``z`` loses nothing either.
+
+    >>> import tensorexpr as te
+    >>> te.nn.softplus(te.placeholder((3,), name="x")).name
+    'x_softplus'
+    """
+    check_float_tensor(x, "softplus")
+
+    def fn(v):
+        z = v * beta if beta != 1.0 else v
+        soft = api.maximum(z, 0.0) + api.log(1.0 + api.exp(-api.abs(z)))
+        return api.select(z > threshold, v, soft * (1.0 / beta) if beta != 1.0 else soft)
+    return _elementwise(x, fn, f"{x.name}_softplus")
+
+
+def hardtanh(x: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    """``x`` clamped to ``[min_val, max_val]``; gradient 1 strictly inside, 0 outside
+    and at the ends (torch's).
+
+    >>> import tensorexpr as te
+    >>> te.nn.hardtanh(te.placeholder((3,), name="x")).name
+    'x_hardtanh'
+    """
+    check_float_tensor(x, "hardtanh")
+    return _elementwise(x, lambda v: api.select(v <= min_val, api.const(min_val, v.dtype),
+                                                api.select(v >= max_val,
+                                                           api.const(max_val, v.dtype), v)),
+                        f"{x.name}_hardtanh")
 
 
 def sigmoid(x: Tensor) -> Tensor:

@@ -1,4 +1,5 @@
-"""Losses: ``cross_entropy`` and ``mse_loss``, reduced as torch's (``"mean"`` by default).
+"""Losses: ``cross_entropy``, ``mse_loss``, ``l1_loss``, ``smooth_l1_loss`` and
+``binary_cross_entropy_with_logits``, reduced as torch's (``"mean"`` by default).
 
 >>> import tensorexpr as te
 >>> x, t = te.placeholder((3, 2), name="x"), te.placeholder((3, 2), name="t")
@@ -7,6 +8,7 @@
 """
 from __future__ import annotations
 
+from .. import api
 from ..errors import describe
 from ..ir import Tensor, is_int, same
 from .arguments import check_float_tensor, check_same_shape, check_tensor, compute
@@ -69,3 +71,62 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor: 
     sq = compute(input.shape, lambda *i: (input[i] - target[i]) * (input[i] - target[i]),
                      name=f"{input.name}_sqerr")
     return _reduction(sq, reduction, "mse_loss", f"{input.name}_mse_loss")
+
+
+def _pointwise(name: str, input: Tensor, target: Tensor, fn, reduction: str,  # noqa: A002
+               what: str = "target") -> Tensor:
+    check_float_tensor(input, name)
+    check_float_tensor(target, name, what)
+    check_same_shape(input, target, name)
+    per = compute(input.shape, lambda *i: fn(input[i], target[i]), name=f"{input.name}_{name}_pt")
+    return _reduction(per, reduction, name, f"{input.name}_{name}")
+
+
+def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
+    """``|input - target|``, averaged (torch's default), summed or per element; its
+    gradient at ``input == target`` is 0, as torch's.
+
+    >>> import tensorexpr as te
+    >>> x, t = te.placeholder((3, 2), name="x"), te.placeholder((3, 2), name="t")
+    >>> te.nn.l1_loss(x, t).shape
+    ()
+    """
+    return _pointwise("l1_loss", input, target, lambda a, b: api.abs(a - b), reduction)
+
+
+def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean",  # noqa: A002
+                   beta: float = 1.0) -> Tensor:
+    """torch's: ``0.5 d^2 / beta`` where ``|d| < beta``, else ``|d| - 0.5 beta``
+    (``d = input - target``; ``beta=0`` is ``l1_loss``).
+
+    >>> import tensorexpr as te
+    >>> x, t = te.placeholder((3, 2), name="x"), te.placeholder((3, 2), name="t")
+    >>> te.nn.smooth_l1_loss(x, t, beta=0.5).shape
+    ()
+    """
+    if beta < 0:
+        raise ValueError(f"te.nn.smooth_l1_loss: beta must be >= 0, not {beta}")
+    if beta == 0:
+        return _pointwise("smooth_l1_loss", input, target, lambda a, b: api.abs(a - b),
+                          reduction)
+
+    def fn(a, b):
+        d = a - b
+        return api.select(api.abs(d) < beta, (0.5 / beta) * d * d, api.abs(d) - 0.5 * beta)
+    return _pointwise("smooth_l1_loss", input, target, fn, reduction)
+
+
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor,  # noqa: A002
+                                     reduction: str = "mean") -> Tensor:
+    """``-(target log sigmoid(input) + (1 - target) log(1 - sigmoid(input)))``, as
+    ``max(x, 0) - x t + log(1 + exp(-|x|))`` (torch's stable form: no overflow, no
+    log of 0). ``target`` is a float tensor of probabilities.
+
+    >>> import tensorexpr as te
+    >>> x, t = te.placeholder((4,), name="x"), te.placeholder((4,), name="t")
+    >>> te.nn.binary_cross_entropy_with_logits(x, t).shape
+    ()
+    """
+    def fn(x, t):
+        return api.maximum(x, 0.0) - x * t + api.log(1.0 + api.exp(-api.abs(x)))
+    return _pointwise("binary_cross_entropy_with_logits", input, target, fn, reduction)

@@ -11,7 +11,8 @@ from typing import Optional
 
 from .. import api
 from ..ir import Tensor
-from .arguments import IntOrTuple, check_float_tensor, check_ndim_at_least, compute, int_tuple, static_size
+from .arguments import (IntOrTuple, check_float_tensor, check_ndim_at_least, compute, int_tuple,
+                        static_size)
 from .convolution import window_output_size
 
 

@@ -33,6 +33,11 @@ def _arrays(specs, seed):
     return out
 
 
+def _scaled(x, k: float):
+    """``x * k`` elementwise: values reaching an activation's far ends."""
+    return te.compute(x.shape, lambda *i: x[i] * k, name=f"{x.name}_scaled")
+
+
 def check(build, ref, specs, backend="numpy", tol=1e-10, seed=0, sizes=None):
     """``build(*placeholders)`` against ``ref(*torch tensors)``: value and VJP with a random head.
 
@@ -167,6 +172,18 @@ CASES = [
     ("pad", lambda x: nn.pad(x, (1, 2, 0, 1)), lambda x: F.pad(x, (1, 2, 0, 1)), [(2, 3, 4)]),
     ("pad_value_crop", lambda x: nn.pad(x, (-1, 2), value=1.5),
      lambda x: F.pad(x, (-1, 2), value=1.5), [(2, 4)]),
+    ("leaky_relu", lambda x: nn.leaky_relu(x, 0.2), lambda x: F.leaky_relu(x, 0.2), [(3, 7)]),
+    ("elu", lambda x: nn.elu(x, 0.7), lambda x: F.elu(x, 0.7), [(3, 7)]),
+    ("silu", nn.silu, F.silu, [(3, 7)]),
+    ("softplus", lambda x: nn.softplus(_scaled(x, 8.0), beta=2.0, threshold=5.0),
+     lambda x: F.softplus(x * 8.0, beta=2.0, threshold=5.0), [(5, 9)]),
+    ("hardtanh", lambda x: nn.hardtanh(x, -0.5, 0.8), lambda x: F.hardtanh(x, -0.5, 0.8),
+     [(5, 9)]),
+    ("l1_loss", nn.l1_loss, F.l1_loss, [(4, 5), (4, 5)]),
+    ("smooth_l1_loss", lambda x, t: nn.smooth_l1_loss(x, t, reduction="sum", beta=0.5),
+     lambda x, t: F.smooth_l1_loss(x, t, reduction="sum", beta=0.5), [(4, 5), (4, 5)]),
+    ("bce_with_logits", lambda x, t: nn.binary_cross_entropy_with_logits(_scaled(x, 30.0), t),
+     lambda x, t: F.binary_cross_entropy_with_logits(x * 30.0, t), [(4, 5), ("pos", (4, 5))]),
     ("pad_reflect", lambda x: nn.pad(x, (3, 1, 2, 2), mode="reflect"),
      lambda x: F.pad(x, (3, 1, 2, 2), mode="reflect"), [(2, 3, 4, 5)]),
     ("pad_replicate", lambda x: nn.pad(x, (4, 0, 1, 2), mode="replicate"),
@@ -187,7 +204,8 @@ def test_forward_and_gradient_against_torch(name, build, ref, specs):
 
 C_SAMPLE = ["softmax_last", "log_softmax", "conv2d_all", "conv_transpose2d", "max_pool2d",
             "avg_pool2d", "cross_entropy", "layer_norm", "bilinear_x2", "linear", "pad",
-            "group_norm", "pad_reflect", "pad_replicate", "pad_circular"]
+            "group_norm", "pad_reflect", "pad_replicate", "pad_circular", "softplus",
+            "bce_with_logits", "smooth_l1_loss"]
 
 
 @pytest.mark.parametrize("name", C_SAMPLE)

@@ -82,6 +82,10 @@ def pieces(body: Expr, j: Axis) -> Optional[List[Tuple[int, int, Expr]]]:
     >>> Y = te.compute((10,), lambda i: X[te.maximum(i - 1, 0)] + X[i], name="Y")
     >>> [(lo, hi, str(b)) for lo, hi, b in pieces(Y.body, Y.axes[0])]
     [(0, 1, '(X[0] + X[i])'), (1, 10, '(X[i - 1] + X[i])')]
+    >>> # a reflection: the min's test is affine only once abs has taken its value
+    >>> Z = te.compute((10,), lambda i: X[te.minimum(te.abs(i - 2), 10 - te.abs(i - 2))])
+    >>> [(lo, hi) for lo, hi, _ in pieces(Z.body, Z.axes[0])]
+    [(0, 2), (2, 8), (8, 10)]
     """
     lo, hi = const_value(j.lo), const_value(j.hi)
     if lo is None or hi is None or hi - lo < 2:
@@ -157,7 +161,14 @@ def _pieces(bodies: Tuple[Expr, ...], j: Axis, lo: int, hi: int
                 e = replace_subexpr(e, t, v)
             there.append(simplify(e))
         out.append((a, b, tuple(there)))
-    return out
+    # A test whose sides were not affine until the inner tests took their values
+    # (a reflection min(max(s, -s), 2 (n - 1) - max(s, -s)) is affine in each piece of
+    # max(s, -s)) is cut in turn, within its piece.
+    refined = []
+    for a, b, there in out:
+        sub = _pieces(there, j, a, b) if b - a >= 2 else None
+        refined.extend(sub or [(a, b, there)])
+    return refined if len(refined) <= MAX_PIECES else out
 
 
 def _same_values(xs: tuple, ys: tuple) -> bool:

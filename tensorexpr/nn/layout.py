@@ -205,8 +205,10 @@ def _fold_pad(x: Tensor, lo, hi, shape, mode: str) -> Tensor:
             return api.minimum(api.maximum(s, 0), n - 1)
         if mode == "circular":
             return s % n
-        # reflect: -s left of the start, 2 (n - 1) - s right of the end
-        return (n - 1) - api.abs((n - 1) - api.abs(s))
+        # reflect: -s left of the start, 2 (n - 1) - s right of the end; spelled as a
+        # min of maxes of affine terms (no max under a minus), which codegen.piecewise
+        # cuts into the three pieces where each is affine: the middle a plain copy
+        return api.minimum(api.maximum(s, -s), api.minimum(2 * (n - 1) - s, 2 * (n - 1) + s))
 
     return compute(tuple(shape), lambda *ax: x[tuple(fold(a, d) for d, a in enumerate(ax))],
                        name=f"{x.name}_pad")

@@ -20,6 +20,8 @@ from the same values. A copy is made only when
 * the read is of an input (a placeholder) with static sizes, at least
   :data:`MIN_BYTES`, and the lanes' dimension of it is at least a cache line apart
   (:data:`LINE`) per element: narrower rows are read a vector at a time anyway;
+* no recurrence of the program asks for checkpoints: such a program asked for its
+  scratch memory to be bounded by them, and a copy is as large as its input;
 * the read indexes that dimension with the last axis itself, and no other dimension
   with it, and no index reads data (a data-dependent index is checked at run time,
   and its error must name the tensor the user wrote). One copy serves every read of
@@ -99,6 +101,8 @@ def rewrite(outputs: Sequence[Tensor]) -> Tuple[Dict[int, Tensor], List[Compute]
     done: Dict[int, Tensor] = {}
     made: Dict[Tuple[int, int], Compute] = {}
     order = topo_order(list(outputs))
+    if any(isinstance(t, Compute) and t.checkpoints is not None for t in order):
+        return {t.uid: t for t in order}, []  # memory bounded by the checkpoints: no copies
     if not any(isinstance(t, Compute) and t.carry is not None and t.body is not None and
                any(moved_dim(t, r) is not None for r in reads(t.body)) for t in order):
         return {t.uid: t for t in order}, []

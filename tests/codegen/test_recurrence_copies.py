@@ -35,7 +35,8 @@ def test_a_transposed_read_moves_to_a_copy_and_agrees(shape, dtype):
     assert f.source.count("/* X_T[") == 1
 
 
-def test_checkpointed_gradient_is_the_full_tape_bit_for_bit():
+def test_a_program_asking_for_checkpoints_makes_no_copy():
+    # its scratch memory is to be bounded by its checkpoints; a copy is input-sized
     X, Y = _running_max(128, 200, "float64", checkpoints=6)
     r = te.reduce_axis(128)
     L = te.compute((), lambda: te.sum(Y[199, r] * Y[199, r], axis=r), name="L", dtype="float64")
@@ -43,7 +44,7 @@ def test_checkpointed_gradient_is_the_full_tape_bit_for_bit():
     x = rand((128, 200), "float64")
     ck = te.build(dX, [X])
     full = te.build(dX, [X], options=te.ScheduleOptions(checkpoint=False))
-    assert "X_T" in ck.schedule.copies and "X_T" in full.schedule.copies
+    assert not ck.schedule.copies and not full.schedule.copies
     assert ck.schedule.checkpoint, str(ck.schedule)
     np.testing.assert_array_equal(ck(x), full(x))
     np.testing.assert_allclose(ck(x), te.build(dX, [X], backend="numpy")(x), rtol=1e-12)

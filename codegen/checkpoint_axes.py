@@ -33,9 +33,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tensorexpr.ir import (Carry, Compute, Read, ScatterAdd, SelfRef, Tensor, fresh_uid,
+from tensorexpr.ir import (Carry, Compute, Read, SelfRef, Tensor, fresh_uid,
                            tensor_inputs, topo_order, walk)
-from tensorexpr.transform import map_reads
+from tensorexpr.transform import map_reads, map_tensor_reads
 
 from .checkpoint_groups import adjoints
 
@@ -161,12 +161,7 @@ def carry_first(outputs) -> Tuple[Dict[int, Tensor], List[Tuple[Compute, Compute
                         carry=Carry(0, t.carry.step))
             perms[old.uid] = (t, p)
             moved.append((t, old))
-        elif isinstance(t, Compute) and t.body is not None:
-            body = map_reads(t.body, fix)
-            t = t if body is t.body else replace(t, body=body)
-        elif isinstance(t, ScatterAdd):
-            t = replace(t, indices=tuple(map_reads(i, fix) for i in t.indices),
-                        value=map_reads(t.value, fix),
-                        where=None if t.where is None else map_reads(t.where, fix))
+        else:
+            t = map_tensor_reads(t, fix)
         done[old.uid] = t
     return done, moved

@@ -38,14 +38,12 @@ Y[t, r] = select(t > 0, max(Y[t - 1, r], X_T[t, r]), X_T[t, r])    for t in [0, 
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tensorexpr.ir import (Axis, Compute, Placeholder, Read, ScatterAdd, Tensor, reads,
-                           topo_order, walk)
-from tensorexpr.transform import const_value, map_reads
+from tensorexpr.ir import Axis, Compute, Placeholder, Read, Tensor, reads, topo_order, walk
+from tensorexpr.transform import const_value, map_tensor_reads
 
 from .copies import moved_read, transposed
 
@@ -115,22 +113,16 @@ def rewrite(outputs: Sequence[Tensor]) -> Tuple[Dict[int, Tensor], List[Compute]
 
     for t in order:
         old = t
-        if isinstance(t, Compute) and t.body is not None:
-            body = map_reads(t.body, fix)
-            if t.carry is not None:
-                def move(r: Read, t=t):
-                    p = moved_dim(t, r)
-                    if p is None:
-                        return r
-                    key = (r.tensor.uid, p)
-                    if key not in made:
-                        made[key] = transposed(r.tensor, p)
-                    return moved_read(r, p, made[key])
-                body = map_reads(body, move)
-            t = t if body is t.body else replace(t, body=body)
-        elif isinstance(t, ScatterAdd):
-            t = replace(t, indices=tuple(map_reads(i, fix) for i in t.indices),
-                        value=map_reads(t.value, fix),
-                        where=None if t.where is None else map_reads(t.where, fix))
+        t = map_tensor_reads(t, fix)
+        if isinstance(t, Compute) and t.carry is not None and t.body is not None:
+            def move(r: Read, t=t):
+                p = moved_dim(t, r)
+                if p is None:
+                    return r
+                key = (r.tensor.uid, p)
+                if key not in made:
+                    made[key] = transposed(r.tensor, p)
+                return moved_read(r, p, made[key])
+            t = map_tensor_reads(t, move)
         done[old.uid] = t
     return done, list(made.values())

@@ -1,7 +1,6 @@
 """``te.build``: turn tensors into a callable on numpy arrays, on a chosen backend."""
 from __future__ import annotations
 
-import dataclasses
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -257,18 +256,13 @@ def cut(outputs: Sequence[Tensor], inputs: Sequence[Tensor]
         t = new.get(r.tensor.uid)
         return r if t is None or t is r.tensor else Read(t, r.indices, r.dtype)
 
-    from .transform import map_reads
+    from .transform import map_tensor_reads
     # Topological order: a tensor's producers are rewritten before its own reads are.
     for t in topo_order(list(outputs)):
         if t.uid in new or not any(p.uid in new for p in tensor_inputs(t)):
             continue
-        if isinstance(t, Compute):
-            new[t.uid] = dataclasses.replace(t, body=map_reads(t.body, redirect))
-        elif isinstance(t, ScatterAdd):
-            new[t.uid] = dataclasses.replace(
-                t, indices=tuple(map_reads(i, redirect) for i in t.indices),
-                value=map_reads(t.value, redirect),
-                where=None if t.where is None else map_reads(t.where, redirect))
+        if isinstance(t, (Compute, ScatterAdd)):
+            new[t.uid] = map_tensor_reads(t, redirect)
     return [new.get(t.uid, t) for t in outputs], stand_in
 
 

@@ -187,6 +187,33 @@ def map_reads(e: Expr, fn: Callable[[Read], Expr]) -> Expr:
     return bottom_up(e, lambda y: fn(y) if isinstance(y, Read) else y)
 
 
+def map_tensor_reads(t, fn: Callable[[Read], Expr]):
+    """The tensor ``t`` (same uid) with :func:`map_reads` applied to every expression of
+    its definition (a compute's body; a scatter-add's indices, value and condition);
+    ``t`` itself when nothing changes.
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((4,), name="A"); B = te.placeholder((4,), name="B")
+    >>> C = te.compute((4,), lambda i: A[i] * 2.0, name="C")
+    >>> print(map_tensor_reads(C, lambda r: B[r.indices]))
+    C[i] = B[i] * 2.0    for i in [0, 4)    float32
+    """
+    import dataclasses
+
+    from .ir import Compute, ScatterAdd
+    if isinstance(t, Compute) and t.body is not None:
+        body = map_reads(t.body, fn)
+        return t if body is t.body else dataclasses.replace(t, body=body)
+    if isinstance(t, ScatterAdd):
+        idx = tuple(map_reads(i, fn) for i in t.indices)
+        value = map_reads(t.value, fn)
+        where = None if t.where is None else map_reads(t.where, fn)
+        if value is t.value and where is t.where and all(a is b for a, b in zip(idx, t.indices)):
+            return t
+        return dataclasses.replace(t, indices=idx, value=value, where=where)
+    return t
+
+
 def replace_subexpr(e: Expr, target: Expr, repl: Expr) -> Expr:
     """``e`` with every sub-expression structurally equal to ``target`` replaced by ``repl``.
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from unittest import mock
 
-import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 

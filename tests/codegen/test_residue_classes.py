@@ -14,48 +14,16 @@ import tensorexpr as te
 from codegen import residue_classes, residue_split
 from codegen.schedule import Options
 
-from .test_conv import conv2d
+from .test_conv import conv2d, conv2d_nhwc
+from .test_padcopy import conv1d
 from .test_residues import conv_transpose
 from .util import agree, assert_same, rand
 
 
-def conv_nhwc(X, W, s, pad, dil):
-    """Channels last: ``Y[n, y, x, f] = sum X[n, y*s + ky*dil - pad, ..., c] * W[ky, kx, c, f]``."""
-    N, H, Wd, C = X.shape
-    KH, KW, _, F = W.shape
-    oh = (H + 2 * pad - dil * (KH - 1) - 1) // s + 1
-    ow = (Wd + 2 * pad - dil * (KW - 1) - 1) // s + 1
-    ky, kx, c = te.reduce_axis(KH, "ky"), te.reduce_axis(KW, "kx"), te.reduce_axis(C, "c")
-
-    def body(n, y, x, f):
-        iy, ix = y * s + ky * dil - pad, x * s + kx * dil - pad
-        term = X[n, iy, ix, c] * W[ky, kx, c, f]
-        if pad:
-            term = te.select((iy >= 0) & (iy < H) & (ix >= 0) & (ix < Wd), term, 0.0)
-        return te.sum(term, axis=[ky, kx, c])
-    return te.compute((N, oh, ow, F), body, name="Y")
-
-
-def conv_ncw(X, W, s, pad, dil):
-    """1-D: ``Y[n, f, t] = sum_{c, k} X[n, c, t*s + k*dil - pad] * W[f, c, k]``."""
-    N, C, L = X.shape
-    F, _, K = W.shape
-    ol = (L + 2 * pad - dil * (K - 1) - 1) // s + 1
-    c, k = te.reduce_axis(C, "c"), te.reduce_axis(K, "k")
-
-    def body(n, f, t):
-        i = t * s + k * dil - pad
-        term = X[n, c, i] * W[f, c, k]
-        if pad:
-            term = te.select((i >= 0) & (i < L), term, 0.0)
-        return te.sum(term, axis=[c, k])
-    return te.compute((N, F, ol), body, name="Y")
-
-
 LAYOUTS = {
     "nchw": (conv2d, lambda n, c, f, h, w, k: ((n, c, h, w), (f, c, k, k))),
-    "nhwc": (conv_nhwc, lambda n, c, f, h, w, k: ((n, h, w, c), (k, k, c, f))),
-    "ncw": (conv_ncw, lambda n, c, f, h, w, k: ((n, c, w), (f, c, k))),
+    "nhwc": (conv2d_nhwc, lambda n, c, f, h, w, k: ((n, h, w, c), (k, k, c, f))),
+    "ncw": (conv1d, lambda n, c, f, h, w, k: ((n, c, w), (f, c, k))),
 }
 
 
@@ -162,7 +130,7 @@ def test_classes_without_taps_are_zero():
     # and a kernel of 5 past the end of the image: the last points get nothing either
     for s, k, dil in ((2, 3, 2), (3, 5, 1)):
         X, W = te.placeholder((1, 16, 21), name="X"), te.placeholder((24, 16, k), name="W")
-        Y = conv_ncw(X, W, s=s, pad=0, dil=dil)
+        Y = conv1d(X, W, s=s, pad=0, dil=dil)
         H = te.placeholder(Y.shape, name="H")
         dX, = te.differentiate(Y, [X], head=H)
         f, (got,) = agree([dX], [X, W, H], rand(X.shape), rand(W.shape, seed=1),

@@ -211,6 +211,8 @@ def split(t: Tensor, classes: bool = False) -> Optional[Split]:
     taps = _taps(t, whole, classes)
     if taps is None:
         return None
+    if not strides and not any(const_value(a.hi) > MAX_TAP for a, _ in taps):
+        return None  # no reduction axis split and no output classes: nothing to do
     if not taps:
         final = Compute(t.name, t.dims, t.dtype, t.uid, t.origin, axes=t.axes,
                         body=fold_indices(whole))

@@ -191,12 +191,12 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
         lw.record.copies.extend(t.name for t in transposed + made)
         program = checkpoint.RingProgram(lw, rings).program()
     else:
-        scratch, padded, split = [], {}, []
+        scratch, padded, split, classes = [], {}, [], []
         # 5. program rewrites (not where sums are added a step at a time, nor where
         # tensors run by steps: their plans hold the tensors as written, the order a
         # checkpointed build follows)
         if options.residues and not sums:
-            computed, split = residues.plan(sig, computed, inline, options)
+            computed, split, classes = residues.plan(sig, computed, inline, options)
         if options.copies and not rows:
             computed = layout.plan(computed, inline)
             scratch, padded = padcopy.rewrite(sig, computed, inline, options)
@@ -205,6 +205,7 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
         lw.record.copies.extend([t.name for t in computed if copies.is_copy(t)] +
                                 [t.name for t, _ in scratch])
         lw.record.residues.extend(split)
+        lw.record.classes.extend(classes)
         program = lw.program()                                       # 6. schedule, lowering
     lw.record.hoisted.extend(hoisted)
     lw.record.full_tape.extend(checkpoint.full_tapes(sig, rings, options))

@@ -14,7 +14,11 @@ tests on ``q`` alone, and the loop over ``q`` is cut where they change value
 code over contiguous reads, and the ``c`` residues store ``c`` interleaved elements per
 ``q``. Every point keeps its value: only which loop computes it changes.
 
-Taken when ``x`` (static, from 0, a multiple of ``c`` long) appears in the dividend of a
+A length that is not a multiple of ``c`` ends with a piece of one ``q`` storing the first
+``n % c`` residues alone (the interleaving of ``codegen.residue_classes``' classes, 33
+points of 17 even and 16 odd ones).
+
+Taken when ``x`` (static, from 0, at least ``c`` long) appears in the dividend of a
 floor division or modulo by a constant ``c`` of ``[2, MAX_FACTOR]`` (the only such
 divisor), linearly, one of them a floor division, no reduction in the body, and every
 ``// c`` and ``% c`` folds.
@@ -41,7 +45,7 @@ MAX_FACTOR = 4
 class Residues:
     """``t``'s innermost axis as ``c*q + r``: ``pieces`` of the loop over ``q``, each
     ``(lo, hi, bodies)`` with one body per residue ``r`` (an expression of ``q`` and the
-    outer axes)."""
+    outer axes; fewer in a last piece where the axis ends before ``c*q + c``)."""
 
     c: int
     q: Axis
@@ -77,7 +81,7 @@ def divisor(t: Compute) -> Optional[int]:
     if len(found) != 1 or not floors:
         return None
     c = found.pop()
-    return c if 2 <= c <= MAX_FACTOR and n % c == 0 else None
+    return c if 2 <= c <= MAX_FACTOR and n >= c else None
 
 
 def plan(t: Compute) -> Optional[Residues]:
@@ -98,7 +102,8 @@ def plan(t: Compute) -> Optional[Residues]:
     if c is None:
         return None
     j = t.axes[-1]
-    q = Axis(f"{j.name}//{c}", Const(0, I64), Const(const_value(j.hi) // c, I64), fresh_uid())
+    n = const_value(j.hi)
+    q = Axis(f"{j.name}//{c}", Const(0, I64), Const(-(-n // c), I64), fresh_uid())
     bodies = []
     for r in range(c):
         at = Binary("add", Binary("mul", Const(c, I64), q, I64), Const(r, I64), I64)
@@ -110,6 +115,11 @@ def plan(t: Compute) -> Optional[Residues]:
     cut = piecewise.pieces_of(bodies, q)
     if cut is None:
         cut = [(0, const_value(q.hi), tuple(bodies))]
+    if n % c:
+        # the last q holds the first n % c residues alone: a piece of its own
+        lo, hi, last = cut.pop()
+        cut += [(lo, hi - 1, last)] if hi - 1 > lo else []
+        cut.append((hi - 1, hi, last[:n % c]))
     return Residues(c, q, tuple(cut))
 
 

@@ -99,6 +99,12 @@ class Split:
         return self.parts if self.parts else (self.final,)
 
     @property
+    def classes(self) -> Tuple[Tuple[Axis, int], ...]:
+        """The split output axes longer than a tap (``MAX_TAP``): residue classes of the
+        output itself (``codegen.residue_classes``)."""
+        return tuple((a, s) for a, s in self.taps if const_value(a.hi) > MAX_TAP)
+
+    @property
     def kept(self) -> Tuple[Axis, ...]:
         """The residue axes that stay axes of the sums (not fixed by the outer point)."""
         return tuple(x.r for x in self.residues if x.fixed is None)
@@ -117,15 +123,18 @@ class Split:
         if self.taps:
             axes = ", ".join(a.name for a, _ in self.taps)
             strides = sorted({s for _, s in self.taps})
-            text += (f"; {axes} by residues of {'/'.join(map(str, strides))}: "
+            text += (f"{'; ' if self.residues else ''}{axes} by residues of "
+                     f"{'/'.join(map(str, strides))}: "
                      + ", ".join(p.name for p in self.parts))
         return text
 
 
-def split(t: Tensor) -> Optional[Split]:
+def split(t: Tensor, classes: bool = False) -> Optional[Split]:
     """``t`` with its strided reduction axes split (see the module docstring), or None
-    when none is or the result would not fold (a residue moving with a long output
-    axis: ``codegen.rowsum_residues`` splits such rows at lowering instead).
+    when none is or the result would not fold. A residue moving with a long output
+    axis: ``classes`` splits that axis into residue parts too (``codegen.residue_classes``
+    judges whether they pay); else None (``codegen.rowsum_residues`` splits such rows at
+    lowering instead).
 
     >>> import tensorexpr as te
     >>> H = te.placeholder((2, 9), name="H")
@@ -147,7 +156,7 @@ def split(t: Tensor) -> Optional[Split]:
     body, where = where_form(red)
     conds = conjuncts(where)
     strides = _strides(t, red, body, conds)
-    if not strides:
+    if not strides and not classes:
         return None
     # y = s*q + r + c0 for each split axis, q and r new reduction axes
     residues: List[Residue] = []
@@ -199,9 +208,11 @@ def split(t: Tensor) -> Optional[Split]:
             new_axes.append(a)
     new_red = Reduce("sum", body, tuple(new_axes), conj(conds), red.dtype)
     whole = replace_subexpr(t.body, red, new_red) if t.body is not red else new_red
-    taps = _taps(t, whole)
+    taps = _taps(t, whole, classes)
     if taps is None:
         return None
+    if not strides and not any(const_value(a.hi) > MAX_TAP for a, _ in taps):
+        return None  # no reduction axis split and no output classes: nothing to do
     if not taps:
         final = Compute(t.name, t.dims, t.dtype, t.uid, t.origin, axes=t.axes,
                         body=fold_indices(whole))
@@ -314,11 +325,13 @@ def _fixing(conds: Sequence[Expr], r: Axis, s: int, others: set
     return None
 
 
-def _taps(t: Compute, whole: Expr) -> Optional[List[Tuple[Axis, int]]]:
+def _taps(t: Compute, whole: Expr, classes: bool = False
+          ) -> Optional[List[Tuple[Axis, int]]]:
     """The output axes to split into residue parts, each with its stride: those inside a
     floor division or modulo by a constant ``s``, unless only as ``s*c*u``. None when
-    one is not a short axis from 0, moves under two divisors, or the parts are too many
-    (whether the parts fold is checked on them: :func:`_parts`)."""
+    one is not a short axis from 0 (``classes``: a static axis from 0 of any length),
+    moves under two divisors, or the parts are too many (whether the parts fold is
+    checked on them: :func:`_parts`)."""
     found: Dict[int, int] = {}
     for e in walk(whole, unique=True):
         if not (isinstance(e, Binary) and e.op in ("floordiv", "mod")):
@@ -334,7 +347,7 @@ def _taps(t: Compute, whole: Expr) -> Optional[List[Tuple[Axis, int]]]:
     for a in t.axes:
         if a.uid in found:
             lo, hi = const_value(a.lo), const_value(a.hi)
-            if lo != 0 or hi is None or hi > MAX_TAP:
+            if lo != 0 or hi is None or (hi > MAX_TAP and not classes):
                 return None
             taps.append((a, found[a.uid]))
     if math.prod(s for _, s in taps) > MAX_PARTS:

@@ -39,6 +39,7 @@ from tensorexpr.ir import Compute, Placeholder, Read, Tensor, walk
 from tensorexpr.polyhedral import PointSet, conjuncts, params_of
 from tensorexpr.transform import const_value, map_reads
 
+from . import residue_classes
 from .copies import packed, packed_read
 from .layout import place
 from .patterns import only_sum, where_form
@@ -144,10 +145,12 @@ def _extent(lo, hi) -> int:
 
 
 def plan(sig, computed: Sequence[Tensor], inline: set, options
-         ) -> Tuple[List[Tensor], List[str]]:
+         ) -> Tuple[List[Tensor], List[str], List[str]]:
     """The computed tensors of a program (in order) with each sum whose split pays
     replaced by its parts and itself (module docstring), the packed copies placed
-    before their first reader; and a line per split for the schedule.
+    before their first reader; a line per split for the schedule, and a line per sum
+    split into residue classes of its output (``codegen.residue_classes``, when
+    ``options.residue_classes``).
 
     >>> import tensorexpr as te
     >>> from codegen.signature import Signature
@@ -157,7 +160,7 @@ def plan(sig, computed: Sequence[Tensor], inline: set, options
     >>> dW = te.compute((16, 4), lambda c, k: te.sum(H[n, y] * X[n, c, (y + 1 - k) // 2],
     ...     axis=[n, y], where=((y + 1 - k) % 2 == 0) & (y + 1 >= k) & (y + 1 - k < 64)),
     ...     name="dW")
-    >>> order, lines = plan(Signature([dW], [H, X]), [dW], set(), DEFAULT)   # 16 reads of H
+    >>> order, lines, _ = plan(Signature([dW], [H, X]), [dW], set(), DEFAULT)   # 16 reads of H
     >>> [t.name for t in order]
     ['H_planes', 'dW_r0', 'dW_r1', 'dW']
     >>> for part in lines[0].split("; "): print(part)
@@ -167,24 +170,27 @@ def plan(sig, computed: Sequence[Tensor], inline: set, options
     """
     order = list(computed)
     lines: List[str] = []
+    classes: List[str] = []
     if any(isinstance(t, Compute) and (t.carry is not None or t.self_ref is not None)
            for t in order):
-        return order, lines  # recurrences: rolling buffers are planned on the tensors
+        return order, lines, classes  # recurrences: rolling buffers are planned on the tensors
     params = tuple(sig.size_names)
     copies: Dict[Key, Compute] = {}
     for t in list(computed):
         if t.uid in inline or options.forced(t.name) is not None:
             continue
-        sp = split(t)
-        if sp is None:
-            continue
+        sp = split(t, classes=options.residue_classes)
+        if sp is None or (sp.classes and not residue_classes.pays(sp)):
+            continue  # (without classes such a sum is not split at all)
         done = _apply(sp, order, copies, inline, params)
         if done is None:
             continue
         order, mine, line = done
         copies.update(mine)
         lines.append(line)
-    return order, lines
+        if sp.classes:
+            classes.append(residue_classes.line(sp))
+    return order, lines, classes
 
 
 def _apply(sp: Split, order: List[Tensor], copies: Dict[Key, Compute], inline: set,
@@ -229,8 +235,10 @@ def _apply(sp: Split, order: List[Tensor], copies: Dict[Key, Compute], inline: s
         for key, _ in which.values():
             readers.setdefault(key, new)
         sums.append(new)
-    if not readers:
+    if not readers and not sp.classes:
         return None  # no read steps by 1 along the lanes that did not before
+    # (output residue classes pay by themselves: each is a dense sum, no residue left
+    # moving with its rows)
     if sp.parts:
         by_uid = {p.uid: p for p in sums}
         final = replace(sp.final, body=map_reads(

@@ -42,6 +42,8 @@ class Options:
     (``passes.hoist``); ``share``: costly expressions several tensors (or points) recompute
     are stored once (``passes.share``); ``residues``: sums that gather with a stride split their
     reduction axes by residues and read residue-packed copies (``codegen.residues``);
+    ``residue_classes``: such a sum whose taps' residues move with long output axes is
+    split into one dense sum per residue class of those axes (``codegen.residue_classes``);
     ``streaming``: large outputs written once are stored around the caches
     (``codegen.streaming``); ``force``: tensor name -> strategy
     name, used for that tensor when the strategy applies (an error names the
@@ -50,7 +52,7 @@ class Options:
     >>> Options(force={"Y": "loops"}).force
     (('Y', 'loops'),)
     >>> Options().key()
-    'checkpoint=1 register_tiles=1 fuse=1 copies=1 hoist=1 share=1 residues=1 streaming=1 force='
+    'checkpoint=1 register_tiles=1 fuse=1 copies=1 hoist=1 share=1 residues=1 residue_classes=1 streaming=1 force='
     """
     checkpoint: Union[bool, str] = True
     register_tiles: bool = True
@@ -59,6 +61,7 @@ class Options:
     hoist: bool = True
     share: bool = True
     residues: bool = True
+    residue_classes: bool = True
     streaming: bool = True
     force: Tuple[Tuple[str, str], ...] = ()
 
@@ -83,7 +86,7 @@ class Options:
         """A stable text of the options: part of the build-cache key."""
         flags = " ".join(f"{k}={int(v) if isinstance(v, bool) else v}"
                          for k in ("checkpoint", "register_tiles", "fuse", "copies", "hoist",
-                                   "share", "residues", "streaming")
+                                   "share", "residues", "residue_classes", "streaming")
                          for v in [getattr(self, k)])
         return f"{flags} force=" + ",".join(f"{k}:{v}" for k, v in self.force)
 
@@ -144,6 +147,8 @@ class Schedule:
     full_tape: Tuple[str, ...] = ()
     #: a line per tensor whose stores are non-temporal (``codegen.streaming``)
     streamed: Tuple[str, ...] = ()
+    #: a line per sum split into residue classes of its output (``codegen.residue_classes``)
+    classes: Tuple[str, ...] = ()
 
     def __getitem__(self, name: str) -> Choice:
         for c in self.choices:
@@ -177,6 +182,7 @@ class Schedule:
         lines += [f"full tape: {c}" for c in self.full_tape]
         lines += [f"hoisted: {c}" for c in self.hoisted]
         lines += [f"residues: {c}" for c in self.residues]
+        lines += [f"residue classes: {c}" for c in self.classes]
         lines += [f"streamed: {c}" for c in self.streamed]
         return "\n".join(lines) or "(nothing lowered: every output is a view of an input)"
 
@@ -204,6 +210,7 @@ class Recorder:
         self.residues: list = []
         self.full_tape: list = []
         self.streamed: list = []
+        self.classes: list = []
         self._open: list = []  # the choices in progress (a strategy lowers other tensors)
         #: while not None, every note as ``(index of its choice or -1, name, value)``:
         #: what a lowering replayed (``codegen.replay``) notes again
@@ -240,13 +247,13 @@ class Recorder:
         not replayed: ``codegen.replay``).
 
         >>> r = Recorder(DEFAULT); r.copies.append("A_T"); r.lists()
-        (0, 1, 0, 0, 0, 0, 0)
+        (0, 1, 0, 0, 0, 0, 0, 0)
         """
         return (len(self.groups), len(self.copies), len(self.checkpoint), len(self.hoisted),
-                len(self.slabs), len(self.unfused), len(self.residues))
+                len(self.slabs), len(self.unfused), len(self.residues), len(self.classes))
 
     def freeze(self) -> Schedule:
         return Schedule(tuple(self.choices), tuple(self.groups), tuple(self.copies),
                         tuple(self.checkpoint), tuple(self.hoisted), self.options,
                         tuple(self.slabs), tuple(self.unfused), tuple(self.residues),
-                        tuple(self.full_tape), tuple(self.streamed))
+                        tuple(self.full_tape), tuple(self.streamed), tuple(self.classes))

@@ -212,20 +212,22 @@ def test_residue_rows_test_their_range_before_the_sums_condition(n):
         assert "x//2" in fc.source
 
 
-def conv2d_nhwc(X, W, pad=0):
-    """``Y[n, y, x, f] = sum_{ky, kx, c} X[n, y + ky - pad, x + kx - pad, c] * W[ky, kx, c, f]``:
-    channels last, as TensorFlow and JAX users write it."""
+def conv2d_nhwc(X, W, pad=0, s=1, dil=1):
+    """``Y[n, y, x, f] = sum_{ky, kx, c} X[n, y*s + ky*dil - pad, x*s + kx*dil - pad, c]
+    * W[ky, kx, c, f]``: channels last, as TensorFlow and JAX users write it."""
     N, H, Wd, C = X.shape
     KH, KW, _, F = W.shape
+    oh = (H + 2 * pad - dil * (KH - 1) - 1) // s + 1
+    ow = (Wd + 2 * pad - dil * (KW - 1) - 1) // s + 1
     ky, kx, c = te.reduce_axis(KH, "ky"), te.reduce_axis(KW, "kx"), te.reduce_axis(C, "c")
 
     def body(n, y, x, f):
-        iy, ix = y + ky - pad, x + kx - pad
+        iy, ix = y * s + ky * dil - pad, x * s + kx * dil - pad
         term = X[n, iy, ix, c] * W[ky, kx, c, f]
         if pad:
             term = te.select((iy >= 0) & (iy < H) & (ix >= 0) & (ix < Wd), term, 0.0)
         return te.sum(term, axis=[ky, kx, c])
-    return te.compute((N, H + 2 * pad - KH + 1, Wd + 2 * pad - KW + 1, F), body, name="Y")
+    return te.compute((N, oh, ow, F), body, name="Y")
 
 
 @pytest.mark.parametrize("pad,hw,cf", [(0, (6, 7), (8, 16)), (1, (5, 9), (3, 17)), (0, (4, 4), (16, 9))])

@@ -121,3 +121,25 @@ def test_a_window_whose_outer_loop_runs_more_points_than_it_has_per_row():
     x = rand((8, 8))
     np.testing.assert_allclose(y, [np.fliplr(x).diagonal(7 - i).sum() for i in range(15)],
                                rtol=1e-5)
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(2, 4), st.integers(0, 3), st.integers(1, 9), st.integers(0, 99))
+def test_residues_of_a_row_that_is_not_a_multiple_of_the_divisor(c, extra, q, seed):
+    # an interleaving of c rows (as the residue classes of a strided gradient are read
+    # back: codegen.residue_classes): the last q holds the first n % c residues alone
+    n = c * q + extra % c
+    if n < c:
+        n += c
+    parts = [te.placeholder((3, -(-(n - r) // c)), name=f"P{r}") for r in range(c)]
+
+    def body(i, x):
+        v = parts[-1][i, x // c]
+        for r in reversed(range(c - 1)):
+            v = te.select(x % c == r, parts[r][i, x // c], v)
+        return v
+    Y = te.compute((3, n), body, name="Y")
+    f, _ = agree([Y], parts, *[rand(p.shape, seed=seed + k) for k, p in enumerate(parts)])
+    assert f.schedule["Y"].strategy == "split"
+    if n % c:
+        assert f.schedule["Y"].param("pieces")[-1] == (n // c, n // c + 1), f.schedule

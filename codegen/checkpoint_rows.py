@@ -183,7 +183,21 @@ class Rows:
 def _step_axis(x: Compute, targets: Dict[int, Tuple[Compute, int]], params):
     """``(axis, {uid: offsets})``: the axis of ``x`` within a constant distance of which
     it reads every tensor of ``targets`` (uid -> (tensor, its step axis)) it reads, the
-    nearest (with constant sizes every read is within some distance of every axis)."""
+    nearest (with constant sizes every read is within some distance of every axis). An
+    axis of one point is a step axis only if no other axis is one: any read is within a
+    constant distance of it (the leading axis ``p0`` of the Jacobian-shaped gradient of a
+    loss of shape ``(1,)``, ``dhs[p0, t] = select(t == T - 1, 2 hs[t], 0)``, reads ``hs``
+    at distance ``T - 1`` of ``p0`` as exactly as at distance 0 of ``t``).
+
+    >>> import tensorexpr as te
+    >>> x = te.placeholder((5, 2), name="x")
+    >>> hs = te.compute((5, 2), lambda t, b: x[t, b] * 3.0, name="hs")
+    >>> dhs = te.compute((1, 5, 2), lambda p, t, b: te.select(t == 4, 2.0 * hs[t, b], 0.0),
+    ...                  name="dhs")
+    >>> a, got = _step_axis(dhs, {hs.uid: (hs, 0)}, ())
+    >>> a, list(got.values())
+    (1, [(0, 0)])
+    """
     read = [u for u in targets if reads(x, targets[u][0])]
     best = None
     for a, ax in enumerate(x.axes):
@@ -195,9 +209,13 @@ def _step_axis(x: Compute, targets: Dict[int, Tuple[Compute, int]], params):
                 break
         else:
             spread = sum(r[1] - r[0] for r in got.values() if r)
-            if best is None or spread < best[0]:
-                best = (spread, a, got)
+            if best is None or (_one_point(x.dims[a]), spread) < best[0]:
+                best = ((_one_point(x.dims[a]), spread), a, got)
     return None if best is None else best[1:]
+
+
+def _one_point(n: Expr) -> bool:
+    return isinstance(n, Const) and n.value == 1
 
 
 def by_steps_ok(x: Compute, a: int, steps) -> bool:

@@ -412,12 +412,15 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
         f for f, *_ in rows.fore]
     tail = [last_rows(x, e, params) for x in inside]
     # (with a constant T every read is "in the last T steps": demand a ring smaller
-    # than the one recomputation needs)
+    # than the one recomputation needs, and, with fewer checkpoints than steps, than T:
+    # a ring of every step is the full tape checkpoints=k asked not to keep; at T = 9,
+    # k = 3 revolve's 3 x 2 checkpoint rows and 3 ring rows are 9 as well)
     width = max(w, back + ahead)
     # (revolve: its ring and checkpoints)
     ring = _c((k + 1) * width + 1) if revolve else _bin("add", seg, _c(back + ahead))
-    if len(es) == 1 and not rows.fore and all(m is not None for m in tail) and (
-            not isinstance(ring, Const) or max([w + 1, last] + tail) <= ring.value):
+    held = max([w + 1, last] + [m for m in tail if m is not None])
+    if len(es) == 1 and not rows.fore and None not in tail and (not isinstance(ring, Const) or (
+            held < ring.value and (k >= T.value or held < T.value))):
         s.recompute = False
         s.last = max([last] + tail)
         s.back, s.ahead = 0, 0
@@ -534,7 +537,8 @@ class RingProgram(RevolveSteps, SegmentSteps):
         for e in s.es if s is not None else ():
             lw.record.checkpoint.append(
                 f"{e.name} (revolve: {s.k} checkpoints x {s.width} rows)" if s.mode == "revolve"
-                else f"{e.name} (segments: {s.k} checkpoints x {s.back} rows)")
+                else f"{e.name} (segments: {s.k} checkpoints x {s.back} rows)" if s.recompute
+                else f"{e.name} (segments: nothing recomputed, its last {s.last} rows kept)")
         if s is not None and len(s.es) > 1:
             lw.record.checkpoint.append(f"{s.names}: in lockstep (a step of each in turn; "
                                         f"a checkpoint holds the state of each)")

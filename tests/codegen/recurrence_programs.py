@@ -80,7 +80,8 @@ def agrees_with_its_full_tape(ins, grads, mode, seed=0, shapes=None):
     return ck
 
 
-# T not a multiple of k, k = 1, k >= T, T = 1, and a T the no-recompute ring covers
+# T not a multiple of k, k = 1, k >= T (nothing recomputed: a ring of every step), T = 1,
+# and T = k * 2 rows of a checkpoint (the ring of every step that revolve's memory equals)
 STEPS = [(13, 3), (7, 1), (4, 9), (1, 1), (6, 2)]
 
 

@@ -5,7 +5,7 @@
 :mod:`codegen.revolve`, emitted as a static table of actions the C loops over: the
 forward sweep (the schedule up to its first turn) and the reversal (the rest).
 Its methods use the ring program's lowerer (``self.lw``), rings (``self.ring_of``),
-``rows`` and ``_copy_row``; ``s`` is the program's ``checkpoint.Segments``.
+``rows`` and ``_copy_row``; ``s`` is the program's ``checkpoint_plan.Segments``.
 
 The schedule it runs is part of the build's schedule:
 

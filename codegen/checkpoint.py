@@ -105,6 +105,21 @@ Several recurrences: a group in lockstep (``codegen.checkpoint_groups``)
     first recurrence alone; the rest keep the full tape (a second layer without
     ``checkpoints`` reads every row of the first: its ring is then whole).
 
+Several groups: one reversal each (``codegen.checkpoint_plan``)
+    Independent groups are each checkpointed by their own plan: each group's forward
+    sweep runs where its last member is, its reversal (with its own rings, checkpoints
+    and revolve schedule) where its first adjoint is, one after the other
+    (``g; h: reversed one after the other``). No two plans compute the same tensor, and
+    none reads what another keeps in rings or runs a row at a time; a consumer of one
+    kept whole may be read by another's turns if its reversal runs first. A
+    bidirectional RNN (``h`` over ``x``, ``g`` over ``xr[t] = x[T - 1 - t]``,
+    ``y[t] = h[t] + g[T - 1 - t]``) under a head over every step is so: ``g``'s reversal
+    computes ``dxr`` whole (a tensor after the turns that reads only consumers, at rows
+    of no single turn, runs after them and reads them whole), then ``h``'s computes
+    ``dx[t] = dxr[T - 1 - t] + ...`` at its turns. ``dx`` needs no split: the term of
+    ``g`` is ``dxr``, already a tensor of its own, and every element is the same C in
+    every build.
+
     Not supported, in either mode (full tape instead, still exact): a tensor holding a
     sum along the steps that does not run by steps (a sum under a condition on an axis
     it reads: the C backend vectorizes some sums, and the order of a vectorized sum may
@@ -112,30 +127,30 @@ Several recurrences: a group in lockstep (``codegen.checkpoint_groups``)
     could not be promised); a sum over the steps reading a consumer at another turn,
     ``de`` at an earlier step, or a tensor computed after the segments; consumers
     reading ``de`` at earlier steps than their turn, or another consumer at another
-    turn; tensors before ``de`` reading ``e`` other than within a constant distance of
-    one of their axes or at its last steps; tensors after the segments reading forward
-    rows; ``e``, ``de`` or a forward row being outputs (an output keeps the caller's
-    layout: a recurrence that is one and is carried along another axis than its first
-    is not moved either), scatter-adds reading them; more than one group per program
-    (the first group found is checkpointed): independent recurrences that are not of
-    the same steps, or that another tensor reads between them. A bidirectional RNN
-    (``h`` over ``x``, ``g`` over ``x[T - 1 - t]``, ``y[t] = h[t] + g[T - 1 - t]``) is
-    both: under a loss of ``y``'s last step, ``y``'s adjoint reaches ``dh`` and ``dg``,
-    so each layer is read by two descending recurrences and both keep their full tape;
-    under a head over every step of ``y``, ``h`` is checkpointed and ``g`` keeps its
-    full tape, as ``dx`` reads ``dh[t]`` and ``dg[T - 1 - t]``, rows of no single turn.
-    Checkpointing both would take two reversals in one program (a plan per group) and
-    ``dx`` split, in every build, into a sum of one term per group, each a consumer of
-    its own reversal, added after both: not done. Also not supported: a member read
-    ahead of its step by a later one; an adjoint reading a consumer at another turn. The numpy backend always keeps the full tape (it is the reference).
+    turn and ``de``, ``e`` or a forward row too; tensors before ``de`` reading ``e``
+    other than within a constant distance of one of their axes or at its last steps;
+    tensors after the segments reading forward rows; ``e``, ``de`` or a forward row
+    being outputs (an output keeps the caller's layout: a recurrence that is one and is
+    carried along another axis than its first is not moved either), scatter-adds
+    reading them; a group that would share a tensor with another's reversal, or read
+    its rings (the schedule names the tensor). A tensor read by the adjoints of two
+    recurrences: the bidirectional RNN under a loss of ``y``'s last step, where
+    ``dy = 2 y[T - 1]`` reads ``h[T - 1]`` and ``g[0]`` and is read by ``dh[t]`` and by
+    ``dg`` at ``T - 1 - t``: each layer is read by two descending recurrences, and both
+    keep their full tape (checkpointing them would need ``y`` computed only at its last
+    step, from ``h``'s last row and ``g``'s first, and ``dy`` before both reversals:
+    not done). Also not supported: a member read ahead of its step by a later one; an
+    adjoint reading a consumer at another turn. The numpy backend always keeps the full
+    tape (it is the reference).
     ``te.recurrence`` itself runs ascending only: a user's descending recurrence along
     any axis does not exist (``x[b, T - 1 - t]`` reverses the input instead); adjoints
     descend along any axis and are moved as their recurrence is.
 
     The schedule names each recurrence asking for checkpoints that keeps its full tape,
     with the first unsupported condition it met (``checkpoint_plan.Plan.refused``,
-    :func:`full_tapes`: ``full tape: g (checkpoints=3: several descending recurrences read it (dg, dh): no
-    turn could run them)``), so a full tape is never given silently.
+    :func:`full_tapes`: ``full tape: g (checkpoints=3: several descending recurrences
+    read it (dg, dh): no turn could run them)``), so a full tape is never given
+    silently.
 
 Ring and checkpoint buffers are ordinary program buffers of their reduced
 shape (``runtime`` allocates them like any intermediate); the full ``T``-row
@@ -216,15 +231,19 @@ class RingProgram(RevolveSteps, SegmentSteps):
         self.plan = p
         lw.record.checkpoint.extend(
             f"{r.tensor.name} (ring of {r.rows} rows)" for r in p.rings.values())
-        s = p.segments
-        for e in s.es if s is not None else ():
+        for s in p.groups:
+            for e in s.es:
+                lw.record.checkpoint.append(
+                    f"{e.name} (revolve: {s.k} checkpoints x {s.width} rows)"
+                    if s.mode == "revolve" else
+                    f"{e.name} (segments: {s.k} checkpoints x {s.back} rows)" if s.recompute
+                    else f"{e.name} (segments: nothing recomputed, its last {s.last} rows kept)")
+            if len(s.es) > 1:
+                lw.record.checkpoint.append(f"{s.names}: in lockstep (a step of each in turn; "
+                                            f"a checkpoint holds the state of each)")
+        if len(p.groups) > 1:
             lw.record.checkpoint.append(
-                f"{e.name} (revolve: {s.k} checkpoints x {s.width} rows)" if s.mode == "revolve"
-                else f"{e.name} (segments: {s.k} checkpoints x {s.back} rows)" if s.recompute
-                else f"{e.name} (segments: nothing recomputed, its last {s.last} rows kept)")
-        if s is not None and len(s.es) > 1:
-            lw.record.checkpoint.append(f"{s.names}: in lockstep (a step of each in turn; "
-                                        f"a checkpoint holds the state of each)")
+                "; ".join(s.names for s in p.groups) + ": reversed one after the other")
         self.replays = Replays(lw)
         self.ring_of: Dict[int, Ring] = {}
         self.logical: Dict[int, Tensor] = {}  # scratch buffer uid -> the tensor it holds
@@ -243,7 +262,7 @@ class RingProgram(RevolveSteps, SegmentSteps):
                     lw.buf[uid] = lw.buf[ring.scratch.uid]
                     self.ring_of[uid] = ring
                     lw.rings[uid] = (ring.axis, ring.rows)
-        for e in s.es if s is not None else ():
+        for s, e in ((s, e) for s in p.groups for e in s.es):
             st = s.stores.get(e.uid)
             if st is None:
                 continue
@@ -255,22 +274,24 @@ class RingProgram(RevolveSteps, SegmentSteps):
             lw.tensors.append(st)
 
     def program(self) -> Program:
-        s = self.plan.segments
         skip = set()
         lowered = [self.logical.get(t.uid, t) for t in self.lw.lowered]
-        if s is not None:
-            skip = ({x.uid for x in s.des[1:]} | {x.uid for x, *_ in s.consumers}
-                    | {x.uid for x in s.early} | {p.t.uid for p in s.sums}
-                    | {x.uid for x, *_ in s.fore} | {x.uid for x in s.stores.values()})
+        forward, reverse = {}, {}  # uid -> the group whose sweep runs there
+        for s in self.plan.groups:
+            skip |= ({x.uid for x in s.des[1:]} | {x.uid for x, *_ in s.consumers}
+                     | {x.uid for x in s.early} | {p.t.uid for p in s.sums}
+                     | {x.uid for x, *_ in s.fore} | {x.uid for x in s.stores.values()})
             # a group's forward steps run where its last member is (group(): nothing
             # between its members reads them), its reversal where its first adjoint is
             es = {x.uid for x in s.es}
             last = [t for t in lowered if t.uid in es][-1]
             skip |= es - {last.uid}
-            first_de = next(t for t in lowered if t.uid in {x.uid for x in s.des})
+            forward[last.uid] = s
+            reverse[next(t for t in lowered if t.uid in {x.uid for x in s.des}).uid] = s
         body: List[Stmt] = []
         for t in lowered:  # (scratch tensors are lowered inside their users)
-            if s is not None and t.uid == first_de.uid:
+            s = reverse.get(t.uid)
+            if s is not None:
                 if s.mode == "revolve":
                     body.append(self._reverse(s))
                     continue
@@ -280,10 +301,11 @@ class RingProgram(RevolveSteps, SegmentSteps):
                 continue
             if t.uid in skip:
                 continue
-            if s is not None and s.mode == "revolve" and t.uid == last.uid:
+            s = forward.get(t.uid)
+            if s is not None and s.mode == "revolve":
                 body.append(self._forward(s))
                 continue
-            if s is not None and s.recompute and t.uid == last.uid:
+            if s is not None and s.recompute:
                 body.append(Block((Comment(f"{', '.join(map(str, s.es))} [forward sweep, "
                                            f"checkpointed]"),) +
                                   tuple(self.lockstep(s.es, None, None, self._save(s)))))

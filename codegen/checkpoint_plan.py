@@ -102,14 +102,46 @@ class Segments:
     def names(self) -> str:
         return ", ".join(x.name for x in self.es)
 
+    def runs(self) -> Dict[int, Tensor]:
+        """uid -> each tensor this plan computes itself (the recurrences, their adjoints,
+        the rows run along the steps, the sums over them, the tensors computed before
+        the turns), not where the program has it.
+
+        >>> import tensorexpr as te
+        >>> from codegen.signature import Signature
+        >>> u = te.placeholder((6, 2), name="u")
+        >>> e = te.recurrence((6, 2), lambda e, t, r: te.sin(u[t, r] + te.select(
+        ...     t > 0, e[t - 1, r], 0.0)), name="e", checkpoints=2)
+        >>> (du,) = te.differentiate(te.compute((), lambda: e[5, 0], name="L"), [u])
+        >>> s = plan(Signature([du], [u])).segments
+        >>> sorted(x.name for x in s.runs().values()), sorted(s.runs()[u].name for u in s.rowed())
+        (['de', 'du', 'e'], ['de', 'e'])
+        """
+        got = list(self.es) + list(self.des) + [c for c, *_ in self.consumers] + [
+            f for f, *_ in self.fore] + [p.t for p in self.sums] + list(self.early)
+        return {x.uid: x for x in got}
+
+    def rowed(self) -> set:
+        """uids of the tensors of this plan no other tensor may read (kept in rings or run
+        a row at a time): all it computes but the consumers kept whole."""
+        whole = {c.uid for c, *_ in self.consumers if c.uid not in self.ringed}
+        return set(self.runs()) - whole
+
 
 @dataclass
 class Plan:
     rings: Dict[int, Ring] = field(default_factory=dict)
-    segments: Optional[Segments] = None
+    # the checkpointed groups, each reversed on its own, one after the other (in the
+    # program order of their first adjoints)
+    groups: List[Segments] = field(default_factory=list)
     # (name, reason): the recurrences with checkpoints that keep their full tape, and the
     # first unsupported condition each met (the schedule prints them)
     refused: List[Tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def segments(self) -> Optional[Segments]:
+        """The first checkpointed group (None: none)."""
+        return self.groups[0] if self.groups else None
 
 
 def _scratch(t: Compute, dims: Sequence[Expr], what: str) -> Compute:
@@ -162,8 +194,7 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
                 refused[e.uid] = (e.name, "one step: nothing to checkpoint" if same(
                     T, _c(1)) else "it reads itself at no constant distance back")
             continue
-        seg, why = None, [f"{out.segments.names} is checkpointed (one group per program)"
-                          ] if out.segments is not None else []
+        seg, why = None, []
         if e.checkpoints and e.carry.step > 0 and e.carry.axis != 0:
             why.append(f"its steps are along its axis {e.carry.axis}, not its first "
                        f"(codegen.checkpoint_axes moves them first unless it is an output)")
@@ -175,11 +206,14 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
                 why = []
                 seg = _segments(es[:n], order, readers, outputs, params, mode, sums, steps,
                                 why)
+                clash = seg and _clash(seg, out.groups, order)
+                if clash:
+                    seg = refuse(why, clash)
                 if seg is not None:
                     break
         if seg is not None:
-            out.segments = seg
-            grouped = {x.uid for x in seg.es}
+            out.groups.append(seg)
+            grouped |= {x.uid for x in seg.es}
             continue
         if e.checkpoints:
             refused[e.uid] = (e.name, why[0] if why else "its gradient is not checkpointed")
@@ -197,8 +231,8 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
             dims = list(e.dims)
             dims[e.carry.axis] = _c(rows)
             out.rings[e.uid] = Ring(e, _c(rows), _scratch(e, dims, "ring"), e.carry.axis)
-    if out.segments is not None:
-        _segment_buffers(out)
+    for seg in out.groups:
+        _segment_buffers(out, seg)
     # (a recurrence in a ring of its last rows keeps no full tape: a forward-only build)
     out.refused = [r for u, r in refused.items() if u not in out.rings]
     return out
@@ -295,8 +329,32 @@ def _slots(k, T: Expr) -> int:
     return int(k)
 
 
-def _segment_buffers(p: Plan) -> None:
-    s = p.segments
+def _clash(b: Segments, groups: Sequence[Segments], order) -> Optional[str]:
+    """Why the group ``b`` cannot be reversed besides the ``groups`` already checkpointed
+    (None: it can). Each group's reversal runs where its first adjoint is in the program,
+    on its own rings: no two may compute the same tensor, nor read what another keeps in
+    rings or runs a row at a time; one may read another's consumers kept whole (a
+    bidirectional RNN's dx[t] reads the reversed layer's dxr[T - 1 - t]) if that other's
+    reversal runs first."""
+    pos = {t.uid: n for n, t in enumerate(order)}
+    mine = b.runs()
+    for a in groups:
+        theirs = a.runs()
+        if set(mine) & set(theirs):
+            return (f"{', '.join(mine[u].name for u in set(mine) & set(theirs))} would be run "
+                    f"by the reversal of {a.names} as well")
+        for runs, other, other_runs in ((mine, a, theirs), (theirs, b, mine)):
+            before = pos[other.de.uid] < pos[(b if other is a else a).de.uid]
+            for x in runs.values():
+                for q in tensor_inputs(x):
+                    if q.uid in other_runs and (q.uid in other.rowed() or not before):
+                        return (f"{x.name} reads {q.name}, which the reversal of "
+                                f"{other.names} computes "
+                                + ("a row at a time" if q.uid in other.rowed() else "after it"))
+    return None
+
+
+def _segment_buffers(p: Plan, s: Segments) -> None:
     # (a group's members share the rows kept: a checkpoint holds each one's state)
     held = None
     if s.mode == "revolve":

@@ -272,6 +272,7 @@ def classify(e, de, order: Sequence[Tensor], outputs, params,
     shift: Dict[int, int] = {}  # consumers
     on_adjoint = set(out.des)  # the tensors depending on an adjoint
     read_by_de = {p.uid for d in des for p in tensor_inputs(d)}
+    last_only: List[Tensor] = []  # after de, reading only e's last rows
     for x in order[pos[es[0].uid] + 1:]:
         if any(p.uid in on_adjoint for p in tensor_inputs(x)):
             on_adjoint.add(x.uid)
@@ -327,6 +328,13 @@ def classify(e, de, order: Sequence[Tensor], outputs, params,
                 if not (on_de or on_fore) and _last_rows(x, es, params) is not None \
                         and not any(reads(x, stepped[u][0]) for u in shift):
                     out.early.append(x)  # only the last steps of e: before the turns
+                    last_only.append(x)
+                    continue
+                if not (on_de or on_e or on_fore or x.uid in sums):
+                    # only consumers, at rows of no single turn (a bidirectional RNN's
+                    # dx[t] reads the reversed layer's dxr[T - 1 - t]): after the turns,
+                    # reading them whole
+                    out.taken.add(x.uid)
                     continue
                 return refuse(why, f"{x.name} reads the rows run along the steps at no single "
                                    f"turn (the gradient at an earlier step, another turn's "
@@ -342,6 +350,9 @@ def classify(e, de, order: Sequence[Tensor], outputs, params,
             out.early.append(x)
     if not out.consumers and not out.sums:
         return refuse(why, "no tensor reads the gradient a step at a time")
+    # (those reading e's last rows from its ring: before the turns recompute it)
+    out.early = _needed(out.early, list(des) + [c for c, *_ in out.consumers] + last_only
+                        + [p.t for p in out.sums] + [f[0] for f in fore.values()])
     # the rows of the forward tensors each turn needs, from their readers down
     for d in des:
         for y in es:
@@ -386,6 +397,21 @@ def classify(e, de, order: Sequence[Tensor], outputs, params,
     out.ringed = {u for u in shift if u not in outputs
                   and all(r.uid in inside for r in readers.get(u, []))}
     return out
+
+
+def _needed(early: List[Tensor], run: List[Tensor]) -> List[Tensor]:
+    """The tensors of ``early`` (in order) that what runs at the turns, ``run``, reads, or
+    reads through others of them: computed before the turns. The rest read nothing run
+    at the turns either, and stay where the program has them (another group's
+    recurrences and gradients, in a program checkpointing several)."""
+    mine = {x.uid for x in early}
+    need, todo = {x.uid for x in run}, list(run)
+    while todo:
+        for q in tensor_inputs(todo.pop()):
+            if q.uid in mine and q.uid not in need:
+                need.add(q.uid)
+                todo.append(q)
+    return [x for x in early if x.uid in need]
 
 
 def _names(ts) -> str:

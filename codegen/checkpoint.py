@@ -105,6 +105,21 @@ Several recurrences: a group in lockstep (``codegen.checkpoint_groups``)
     first recurrence alone; the rest keep the full tape (a second layer without
     ``checkpoints`` reads every row of the first: its ring is then whole).
 
+Several groups: one reversal each (``codegen.checkpoint_plan``)
+    Independent groups are each checkpointed by their own plan: each group's forward
+    sweep runs where its last member is, its reversal (with its own rings, checkpoints
+    and revolve schedule) where its first adjoint is, one after the other
+    (``g; h: reversed one after the other``). No two plans compute the same tensor, and
+    none reads what another keeps in rings or runs a row at a time; a consumer of one
+    kept whole may be read by another's turns if its reversal runs first. A
+    bidirectional RNN (``h`` over ``x``, ``g`` over ``xr[t] = x[T - 1 - t]``,
+    ``y[t] = h[t] + g[T - 1 - t]``) under a head over every step is so: ``g``'s reversal
+    computes ``dxr`` whole (a tensor after the turns that reads only consumers, at rows
+    of no single turn, runs after them and reads them whole), then ``h``'s computes
+    ``dx[t] = dxr[T - 1 - t] + ...`` at its turns. ``dx`` needs no split: the term of
+    ``g`` is ``dxr``, already a tensor of its own, and every element is the same C in
+    every build.
+
     Not supported, in either mode (full tape instead, still exact): a tensor holding a
     sum along the steps that does not run by steps (a sum under a condition on an axis
     it reads: the C backend vectorizes some sums, and the order of a vectorized sum may
@@ -112,30 +127,30 @@ Several recurrences: a group in lockstep (``codegen.checkpoint_groups``)
     could not be promised); a sum over the steps reading a consumer at another turn,
     ``de`` at an earlier step, or a tensor computed after the segments; consumers
     reading ``de`` at earlier steps than their turn, or another consumer at another
-    turn; tensors before ``de`` reading ``e`` other than within a constant distance of
-    one of their axes or at its last steps; tensors after the segments reading forward
-    rows; ``e``, ``de`` or a forward row being outputs (an output keeps the caller's
-    layout: a recurrence that is one and is carried along another axis than its first
-    is not moved either), scatter-adds reading them; more than one group per program
-    (the first group found is checkpointed): independent recurrences that are not of
-    the same steps, or that another tensor reads between them. A bidirectional RNN
-    (``h`` over ``x``, ``g`` over ``x[T - 1 - t]``, ``y[t] = h[t] + g[T - 1 - t]``) is
-    both: under a loss of ``y``'s last step, ``y``'s adjoint reaches ``dh`` and ``dg``,
-    so each layer is read by two descending recurrences and both keep their full tape;
-    under a head over every step of ``y``, ``h`` is checkpointed and ``g`` keeps its
-    full tape, as ``dx`` reads ``dh[t]`` and ``dg[T - 1 - t]``, rows of no single turn.
-    Checkpointing both would take two reversals in one program (a plan per group) and
-    ``dx`` split, in every build, into a sum of one term per group, each a consumer of
-    its own reversal, added after both: not done. Also not supported: a member read
-    ahead of its step by a later one; an adjoint reading a consumer at another turn. The numpy backend always keeps the full tape (it is the reference).
+    turn and ``de``, ``e`` or a forward row too; tensors before ``de`` reading ``e``
+    other than within a constant distance of one of their axes or at its last steps;
+    tensors after the segments reading forward rows; ``e``, ``de`` or a forward row
+    being outputs (an output keeps the caller's layout: a recurrence that is one and is
+    carried along another axis than its first is not moved either), scatter-adds
+    reading them; a group that would share a tensor with another's reversal, or read
+    its rings (the schedule names the tensor). A tensor read by the adjoints of two
+    recurrences: the bidirectional RNN under a loss of ``y``'s last step, where
+    ``dy = 2 y[T - 1]`` reads ``h[T - 1]`` and ``g[0]`` and is read by ``dh[t]`` and by
+    ``dg`` at ``T - 1 - t``: each layer is read by two descending recurrences, and both
+    keep their full tape (checkpointing them would need ``y`` computed only at its last
+    step, from ``h``'s last row and ``g``'s first, and ``dy`` before both reversals:
+    not done). Also not supported: a member read ahead of its step by a later one; an
+    adjoint reading a consumer at another turn. The numpy backend always keeps the full
+    tape (it is the reference).
     ``te.recurrence`` itself runs ascending only: a user's descending recurrence along
     any axis does not exist (``x[b, T - 1 - t]`` reverses the input instead); adjoints
     descend along any axis and are moved as their recurrence is.
 
     The schedule names each recurrence asking for checkpoints that keeps its full tape,
-    with the first unsupported condition it met (:attr:`Plan.refused`, :func:`full_tapes`:
-    ``full tape: g (checkpoints=3: several descending recurrences read it (dg, dh): no
-    turn could run them)``), so a full tape is never given silently.
+    with the first unsupported condition it met (``checkpoint_plan.Plan.refused``,
+    :func:`full_tapes`: ``full tape: g (checkpoints=3: several descending recurrences
+    read it (dg, dh): no turn could run them)``), so a full tape is never given
+    silently.
 
 Ring and checkpoint buffers are ordinary program buffers of their reduced
 shape (``runtime`` allocates them like any intermediate); the full ``T``-row
@@ -144,344 +159,30 @@ tensors are never allocated. Which offsets a read can reach is proven with isl
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
-from tensorexpr.ir import (Binary, Compute, Const, Expr, Placeholder, Tensor, fresh_uid, same,
-                           size_vars, tensor_inputs, INDEX_DTYPE)
-from tensorexpr.transform import eval_int
+from tensorexpr.ir import Compute, Tensor, same, INDEX_DTYPE
 
 from .loopast import Block, Comment, For, Kernel, Lit, Load, Op, Stmt, Store
 from .cexpr import add, cast, mul
 from .program import Program
 from .replay import Replays
 from .scope import Scope
-from . import checkpoint_rows
-from . import revolve as revolve_schedule
-from .checkpoint_groups import adjoints, group
-from .checkpoint_rows import has_reduce, last_rows, offsets, refuse, window
+from .checkpoint_plan import Plan, Ring, Segments, plan
 from .revolve_lowering import RevolveSteps
 from .segments_lowering import SegmentSteps
 
 I64 = INDEX_DTYPE
 
 
-
-def _c(v: int) -> Const:
-    return Const(int(v), I64)
-
-
-def _bin(op: str, a: Expr, b: Expr) -> Expr:
-    """``a op b`` on indices, evaluated when both are constant (ring shapes stay readable)."""
-    e = Binary(op, a, b, I64)
-    return e if size_vars(e) else _c(eval_int(e))
-
-
-# {{{ analysis
-
-
-@dataclass
-class Ring:
-    """``tensor`` stored in ``rows`` rows along its carried axis (``axis``: for a tensor
-    run a row at a time, its step axis; ``scratch`` is the buffer's tensor, of the
-    reduced shape)."""
-
-    tensor: Compute
-    rows: Expr
-    scratch: Tensor
-    axis: int = 0
-
-
-@dataclass
-class Segments:
-    """The checkpointed-gradient plan (see the module docstring): ``es``, the forward
-    recurrences run in lockstep (one of them, or a group), ``des`` their adjoints, in
-    program order; ``e`` and ``de`` name the first of each."""
-
-    es: Tuple[Compute, ...]
-    des: Tuple[Compute, ...]
-    k: int
-    back: int  # W: rows before a segment start kept in a checkpoint
-    ahead: int  # H: steps of e recomputed past the segment end
-    seg: Expr  # S: steps per segment
-    consumers: List[Tuple[Compute, int, int]]  # (tensor, its step axis, shift: row a at turn a + shift)
-    early: List[Tensor]  # after de in program order, but needed by the consumers
-    look_d: int = 1  # steps ahead of a segment at which de is read (its ring's extra rows)
-    last: int = 1  # last steps of e read before the segments (the forward ring keeps them)
-    window: int = 1  # w: how far back e reads itself
-    recompute: bool = True  # False: only e's last steps are read, its ring keeps them
-    stores: Dict[int, Tensor] = field(default_factory=dict)  # uid -> checkpoint buffer
-    mode: str = "segments"  # or "revolve": one step at a time, by codegen.revolve's schedule
-    width: int = 1  # revolve: rows of e a checkpoint holds (max(w, back + ahead))
-    sums: List = field(default_factory=list)  # codegen.adjoint_sums plans: added per step
-    # forward rows (checkpoint_rows.Rows.fore): (tensor, step axis, lo, hi), turn t
-    # needs rows [t + lo, t + hi]
-    fore: List[Tuple[Compute, int, int, int]] = field(default_factory=list)
-    ringed: set = field(default_factory=set)  # consumers kept in rings of a turn's rows
-    order: List[Tensor] = field(default_factory=list)  # the program's tensors, in order
-
-    @property
-    def e(self) -> Compute:
-        return self.es[0]
-
-    @property
-    def de(self) -> Compute:
-        return self.des[0]
-
-    @property
-    def store(self) -> Optional[Tensor]:
-        """The checkpoint buffer of ``e`` (None: nothing recomputed)."""
-        return self.stores.get(self.e.uid)
-
-    def reversal(self) -> List[Tuple[Compute, Optional[int], int]]:
-        """What a turn (a segment) runs backwards, in program order: each adjoint
-        (``(de, None, 0)``) and consumer (``(tensor, step axis, shift)``); a consumer
-        between two adjoints is read by the later one (a layer's ``dh_sum``)."""
-        pos = {x.uid: n for n, x in enumerate(self.order)}
-        return sorted([(d, None, 0) for d in self.des] + list(self.consumers),
-                      key=lambda r: pos[r[0].uid])
-
-    @property
-    def names(self) -> str:
-        return ", ".join(x.name for x in self.es)
-
-
-@dataclass
-class Plan:
-    rings: Dict[int, Ring] = field(default_factory=dict)
-    segments: Optional[Segments] = None
-    # (name, reason): the recurrences with checkpoints that keep their full tape, and the
-    # first unsupported condition each met (the schedule prints them)
-    refused: List[Tuple[str, str]] = field(default_factory=list)
-
-
-def _scratch(t: Compute, dims: Sequence[Expr], what: str) -> Compute:
-    return Compute(f"{t.name}_{what}", tuple(dims), t.dtype, fresh_uid(), t.origin)
-
-
-def _ceil_div(a: Expr, k: int) -> Expr:
-    return _bin("floordiv", _bin("add", a, _c(k - 1)), _c(k))
-
-
-def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
-    """Which recurrences of ``sig``'s program are kept in rings, and the
-    checkpointed segments if the program has the supported shape.
-
-    >>> import tensorexpr as te
-    >>> from codegen.signature import Signature
-    >>> d = te.placeholder((2, 64), name="d")
-    >>> e = te.recurrence((64, 2), lambda e, t, r: te.select(
-    ...     t == 0, d[r, 0], 0.5 * d[r, t] + 0.5 * e[t - 1, r]), name="e")
-    >>> last = te.compute((2,), lambda r: e[63, r], name="last")
-    >>> p = plan(Signature([last], [d]))
-    >>> [(r.tensor.name, r.scratch.shape) for r in p.rings.values()]
-    [('e', (2, 2))]
-
-    ``sums``: the sums over an adjoint's steps (``codegen.adjoint_sums`` plans by uid),
-    which a checkpointed gradient adds a step at a time; ``steps``: the recurrences run
-    by steps (``codegen.recurrence_steps`` plans by uid), whose steps it runs as the full
-    tape does.
-    """
-    sums, steps = dict(sums or {}), dict(steps or {})
-    params = sig.size_names
-    outputs = {t.uid for t in sig.outputs}
-    order = [t for t in sig.order if not isinstance(t, Placeholder)]
-    readers: Dict[int, List[Tensor]] = {}
-    for x in order:
-        for p in tensor_inputs(x):
-            readers.setdefault(p.uid, []).append(x)
-    out = Plan()
-    refused: Dict[int, Tuple[str, str]] = {}
-    grouped: set = set()
-    for e in order:
-        if not (isinstance(e, Compute) and e.carry is not None) or e.uid in outputs:
-            if isinstance(e, Compute) and e.checkpoints and e.carry is not None:
-                refused[e.uid] = (e.name, "it is an output (every step is returned)")
-            continue
-        w = window(e, params)
-        if w is None or e.uid in grouped:
-            if e.checkpoints and e.uid not in grouped:
-                T = e.dims[e.carry.axis]
-                refused[e.uid] = (e.name, "one step: nothing to checkpoint" if same(
-                    T, _c(1)) else "it reads itself at no constant distance back")
-            continue
-        seg, why = None, [f"{out.segments.names} is checkpointed (one group per program)"
-                          ] if out.segments is not None else []
-        if e.checkpoints and e.carry.step > 0 and e.carry.axis != 0:
-            why.append(f"its steps are along its axis {e.carry.axis}, not its first "
-                       f"(codegen.checkpoint_axes moves them first unless it is an output)")
-        if e.checkpoints and not why:
-            # the largest group that has the supported shape, down to e alone (the reason
-            # noted: e's own)
-            es = group(e, order, outputs, params)
-            for n in range(len(es), 0, -1):
-                why = []
-                seg = _segments(es[:n], order, readers, outputs, params, mode, sums, steps,
-                                why)
-                if seg is not None:
-                    break
-        if seg is not None:
-            out.segments = seg
-            grouped = {x.uid for x in seg.es}
-            continue
-        if e.checkpoints:
-            refused[e.uid] = (e.name, why[0] if why else "its gradient is not checkpointed")
-        m = 0
-        for x in readers.get(e.uid, []):
-            got = last_rows(x, e, params)
-            if got is None:
-                break
-            m = max(m, got)
-        else:
-            rows = max(w + 1, m)
-            n = e.dims[e.carry.axis]
-            if isinstance(n, Const) and rows >= n.value:
-                continue  # the ring would be the whole tensor
-            dims = list(e.dims)
-            dims[e.carry.axis] = _c(rows)
-            out.rings[e.uid] = Ring(e, _c(rows), _scratch(e, dims, "ring"), e.carry.axis)
-    if out.segments is not None:
-        _segment_buffers(out)
-    # (a recurrence in a ring of its last rows keeps no full tape: a forward-only build)
-    out.refused = [r for u, r in refused.items() if u not in out.rings]
-    return out
-
-
-def _segments(es: Sequence[Compute], order, readers, outputs, params,
-              mode: str = "revolve", sums=None, steps=None, why=None) -> Optional[Segments]:
-    """The checkpointed plan for the group ``es`` and its adjoints, or None (full tape;
-    the reason noted in the list ``why``)."""
-    sums, steps = sums or {}, steps or {}
-    e = es[0]
-    T = e.dims[0]
-    pos = {t.uid: n for n, t in enumerate(order)}
-    des = sorted(adjoints(es, readers), key=lambda x: pos[x.uid])
-    # one adjoint per recurrence at most (a second descending reader of e is no adjoint
-    # a turn could run)
-    if not des:
-        return refuse(why, "no adjoint recurrence reads it (its gradient is not taken, or "
-                           "does not depend on it)")
-    if len(des) > len(es):
-        return refuse(why, f"several descending recurrences read it "
-                           f"({', '.join(d.name for d in des)}): no turn could run them")
-    for de in des:
-        if de.uid in outputs:
-            return refuse(why, f"its adjoint {de.name} is an output")
-        if de.carry.axis != 0 or not same(de.dims[0], T):
-            return refuse(why, f"its adjoint {de.name} does not run along its steps")
-    # a recurrence by steps runs each step with the full tape's lowering of a step
-    # (Lowerer.step_of), in either mode: its per-step sums are the same C, in the same order
-    for x in list(es) + des:
-        if has_reduce(x) and x.uid not in steps or x.carry is None and not \
-                checkpoint_rows.by_steps_ok(x, 0, steps):
-            return refuse(why, f"{x.name} holds a sum that does not run by steps")
-    wds = [window(de, params) for de in des]
-    ws = [window(x, params) if x.carry is not None else 0 for x in es]
-    if None in wds or None in ws:
-        return refuse(why, "a recurrence of it reads itself at no constant distance")
-    rows = checkpoint_rows.classify(tuple(es), tuple(des), order, outputs, params, sums, steps,
-                                    why)
-    if rows is None:
-        return None
-    wd, w = max(wds), max(ws)
-    # a member reading an earlier one: the rows of it its step reads (lockstep)
-    cross = [offsets(x, y, x.axes[0], params, 0) for n, x in enumerate(es) for y in es[:n]]
-    need, look_d = rows.need + [r for r in cross if r], rows.look_d
-    taken = rows.taken | {f.uid for f, *_ in rows.fore}
-    back = max([w] + [-lo for lo, _ in need])
-    ahead = max([0] + [hi for _, hi in need])
-    k = min(_slots(x.checkpoints, T) for x in es if x.carry is not None)
-    if isinstance(T, Const):
-        k = min(k, T.value)  # more checkpoints than steps would only cost memory
-    # revolve needs its schedule as data, made for a known T: a symbolic T runs segments
-    revolve = mode == "revolve" and isinstance(T, Const)
-    seg = _c(1) if revolve else _bin("max", _ceil_div(T, k), _c(back))
-    if not revolve and isinstance(seg, Const) and seg.value >= T.value:
-        return refuse(why, "one segment (k = 1 in segments mode) would be the whole tape")
-    inner = rows.es | rows.des
-    last = max([1] + [(last_rows(x, y, params) or 0) for y in es for x in readers.get(y.uid, [])
-                      if x.uid not in inner and x.uid not in taken])
-    s = Segments(tuple(es), tuple(des), k, back, ahead, seg, rows.consumers, rows.early,
-                 max(wd, look_d), last, w)
-    s.sums, s.fore, s.ringed, s.order = rows.sums, rows.fore, rows.ringed, list(order)
-    # When everything run inside the segments (de, the consumers, the sums added a step
-    # at a time) reads only e's last steps (a linear recurrence such as an EWMA: its
-    # adjoint does not depend on e), nothing needs recomputing: e keeps a rolling state
-    # of those last steps and only de runs segment-wise.
-    inside = list(des) + [c for c, *_ in rows.consumers] + [p.t for p in rows.sums] + [
-        f for f, *_ in rows.fore]
-    tail = [last_rows(x, e, params) for x in inside]
-    # (with a constant T every read is "in the last T steps": demand a ring smaller
-    # than the one recomputation needs)
-    width = max(w, back + ahead)
-    # (revolve: its ring and checkpoints)
-    ring = _c((k + 1) * width + 1) if revolve else _bin("add", seg, _c(back + ahead))
-    if len(es) == 1 and not rows.fore and all(m is not None for m in tail) and (
-            not isinstance(ring, Const) or max([w + 1, last] + tail) <= ring.value):
-        s.recompute = False
-        s.last = max([last] + tail)
-        s.back, s.ahead = 0, 0
-        s.seg = _c(1) if revolve else _ceil_div(T, k)  # revolve: de one step at a time
-    elif revolve:
-        s.mode, s.width = "revolve", width
-    return s
-
-
-def _slots(k, T: Expr) -> int:
-    """A recurrence's ``checkpoints`` as a number: ``"auto"`` (see ``te.recurrence``) is
-    revolve's for a constant ``T``; a symbolic ``T`` runs segments, 64 of them."""
-    if k == "auto":
-        return revolve_schedule.auto_slots(T.value) if isinstance(T, Const) else 64
-    return int(k)
-
-
-def _segment_buffers(p: Plan) -> None:
-    s = p.segments
-    # (a group's members share the rows kept: a checkpoint holds each one's state)
-    held = None
-    if s.mode == "revolve":
-        # a checkpoint's rows, and the step computed from them
-        rows_e, held = _c(max(s.width + 1, s.last)), s.width
-    elif s.recompute:
-        rows_e = _bin("max", _bin("add", s.seg, _c(s.back + s.ahead)), _c(s.last))
-        held = s.back
-    else:
-        rows_e = _c(max(s.window + 1, s.last))
-    rows_d = _bin("add", s.seg, _c(s.look_d))
-    for e in s.es:
-        if held is not None:
-            s.stores[e.uid] = _scratch(e, (_c(s.k * held),) + tuple(e.dims[1:]), "checkpoints")
-        p.rings[e.uid] = Ring(e, rows_e, _scratch(e, (rows_e,) + tuple(e.dims[1:]), "ring"))
-    for de in s.des:
-        p.rings[de.uid] = Ring(de, rows_d, _scratch(de, (rows_d,) + tuple(de.dims[1:]), "ring"))
-    # the tensors run a row at a time: the rows a segment (a turn) reads; a forward
-    # tensor's rows [lo, hi] from the turn, a consumer's its turn's row
-    one = s.mode == "revolve"
-    for t, a, lo, hi in s.fore:
-        _row_ring(p, t, a, _c(hi - lo + 1) if one else _bin("add", s.seg, _c(hi - lo)))
-    for t, a, _ in s.consumers:
-        if t.uid in s.ringed:
-            _row_ring(p, t, a, _c(1) if one else s.seg)
-
-
-def _row_ring(p: Plan, t: Compute, a: int, rows: Expr) -> None:
-    n = t.dims[a]
-    if isinstance(n, Const) and isinstance(rows, Const) and rows.value >= n.value:
-        return  # the ring would be the whole tensor
-    dims = list(t.dims)
-    dims[a] = rows
-    p.rings[t.uid] = Ring(t, rows, _scratch(t, dims, "ring"), a)
-
-
-# }}}
-
 # {{{ lowering
 
 
 def rings(sig, mode: str = "revolve", sums=None, steps=None) -> Optional[Plan]:
-    """The rings and checkpointed segments of ``sig``'s program (a :class:`Plan`; with
-    no ring, the program keeps the full tape, and :attr:`Plan.refused` says why for
-    each recurrence asking for checkpoints), or None when there is nothing to say.
+    """The rings and checkpointed segments of ``sig``'s program (a
+    ``codegen.checkpoint_plan.Plan``; with no ring, the program keeps the full tape, and
+    its ``refused`` says why for each recurrence asking for checkpoints), or None when
+    there is nothing to say.
 
     >>> import tensorexpr as te
     >>> from codegen.signature import Signature
@@ -530,14 +231,19 @@ class RingProgram(RevolveSteps, SegmentSteps):
         self.plan = p
         lw.record.checkpoint.extend(
             f"{r.tensor.name} (ring of {r.rows} rows)" for r in p.rings.values())
-        s = p.segments
-        for e in s.es if s is not None else ():
+        for s in p.groups:
+            for e in s.es:
+                lw.record.checkpoint.append(
+                    f"{e.name} (revolve: {s.k} checkpoints x {s.width} rows)"
+                    if s.mode == "revolve" else
+                    f"{e.name} (segments: {s.k} checkpoints x {s.back} rows)" if s.recompute
+                    else f"{e.name} (segments: nothing recomputed, its last {s.last} rows kept)")
+            if len(s.es) > 1:
+                lw.record.checkpoint.append(f"{s.names}: in lockstep (a step of each in turn; "
+                                            f"a checkpoint holds the state of each)")
+        if len(p.groups) > 1:
             lw.record.checkpoint.append(
-                f"{e.name} (revolve: {s.k} checkpoints x {s.width} rows)" if s.mode == "revolve"
-                else f"{e.name} (segments: {s.k} checkpoints x {s.back} rows)")
-        if s is not None and len(s.es) > 1:
-            lw.record.checkpoint.append(f"{s.names}: in lockstep (a step of each in turn; "
-                                        f"a checkpoint holds the state of each)")
+                "; ".join(s.names for s in p.groups) + ": reversed one after the other")
         self.replays = Replays(lw)
         self.ring_of: Dict[int, Ring] = {}
         self.logical: Dict[int, Tensor] = {}  # scratch buffer uid -> the tensor it holds
@@ -556,7 +262,7 @@ class RingProgram(RevolveSteps, SegmentSteps):
                     lw.buf[uid] = lw.buf[ring.scratch.uid]
                     self.ring_of[uid] = ring
                     lw.rings[uid] = (ring.axis, ring.rows)
-        for e in s.es if s is not None else ():
+        for s, e in ((s, e) for s in p.groups for e in s.es):
             st = s.stores.get(e.uid)
             if st is None:
                 continue
@@ -568,22 +274,24 @@ class RingProgram(RevolveSteps, SegmentSteps):
             lw.tensors.append(st)
 
     def program(self) -> Program:
-        s = self.plan.segments
         skip = set()
         lowered = [self.logical.get(t.uid, t) for t in self.lw.lowered]
-        if s is not None:
-            skip = ({x.uid for x in s.des[1:]} | {x.uid for x, *_ in s.consumers}
-                    | {x.uid for x in s.early} | {p.t.uid for p in s.sums}
-                    | {x.uid for x, *_ in s.fore} | {x.uid for x in s.stores.values()})
+        forward, reverse = {}, {}  # uid -> the group whose sweep runs there
+        for s in self.plan.groups:
+            skip |= ({x.uid for x in s.des[1:]} | {x.uid for x, *_ in s.consumers}
+                     | {x.uid for x in s.early} | {p.t.uid for p in s.sums}
+                     | {x.uid for x, *_ in s.fore} | {x.uid for x in s.stores.values()})
             # a group's forward steps run where its last member is (group(): nothing
             # between its members reads them), its reversal where its first adjoint is
             es = {x.uid for x in s.es}
             last = [t for t in lowered if t.uid in es][-1]
             skip |= es - {last.uid}
-            first_de = next(t for t in lowered if t.uid in {x.uid for x in s.des})
+            forward[last.uid] = s
+            reverse[next(t for t in lowered if t.uid in {x.uid for x in s.des}).uid] = s
         body: List[Stmt] = []
         for t in lowered:  # (scratch tensors are lowered inside their users)
-            if s is not None and t.uid == first_de.uid:
+            s = reverse.get(t.uid)
+            if s is not None:
                 if s.mode == "revolve":
                     body.append(self._reverse(s))
                     continue
@@ -593,10 +301,11 @@ class RingProgram(RevolveSteps, SegmentSteps):
                 continue
             if t.uid in skip:
                 continue
-            if s is not None and s.mode == "revolve" and t.uid == last.uid:
+            s = forward.get(t.uid)
+            if s is not None and s.mode == "revolve":
                 body.append(self._forward(s))
                 continue
-            if s is not None and s.recompute and t.uid == last.uid:
+            if s is not None and s.recompute:
                 body.append(Block((Comment(f"{', '.join(map(str, s.es))} [forward sweep, "
                                            f"checkpointed]"),) +
                                   tuple(self.lockstep(s.es, None, None, self._save(s)))))
@@ -731,3 +440,4 @@ class RingProgram(RevolveSteps, SegmentSteps):
 
 
 # }}}
+

@@ -1,15 +1,17 @@
 """Which recurrences a checkpointed gradient runs together, and their adjoints.
 
-``codegen.checkpoint`` checkpoints one *group* of recurrences per program: a
-checkpointed ascending recurrence ``e`` and the later ones of the same steps that read
-the group at their own step or earlier (the layers of a stacked RNN; a GRU layer on an
-RNN layer), with the tensors between them that read the group a step at a time (a
-layer's input projections ``h1 @ Wz2``, which ``passes.hoist`` makes tensors of their
-own). They run in lockstep: a forward step computes the row of each, in program order;
-a checkpoint holds the state of each; the reversal runs their adjoints
-(:func:`adjoints`) a step (a segment) at a time. :func:`group` finds the candidates;
-``checkpoint`` keeps the longest prefix of them whose gradient has the supported shape
-(``codegen.checkpoint_rows.classify``), down to ``e`` alone.
+``codegen.checkpoint`` checkpoints recurrences by *groups* (several independent ones
+in a program are each reversed by their own plan, one after the other:
+``codegen.checkpoint_plan``). A group is a checkpointed ascending recurrence ``e`` and
+the later ones of the same steps that read the group at their own step or earlier (the
+layers of a stacked RNN; a GRU layer on an RNN layer), with the tensors between them
+that read the group a step at a time (a layer's input projections ``h1 @ Wz2``, which
+``passes.hoist`` makes tensors of their own). They run in lockstep: a forward step
+computes the row of each, in program order; a checkpoint holds the state of each; the
+reversal runs their adjoints (:func:`adjoints`) a step (a segment) at a time.
+:func:`group` finds the candidates; ``checkpoint`` keeps the longest prefix of them
+whose gradient has the supported shape (``codegen.checkpoint_rows.classify``), down to
+``e`` alone.
 """
 from __future__ import annotations
 

@@ -183,7 +183,21 @@ class Rows:
 def _step_axis(x: Compute, targets: Dict[int, Tuple[Compute, int]], params):
     """``(axis, {uid: offsets})``: the axis of ``x`` within a constant distance of which
     it reads every tensor of ``targets`` (uid -> (tensor, its step axis)) it reads, the
-    nearest (with constant sizes every read is within some distance of every axis)."""
+    nearest (with constant sizes every read is within some distance of every axis). An
+    axis of one point is a step axis only if no other axis is one: any read is within a
+    constant distance of it (the leading axis ``p0`` of the Jacobian-shaped gradient of a
+    loss of shape ``(1,)``, ``dhs[p0, t] = select(t == T - 1, 2 hs[t], 0)``, reads ``hs``
+    at distance ``T - 1`` of ``p0`` as exactly as at distance 0 of ``t``).
+
+    >>> import tensorexpr as te
+    >>> x = te.placeholder((5, 2), name="x")
+    >>> hs = te.compute((5, 2), lambda t, b: x[t, b] * 3.0, name="hs")
+    >>> dhs = te.compute((1, 5, 2), lambda p, t, b: te.select(t == 4, 2.0 * hs[t, b], 0.0),
+    ...                  name="dhs")
+    >>> a, got = _step_axis(dhs, {hs.uid: (hs, 0)}, ())
+    >>> a, list(got.values())
+    (1, [(0, 0)])
+    """
     read = [u for u in targets if reads(x, targets[u][0])]
     best = None
     for a, ax in enumerate(x.axes):
@@ -195,9 +209,13 @@ def _step_axis(x: Compute, targets: Dict[int, Tuple[Compute, int]], params):
                 break
         else:
             spread = sum(r[1] - r[0] for r in got.values() if r)
-            if best is None or spread < best[0]:
-                best = (spread, a, got)
+            if best is None or (_one_point(x.dims[a]), spread) < best[0]:
+                best = ((_one_point(x.dims[a]), spread), a, got)
     return None if best is None else best[1:]
+
+
+def _one_point(n: Expr) -> bool:
+    return isinstance(n, Const) and n.value == 1
 
 
 def by_steps_ok(x: Compute, a: int, steps) -> bool:
@@ -254,6 +272,7 @@ def classify(e, de, order: Sequence[Tensor], outputs, params,
     shift: Dict[int, int] = {}  # consumers
     on_adjoint = set(out.des)  # the tensors depending on an adjoint
     read_by_de = {p.uid for d in des for p in tensor_inputs(d)}
+    last_only: List[Tensor] = []  # after de, reading only e's last rows
     for x in order[pos[es[0].uid] + 1:]:
         if any(p.uid in on_adjoint for p in tensor_inputs(x)):
             on_adjoint.add(x.uid)
@@ -309,6 +328,13 @@ def classify(e, de, order: Sequence[Tensor], outputs, params,
                 if not (on_de or on_fore) and _last_rows(x, es, params) is not None \
                         and not any(reads(x, stepped[u][0]) for u in shift):
                     out.early.append(x)  # only the last steps of e: before the turns
+                    last_only.append(x)
+                    continue
+                if not (on_de or on_e or on_fore or x.uid in sums):
+                    # only consumers, at rows of no single turn (a bidirectional RNN's
+                    # dx[t] reads the reversed layer's dxr[T - 1 - t]): after the turns,
+                    # reading them whole
+                    out.taken.add(x.uid)
                     continue
                 return refuse(why, f"{x.name} reads the rows run along the steps at no single "
                                    f"turn (the gradient at an earlier step, another turn's "
@@ -324,6 +350,9 @@ def classify(e, de, order: Sequence[Tensor], outputs, params,
             out.early.append(x)
     if not out.consumers and not out.sums:
         return refuse(why, "no tensor reads the gradient a step at a time")
+    # (those reading e's last rows from its ring: before the turns recompute it)
+    out.early = _needed(out.early, list(des) + [c for c, *_ in out.consumers] + last_only
+                        + [p.t for p in out.sums] + [f[0] for f in fore.values()])
     # the rows of the forward tensors each turn needs, from their readers down
     for d in des:
         for y in es:
@@ -368,6 +397,21 @@ def classify(e, de, order: Sequence[Tensor], outputs, params,
     out.ringed = {u for u in shift if u not in outputs
                   and all(r.uid in inside for r in readers.get(u, []))}
     return out
+
+
+def _needed(early: List[Tensor], run: List[Tensor]) -> List[Tensor]:
+    """The tensors of ``early`` (in order) that what runs at the turns, ``run``, reads, or
+    reads through others of them: computed before the turns. The rest read nothing run
+    at the turns either, and stay where the program has them (another group's
+    recurrences and gradients, in a program checkpointing several)."""
+    mine = {x.uid for x in early}
+    need, todo = {x.uid for x in run}, list(run)
+    while todo:
+        for q in tensor_inputs(todo.pop()):
+            if q.uid in mine and q.uid not in need:
+                need.add(q.uid)
+                todo.append(q)
+    return [x for x in early if x.uid in need]
 
 
 def _names(ts) -> str:

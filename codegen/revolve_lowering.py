@@ -5,7 +5,7 @@
 :mod:`codegen.revolve`, emitted as a static table of actions the C loops over: the
 forward sweep (the schedule up to its first turn) and the reversal (the rest).
 Its methods use the ring program's lowerer (``self.lw``), rings (``self.ring_of``),
-``rows`` and ``_copy_row``; ``s`` is the program's ``checkpoint.Segments``.
+``rows`` and ``_copy_row``; ``s`` is the program's ``checkpoint_plan.Segments``.
 
 The schedule it runs is part of the build's schedule:
 
@@ -40,15 +40,18 @@ class RevolveSteps:
     def _table(self, s):
         """``(table var name, actions, index of the firsturn)``: the schedule as C data."""
         revolve = revolve_schedule
+        # (one per group: a program may reverse several, each by its own schedule)
         if not hasattr(self, "_sched"):
+            self._sched, self._cur = {}, {}
+        if s.e.uid not in self._sched:
             sched = revolve.schedule(int(s.e.dims[0].value), s.k)
             codes = revolve.encode(sched)
-            self._sched = (f"revolve_{self.lw.buf[s.e.uid].name}", codes,
-                           [a.kind for a in sched.actions].index("firsturn"))
+            self._sched[s.e.uid] = (f"revolve_{self.lw.buf[s.e.uid].name}", codes,
+                                    [a.kind for a in sched.actions].index("firsturn"))
             self.lw.record.checkpoint.append(
                 f"{s.names} schedule: {len(sched.actions)} actions, "
                 f"{revolve.least_forward_steps(sched.steps, sched.slots)} steps recomputed")
-        return self._sched
+        return self._sched[s.e.uid]
 
     def _state_rows(self, s, cur, slot, restore: bool) -> Stmt:
         """Copy the state at position ``cur`` (the rows ``[cur + H - width, cur + H)`` that
@@ -162,15 +165,15 @@ class RevolveSteps:
         """The forward sweep: the schedule up to its first turn (snapshots on the way),
         then e's last rows, which the tensors before its adjoint read."""
         name, codes, first = self._table(s)
-        self.cur = self.lw.fresh("k", I64)
+        cur = self._cur[s.e.uid] = self.lw.fresh("k", I64)
         T = int(s.e.dims[0].value)
         body: List[Stmt] = [
             Comment(f"{', '.join(map(str, s.es))} [forward sweep, revolve: {s.k} checkpoints x "
                     f"{s.width} rows]"),
             Local(name, I64, len(codes), tuple(codes)),
-            Decl(self.cur, Lit(0, I64))]
+            Decl(cur, Lit(0, I64))]
         body += self.lockstep(s.es, Lit(0, I64), Lit(min(s.ahead, T), I64))
-        body.append(self._interpret(s, 0, first, self.cur, ("advance", "takeshot")))
+        body.append(self._interpret(s, 0, first, cur, ("advance", "takeshot")))
         body += self._advance(s, Lit(T - 1, I64), Lit(T, I64))
         return Block(tuple(body))
 
@@ -188,6 +191,6 @@ class RevolveSteps:
         for x, a, lo, hi in s.fore:  # (every row the first turn reads)
             body += self.clipped(x, a, Lit(T - 1 + lo, I64), Lit(T + hi, I64))
         body += self._reverse_step(s, last, Lit(T, I64))
-        body.append(self._interpret(s, first + 1, len(codes) // 3, self.cur,
+        body.append(self._interpret(s, first + 1, len(codes) // 3, self._cur[s.e.uid],
                                     ("advance", "takeshot", "restore", "youturn")))
         return Block(tuple(body))

@@ -7,7 +7,7 @@ each segment, last first, restores them, recomputes the group over the segment a
 its adjoints and consumers backwards over it. Its methods use the ring program's
 lowerer (``self.lw``), rings (``self.ring_of``), ``rows``, ``lockstep``,
 ``consumer_rows``, ``_row_size`` and ``_copy_row``; ``s`` is the program's
-``checkpoint.Segments``.
+``checkpoint_plan.Segments``.
 
 Two stacked layers, as one group (``codegen.checkpoint_groups``), by segments of 3 steps:
 

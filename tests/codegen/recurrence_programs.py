@@ -80,8 +80,31 @@ def agrees_with_its_full_tape(ins, grads, mode, seed=0, shapes=None):
     return ck
 
 
-# T not a multiple of k, k = 1, k >= T, T = 1, and a T the no-recompute ring covers
+# T not a multiple of k, k = 1, k >= T (nothing recomputed: a ring of every step), T = 1,
+# and T = k * 2 rows of a checkpoint (the ring of every step that revolve's memory equals)
 STEPS = [(13, 3), (7, 1), (4, 9), (1, 1), (6, 2)]
+
+
+def step_buffers(ins, grads, mode, T):
+    """The shapes of the buffers with an axis of ``T`` of the gradient program ``grads``
+    of ``ins`` built with ``Options(checkpoint=mode)`` (checked checkpointed): no input,
+    no output, no input projection (``x @ W``, read by the steps: computed for all of them
+    first, as JAX and PyTorch do).
+
+    >>> ins, grads = rnn(40, 2, 3, 4)
+    >>> step_buffers(ins, grads, True, 40)
+    {}
+    """
+    from codegen.pipeline import generate
+    from codegen.schedule import Options
+    from codegen.signature import Signature
+    sig = Signature(grads, ins)
+    prog, src, _ = generate(sig, Options(checkpoint=mode))
+    assert "checkpointed gradient" in src
+    skip = {t.uid for t in list(ins) + list(grads)}
+    return {t.name: sig.shape(t, {}) for t in prog.tensors
+            if t.uid not in skip and T in sig.shape(t, {})
+            and not all(isinstance(p, te.ir.Placeholder) for p in te.ir.tensor_inputs(t))}
 
 
 def checkpointed(T, k, mode) -> bool:

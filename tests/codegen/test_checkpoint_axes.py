@@ -14,7 +14,7 @@ from codegen.pipeline import generate
 from codegen.schedule import Options
 from codegen.signature import Signature
 from tests.codegen.recurrence_programs import (STEPS, agrees_with_its_full_tape, batch_first,
-                                               bidirectional, checkpointed, rnn)
+                                               bidirectional, checkpointed, rnn, step_buffers)
 
 MODES = [True, "segments"]
 
@@ -58,26 +58,13 @@ def test_a_head_over_every_step_of_a_batch_first_cell(cell):
         assert _kept(ck, mode), ck.schedule.checkpoint
 
 
-def _step_buffers(ins, grads, mode, T):
-    """The shapes of the program's buffers with an axis of ``T``: no input, no output, no
-    input projection (``x @ W``, read by the steps: computed for all of them first, as
-    JAX and PyTorch do)."""
-    sig = Signature(grads, ins)
-    prog, src, _ = generate(sig, Options(checkpoint=mode))
-    assert "checkpointed gradient" in src
-    skip = {t.uid for t in list(ins) + list(grads)}
-    return {t.name: sig.shape(t, {}) for t in prog.tensors
-            if t.uid not in skip and T in sig.shape(t, {})
-            and not all(isinstance(p, te.ir.Placeholder) for p in te.ir.tensor_inputs(t))}
-
-
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("head", ["last", "one"])
 @pytest.mark.parametrize("cell", ["rnn", "lstm"])
 def test_no_buffer_holds_every_step(cell, head, mode):
     T, k = 97, 4  # (T is no other size of the program)
     ins, grads = batch_first(cell, T, 2, 6, k, head)
-    assert not _step_buffers(ins, grads, mode, T)
+    assert not step_buffers(ins, grads, mode, T)
     state = "s" if cell == "lstm" else "h"
     rows = {t.name: Signature(grads, ins).shape(t, {}) for t in
             generate(Signature(grads, ins), Options(checkpoint=mode))[0].tensors}

@@ -1,0 +1,145 @@
+"""Checkpointed recurrence shapes of issue 15 item 2 that kept more than their checkpoints:
+an LSTM whose loss of shape ``(1,)`` reads a tensor of its state (the Jacobian-shaped
+gradients' one-point axis ``p0`` is never a step axis), a ``T`` whose revolve memory equals
+``T`` rows (never a ring of every step when ``checkpoints < T``), and a bidirectional RNN
+under a head over every step (two groups, each reversed by its own plan, one after the
+other). Gradients bit-identical to the full tape in both modes, memory bounded."""
+from __future__ import annotations
+
+import pytest
+
+import tensorexpr as te
+from codegen.pipeline import generate, lower
+from codegen.schedule import Options
+from codegen.signature import Signature
+from tests.codegen.recurrence_programs import (STEPS, agrees_with_its_full_tape, bidirectional,
+                                               checkpointed, lstm_layer, rnn, step_buffers)
+
+MODES = [True, "segments"]
+
+
+def lstm_loss_one(T, B, H, k):
+    """An LSTM (state ``s[T, B, 2, H]``) whose hidden part is a tensor of its own,
+    ``hs[t, b, j] = s[t, b, 1, j]``, and the gradients of ``L[p] = sum(hs[T - 1] ** 2)``,
+    a loss of shape ``(1,)``: Jacobian-shaped, each with a leading axis of one point."""
+    x = te.placeholder((T, B, H), "float32", "x")
+    Ws = [te.placeholder((H, H), "float32", f"W{g}") for g in "ifog"]
+    Us = [te.placeholder((H, H), "float32", f"U{g}") for g in "ifog"]
+    s = lstm_layer(x, Ws, Us, k, "s")
+    hs = te.compute((T, B, H), lambda t, b, j: s[t, b, 1, j], name="hs")
+    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
+    L = te.compute((1,), lambda p: te.sum(hs[T - 1, r1, r2] * hs[T - 1, r1, r2],
+                                          axis=[r1, r2]), name="L")
+    ins = [x] + Ws + Us
+    return ins, list(te.differentiate(L, ins))
+
+
+@pytest.mark.parametrize("T,k,mode", [(13, 3, True), (13, 3, "segments"), (7, 1, True),
+                                      (4, 9, "segments"), (1, 1, True)])
+def test_an_lstm_loss_of_shape_one_through_a_tensor_of_its_state(T, k, mode):
+    ins, grads = lstm_loss_one(T, 2, 3, k)
+    ck = agrees_with_its_full_tape(ins, grads, mode, seed=T + k)
+    assert ("checkpointed gradient" in ck.source) == checkpointed(T, k, mode)
+    if checkpointed(T, k, mode) and k < T:
+        want = f"s (revolve: {k} checkpoints x 1 rows)" if mode is True else \
+            f"s (segments: {k} checkpoints x 1 rows)"
+        assert want in ck.schedule.checkpoint
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_lstm_loss_of_shape_one_keeps_no_buffer_of_every_step(mode):
+    T, k = 97, 4
+    ins, grads = lstm_loss_one(T, 2, 3, k)
+    # (the one-point axis was the step axis: checkpoints of every step, hs and dhs whole)
+    assert not step_buffers(ins, grads, mode, T)
+    sig = Signature(grads, ins)
+    rows = {t.name: sig.shape(t, {}) for t in generate(sig, Options(checkpoint=mode))[0].tensors}
+    assert rows["s_checkpoints"][0] == k
+
+
+def _tanh(T, k):
+    # a tanh RNN without sums (cheap to lower: the sweep lowers it 100 times); its
+    # adjoint reads h[t + 1], a checkpoint holds 2 rows
+    x = te.placeholder((T, 2, 3), "float32", "x")
+    h = te.recurrence((T, 2, 3), lambda h, t, b, j: te.tanh(x[t, b, j] + te.select(
+        t == 0, 0.0, 0.5 * h[t - 1, b, j])), name="h", checkpoints=k)
+    L = te.compute((), lambda: h[T - 1, 0, 0] * h[T - 1, 1, 2], name="L")
+    return [x], list(te.differentiate(L, [x]))
+
+
+def _last_T(k):
+    return min(40, 2 * k + 4)
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_no_ring_of_every_step_with_fewer_checkpoints_than_steps(k):
+    # T up to 2k + 4: past it revolve's k checkpoints of 2 rows and its ring of 3 hold
+    # fewer rows than T, and a ring of every step was never chosen (the whole grid,
+    # T in 1..40, was checked when T = 9, k = 3 was fixed: it ran as a ring of 9 rows)
+    for T in range(2, _last_T(k) + 1):
+        ins, grads = _tanh(T, k)
+        sig = Signature(grads, ins)
+        for mode in MODES if T <= 12 else [True]:
+            prog, schedule = lower(sig, Options(checkpoint=mode))
+            rows = {t.name: sig.shape(t, {})[0] for t in prog.tensors if sig.shape(t, {})}
+            kept = " ".join(schedule.checkpoint)
+            if mode == "segments" and k == 1:
+                assert schedule.full_tape, (T, k)  # (one segment would be the whole tape)
+                continue
+            assert "h (ring of " in kept, (T, k, mode, kept)
+            if k >= T:
+                continue  # (nothing recomputed: the ring of every step is the full tape)
+            assert ("h (revolve: " if mode is True else "h (segments: ") in kept, (T, k, kept)
+            # revolve: a checkpoint's 2 rows and one more; segments: a segment and a row
+            # on each side (which is T at T = 4, k = 2: segments save nothing so small)
+            most = 3 if mode is True else -(-T // k) + 2
+            for name in ("h_ring", "dh_ring"):
+                assert rows[name] <= most and (mode != True or T <= most or rows[name] < T), (
+                    T, k, rows)
+            assert "h" not in rows and "dh" not in rows, (T, k, mode, rows)
+            assert rows["h_checkpoints"] == (2 if mode is True else 1) * k, (T, k, mode, rows)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("T,k", [(9, 3), (4, 2), (6, 3), (16, 4)])
+def test_where_revolve_memory_equals_every_step_it_is_still_the_full_tape_bit_for_bit(
+        T, k, mode):
+    ins, grads = rnn(T, 2, 3, k)
+    ck = agrees_with_its_full_tape(ins, grads, mode, seed=T)
+    assert "checkpointed gradient" in ck.source
+    if mode is True:  # (segments: a segment and a row on each side, T at T = 4, k = 2)
+        assert not any(f"ring of {T} rows" in c for c in ck.schedule.checkpoint), \
+            ck.schedule.checkpoint
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("T,k", STEPS)
+def test_a_bidirectional_rnn_under_a_head_over_every_step(T, k, mode):
+    ins, grads = bidirectional(T, 2, 3, k, "every")
+    ck = agrees_with_its_full_tape(ins, grads, mode, seed=T * 10 + k)
+    assert ("checkpointed gradient" in ck.source) == checkpointed(T, k, mode)
+    if checkpointed(T, k, mode):
+        assert not ck.schedule.full_tape
+        assert "g; h: reversed one after the other" in ck.schedule.checkpoint
+        if k < T:
+            assert "checkpointed gradient of g" in ck.source
+            assert "checkpointed gradient of h" in ck.source
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_bidirectional_rnn_keeps_no_state_of_every_step(mode):
+    T, k = 97, 4
+    ins, grads = bidirectional(T, 2, 3, k, "every")
+    # the reversed layer's input gradient dxr is whole: dx[t] reads dxr[T - 1 - t], a row
+    # of another turn of the other reversal (as large as dx itself)
+    assert set(step_buffers(ins, grads, mode, T)) == {"dxr"}
+
+
+def test_a_bidirectional_rnn_under_a_loss_of_its_last_step_says_why_it_keeps_its_tape():
+    # y[t] = h[t] + g[T - 1 - t] read at T - 1 only: its adjoint dy reaches dh and dg,
+    # each layer is read by two descending recurrences
+    ins, grads = bidirectional(13, 2, 3, 3, "last")
+    f = agrees_with_its_full_tape(ins, grads, True)
+    assert f.schedule.full_tape == tuple(
+        f"{n} (checkpoints=3: several descending recurrences read it (dg, dh): no turn could "
+        f"run them)" for n in ("h", "g"))

@@ -11,8 +11,8 @@ import islpy as isl
 from ..ir import Axis, Expr, SizeVar, INDEX_DTYPE, binary, fresh_uid
 from ..ir import const as const_expr
 from ..printer import expr_str
-from ..transform import eval_int, free_axes
-from .recent import Recent
+from ..transform import eval_int, free_axes, substitute
+from .renamed import Renamed
 from .spaces import NotAffine, dim_name, isl_val, params_of, Space, const_int
 
 # {{{ gathers (used by passes/differentiate; owned by the differentiate work)
@@ -208,9 +208,16 @@ def simplify_affine(e: Expr) -> Expr:
     return e if got is _UNCHANGED else got
 
 
-#: the answers :func:`simplify_affine` keeps (_UNCHANGED: none simpler)
-_SIMPLIFIED = Recent(512)
 _UNCHANGED = object()
+
+
+def _renamed_expr(e, mapping):
+    return e if e is _UNCHANGED else substitute(e, mapping)
+
+
+#: the answers :func:`simplify_affine` keeps (_UNCHANGED: none simpler), shared by the
+#: indices of other axes of the same ranges (``polyhedral.renamed``)
+_SIMPLIFIED = Renamed(512, _renamed_expr)
 
 
 def _simplify_affine(e: Expr):

@@ -123,7 +123,9 @@ class Renamed:
     """A :class:`Recent` cache of answers that also shares them between questions of one
     :func:`shape`: ``rename(answer, {old axis: new axis})`` gives the kept answer in
     terms of another question's axes (see the module docstring); ``names``: axes of
-    other names are other questions (the answer shows them).
+    other names are other questions (the answer shows them); ``exact=False``: every
+    answer is renamed, even for the same question again (an answer that makes axes of
+    its own makes new ones each time, as isl's would).
 
     >>> from tensorexpr.ir import Axis, Const
     >>> from tensorexpr.transform import substitute
@@ -136,13 +138,16 @@ class Renamed:
     (7, 9, 1)
     """
 
-    def __init__(self, size: int, rename: Callable, names: bool = False):
+    def __init__(self, size: int, rename: Callable, names: bool = False, exact: bool = True):
         self.names = names
+        self.renames_all = not exact
         self.exact = Recent(size)
         self.shapes = Recent(size)
         self.rename = rename
 
     def get(self, key: tuple, make):
+        if self.renames_all:
+            return make() if not ENABLED else self._by_shape(key, make)
         if not ENABLED:
             return self.exact.get(key, make)
         return self.exact.get(key, lambda: self._by_shape(key, make))
@@ -161,7 +166,7 @@ class Renamed:
         if made:
             return answer
         mapping = {a: b for a, b in zip(theirs, axes) if a is not b and not same(a, b)}
-        return self.rename(answer, mapping) if mapping else answer
+        return self.rename(answer, mapping) if mapping or self.renames_all else answer
 
 
 def unchanged(answer, mapping):

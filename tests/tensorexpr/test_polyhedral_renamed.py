@@ -15,7 +15,8 @@ from codegen.pipeline import generate
 from codegen.schedule import Options
 from codegen.signature import Signature
 from tensorexpr.ir import Axis, Const, SizeVar, fresh_uid, walk
-from tensorexpr.polyhedral import LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint, loop_nest, within
+from tensorexpr.polyhedral import (LoopBlock, LoopFor, LoopIf, LoopLet, LoopPoint, loop_nest,
+                                   solve_fiber, within)
 from tensorexpr.polyhedral import renamed
 
 
@@ -78,6 +79,24 @@ def test_loop_nest_renamed_to_the_callers_axes(unshared):
     uids = [{a.uid for a in _axes_of(t)} for t in (t1, t2, t3)]
     assert i1.uid in uids[0] and i2.uid in uids[1] and i1.uid not in uids[1]
     assert repr(t2) == repr(t1) == repr(t3)
+
+
+def test_fiber_answers_get_axes_of_their_own(unshared):
+    def ask():
+        h, kh, y = _ax("h", 16), _ax("kh", 3), _ax("y", 33)
+        return (y, h, kh), solve_fiber([y], [h, kh], [], [2 * h + kh])
+    (y1, h1, k1), p1 = ask()
+    (y2, h2, k2), p2 = ask()  # the same shape: renamed
+    _, p3 = unshared(ask)
+    free = [a.uid for p in p1 + p2 + p3 for a in p.free]
+    assert free and len(set(free)) == len(free)  # never shared between two answers
+    assert [set(p.subst) for p in p2] == [{h2.uid, k2.uid}] * len(p2)
+    used = {a.uid for p in p2 for e in list(p.subst.values()) + [p.cond] if e is not None
+            for a in _free(e)}
+    assert y2.uid in used and not used & {y1.uid, h1.uid, k1.uid}
+    shown = [[(str(p.subst[h.uid]), str(p.subst[k.uid]), str(p.cond)) for p in ps]
+             for ps, (h, k) in ((p1, (h1, k1)), (p2, (h2, k2)))]
+    assert shown[0] == shown[1] and len(p3) == len(p1)
 
 
 def _axes_of(tree):

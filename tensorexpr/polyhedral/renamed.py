@@ -107,7 +107,7 @@ def shape(key, names: bool = False) -> Optional[Tuple[tuple, List[Axis]]]:
 
     try:
         return of(key), axes
-    except _TooLarge:
+    except (_TooLarge, RecursionError):  # (a condition thousands of operations deep)
         return None
 
 

@@ -157,3 +157,15 @@ def test_other_bounds_other_loops():
     a, b = te.build([A, B], [X])(x)
     np.testing.assert_allclose(a, x[:, 0:16:2].sum(1), rtol=1e-5)
     np.testing.assert_allclose(b, x[:, 0:12:2].sum(1), rtol=1e-5)
+
+
+def test_large_questions_are_asked_as_themselves():
+    i = _ax("i", 8)
+    deep = i
+    for _ in range(3000):
+        deep = deep + 1
+    assert renamed.shape((deep,)) is None  # too deep to walk: no shape, no error
+    many = [i >= 0] * 1000  # too large to be worth a shape: asked of isl as it is
+    assert renamed.shape((many,)) is None
+    assert within([i], many, [], i, Const(8, "int64"))
+    assert not within([i], many, [], i + 1, Const(8, "int64"))

@@ -50,7 +50,9 @@ class Scope:
         self.axes: Tuple[Axis, ...] = axes
         self.guards: Tuple[Expr, ...] = guards
         self.memo: Dict[Expr, CExpr] = memo
-        self._points: Optional[polyhedral.PointSet] = None
+        #: the sizes isl sees here: those of the first question asked (its point set
+        #: answered the later ones, whatever sizes they named)
+        self._params: Optional[Tuple[str, ...]] = None
 
     def child(self, axes=(), guards=(), env=None) -> "Scope":
         base = self.unbind(axes)
@@ -82,9 +84,7 @@ class Scope:
             return True
         if not self.axes:
             return False
-        if self._points is None:
-            self._points = polyhedral.PointSet.of(self.axes, self.guards, params)
-        return self._points.within(e, Const(1 << 62, I64))
+        return self._within(e, Const(1 << 62, I64), params)
 
     def proves_inside(self, index: Expr, size: Expr, params: Sequence[str]) -> bool:
         """Does ``0 <= index < size`` hold wherever this code runs (no check needed)?"""
@@ -93,6 +93,9 @@ class Scope:
             if lo is not None and lo >= 0 and (same(index.hi, size) or
                                                (hi is not None and n is not None and hi <= n)):
                 return True
-        if self._points is None:
-            self._points = polyhedral.PointSet.of(self.axes, self.guards, params)
-        return self._points.within(index, size)
+        return self._within(index, size, params)
+
+    def _within(self, index: Expr, size: Expr, params: Sequence[str]) -> bool:
+        if self._params is None:
+            self._params = tuple(params)
+        return polyhedral.within(self.axes, self.guards, self._params, index, size)

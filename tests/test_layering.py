@@ -3,7 +3,7 @@
 Function-level imports count: importing inside a function to dodge a circle is
 still a circle. The layers (a module imports only modules of lower layers):
 errors <- ir (dtypes <- nodes <- traversal <- the package) <- transform, printer
-<- polyhedral (recent <- spaces <- affine <- fibers, loops <- queries <- the package) <- bounds
+<- polyhedral (recent <- renamed <- spaces <- affine <- fibers, loops <- queries <- the package) <- bounds
 <- recurrence <- api <- extract, gradients <- simplify, normalize, hoist <- partials
 <- nn (arguments <- reductions, activations, products, convolution, embeddings,
 resampling, layout <- softmax_family, normalization, pooling <- losses)
@@ -18,7 +18,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 LAYERS = [["tensorexpr.errors"], ["tensorexpr.ir.dtypes"], ["tensorexpr.ir.nodes"],
           ["tensorexpr.ir.traversal"], ["tensorexpr.ir"],
           ["tensorexpr.transform", "tensorexpr.printer"],
-          ["tensorexpr.polyhedral.recent"], ["tensorexpr.polyhedral.spaces"],
+          ["tensorexpr.polyhedral.recent"], ["tensorexpr.polyhedral.renamed"],
+          ["tensorexpr.polyhedral.spaces"],
           ["tensorexpr.polyhedral.affine"],
           ["tensorexpr.polyhedral.fibers", "tensorexpr.polyhedral.loops"],
           ["tensorexpr.polyhedral.queries"], ["tensorexpr.polyhedral"], ["tensorexpr.bounds"],

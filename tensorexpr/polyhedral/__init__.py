@@ -27,5 +27,5 @@ from .fibers import (FiberPiece, solve_fiber, align_like, simplify_affine,
     set_expr)  # noqa: F401
 from .recent import Recent  # noqa: F401
 from .loops import (LoopFor, LoopLet, LoopIf, LoopBlock, LoopPoint, LoopTree, may_fail,
-    conjuncts, PointSet, loop_nest, image_bounds)  # noqa: F401
+    conjuncts, PointSet, loop_nest, image_bounds, within)  # noqa: F401
 from .queries import (offset_range, span, index_box, implies, project, seen_from)  # noqa: F401

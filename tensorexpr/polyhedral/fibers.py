@@ -11,8 +11,8 @@ import islpy as isl
 from ..ir import Axis, Expr, SizeVar, INDEX_DTYPE, binary, fresh_uid
 from ..ir import const as const_expr
 from ..printer import expr_str
-from ..transform import eval_int, free_axes
-from .recent import Recent
+from ..transform import eval_int, free_axes, substitute
+from .renamed import Renamed
 from .spaces import NotAffine, dim_name, isl_val, params_of, Space, const_int
 
 # {{{ gathers (used by passes/differentiate; owned by the differentiate work)
@@ -59,6 +59,12 @@ def solve_fiber(target: Sequence[Axis], domain: Sequence[Axis], guards: Sequence
     >>> [p.free[0].name for p in solve_fiber([y], [h, kh], [], [2 * h + kh])]
     ['kh']
     """
+    # (an LSTM's gates invert the same reads of other axes: polyhedral.renamed)
+    key = (tuple(target), tuple(domain), tuple(guards), tuple(indices))
+    return _FIBERS.get(key, lambda: _solve_fiber(target, domain, guards, indices))
+
+
+def _solve_fiber(target, domain, guards, indices) -> List[FiberPiece]:
     exprs = list(guards) + list(indices) + [a.lo for a in domain] + [a.hi for a in domain]
     exprs += [a.lo for a in target] + [a.hi for a in target]
     params = params_of(exprs)
@@ -67,6 +73,29 @@ def solve_fiber(target: Sequence[Axis], domain: Sequence[Axis], guards: Sequence
         out += _solve_piece(target, domain, list(guards) + ([piece] if piece is not None else []),
                             indices, params)
     return out
+
+
+def _renamed_fiber(pieces: List[FiberPiece], mapping) -> List[FiberPiece]:
+    """:func:`solve_fiber`'s answer for the question of ``mapping``'s new axes: each
+    piece's free axes new ones (allocated in the order isl's answer allocates them),
+    everything else renamed."""
+    uids = {a.uid: b.uid for a, b in mapping.items()}
+    out = []
+    for p in pieces:
+        m = dict(mapping)
+        free = []
+        for ax in p.free:
+            nax = Axis(ax.name, substitute(ax.lo, m), substitute(ax.hi, m), fresh_uid())
+            m[ax] = nax
+            free.append(nax)
+        out.append(FiberPiece(free, {uids.get(u, u): substitute(e, m) for u, e in p.subst.items()},
+                              None if p.cond is None else substitute(p.cond, m)))
+    return out
+
+
+#: the answers of :func:`solve_fiber`, renamed for every question (each makes its own
+#: free axes)
+_FIBERS = Renamed(256, _renamed_fiber, names=True, exact=False)
 
 
 def _access_pieces(domain, guards, indices, params) -> List[Optional[Expr]]:
@@ -208,9 +237,16 @@ def simplify_affine(e: Expr) -> Expr:
     return e if got is _UNCHANGED else got
 
 
-#: the answers :func:`simplify_affine` keeps (_UNCHANGED: none simpler)
-_SIMPLIFIED = Recent(512)
 _UNCHANGED = object()
+
+
+def _renamed_expr(e, mapping):
+    return e if e is _UNCHANGED else substitute(e, mapping)
+
+
+#: the answers :func:`simplify_affine` keeps (_UNCHANGED: none simpler), shared by the
+#: indices of other axes of the same ranges (``polyhedral.renamed``)
+_SIMPLIFIED = Renamed(512, _renamed_expr)
 
 
 def _simplify_affine(e: Expr):

@@ -15,6 +15,8 @@ from ..ir import const as const_expr
 from .spaces import CTX, NotAffine, dim_name, isl_val, params_of, Space
 from .affine import is_index_arithmetic
 from .recent import Recent
+from .renamed import Renamed
+from ..transform import substitute
 
 # {{{ loop nests (used by codegen; owned by the C backend work)
 
@@ -163,8 +165,59 @@ class PointSet:
 
 #: the point sets :meth:`PointSet.of` shares
 _SHARED = Recent(256)
-#: the loop nests :func:`loop_nest` shares
-_NESTS = Recent(64)
+
+
+def within(axes: Sequence[Axis], guards: Sequence[Expr], params: Sequence[str], index: Expr,
+           size: Expr) -> bool:
+    """:meth:`PointSet.within` of ``PointSet.of(axes, guards, params)``, answered once per
+    question modulo the renaming of axes (``polyhedral.renamed``): the read checks of an
+    LSTM's four gates are one question, asked of four point sets before.
+
+    >>> from tensorexpr.ir import Axis, Const
+    >>> i = Axis("i", Const(0, "int64"), Const(8, "int64"), 5)
+    >>> within([i], [i >= 1], [], i - 1, Const(8, "int64"))
+    True
+    """
+    key = (tuple(axes), tuple(guards), tuple(params), index, size)
+    return _WITHIN.get(key, lambda: (PointSet.of(axes, guards, params).within(index, size),))[0]
+
+
+#: the answers :func:`within` keeps
+_WITHIN = Renamed(1024, lambda answer, mapping: answer)
+
+
+def _renamed_nest(answer, mapping):
+    """A :func:`loop_nest` answer ``(tree, rest)`` in terms of other axes (``mapping``,
+    ``polyhedral.renamed``): an iterator whose bounds change is a new axis, as isl's
+    answer for those axes would have made."""
+    tree, rest = answer
+    return _renamed_tree(tree, dict(mapping)), tuple(substitute(c, mapping) for c in rest)
+
+
+def _renamed_tree(t: "LoopTree", m: Dict) -> "LoopTree":
+    sub = lambda e: substitute(e, m)  # noqa: E731
+    if isinstance(t, LoopBlock):
+        return LoopBlock(tuple(_renamed_tree(x, m) for x in t.items))
+    if isinstance(t, LoopIf):
+        return LoopIf(sub(t.cond), _renamed_tree(t.then, m),
+                      None if t.orelse is None else _renamed_tree(t.orelse, m))
+    if isinstance(t, LoopPoint):
+        return LoopPoint(tuple(sub(v) for v in t.values))
+    it = t.iterator
+    lo, hi = sub(it.lo), sub(it.hi)
+    if lo is not it.lo or hi is not it.hi:
+        new = Axis(it.name, lo, hi, fresh_uid())
+        m = dict(m)
+        m[it] = new
+        it = new
+    if isinstance(t, LoopLet):
+        return LoopLet(it, sub(t.value), _renamed_tree(t.body, m))
+    return LoopFor(it, sub(t.lo), sub(t.hi), t.step, _renamed_tree(t.body, m))
+
+
+#: the loop nests :func:`loop_nest` shares, also with the nests of other axes of the same
+#: ranges and conditions (``polyhedral.renamed``: an LSTM's gates)
+_NESTS = Renamed(64, _renamed_nest, names=True)
 
 
 def loop_nest(axes: Sequence[Axis], conds: Sequence[Expr], outer: Sequence[Axis] = (),

@@ -14,7 +14,7 @@ from ..transform import free_axes, substitute
 from .spaces import NotAffine, params_of, Space
 from .fibers import align_like, set_expr
 from .loops import conjuncts, PointSet
-from .recent import Recent
+from .renamed import Renamed, unchanged
 
 # {{{ recurrence windows (checkpointing; used by codegen/checkpoint.py)
 
@@ -45,7 +45,7 @@ def offset_range(axes: Sequence[Axis], guards: Sequence[Expr], index: Expr, base
 
 
 #: the answers :func:`offset_range` keeps (each in a tuple: None is an answer)
-_OFFSETS = Recent(512)
+_OFFSETS = Renamed(512, unchanged)
 
 
 def _offset_range(axes, guards, index, base, params):
@@ -129,7 +129,7 @@ def index_box(axes: Sequence[Axis], guards: Sequence[Expr], indices: Sequence[Ex
 
 
 #: the answers :func:`index_box` keeps
-_INDEX_BOXES = Recent(256)
+_INDEX_BOXES = Renamed(256, unchanged)
 
 
 def _index_box(axes, guards, indices) -> Optional[Tuple[Optional[Tuple[int, int]], ...]]:

@@ -105,7 +105,8 @@ class Compilation:
                 self._error = exc
             self._finished = True
             self._done.set()
-        self._done.wait()
+        while not self._done.wait(0.25):
+            pass  # short waits: a Ctrl-C flagged by another thread is raised here
         if self._error is not None:
             raise self._error
         return self.path
@@ -181,7 +182,8 @@ def _join_all() -> None:
         running = list(_pending.values())
     for c in running:
         if c._pid == os.getpid():
-            c._done.wait()
+            while not c._done.wait(0.25):
+                pass  # short waits, as Compilation.result: Ctrl-C still ends the process
 
 
 def _reset_after_fork() -> None:

@@ -491,7 +491,7 @@ def _run(cmd: List[str], work: str):
         if hold:
             hold = False
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        out, err = p.communicate(timeout=600)
+        out, err = communicate(p, 600)
     except BaseException:
         if hold:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -499,6 +499,29 @@ def _run(cmd: List[str], work: str):
             _kill_group(p)
         raise
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def communicate(p, timeout: float) -> Tuple[str, str]:
+    """``p.communicate(timeout=timeout)`` in short waits. A Ctrl-C that arrives while this
+    thread holds SIGINT back (as ``_run`` does around ``Popen``) goes to another thread
+    (an OpenMP or BLAS one), whose handler only flags it: a single long wait would not
+    return to Python, which raises ``KeyboardInterrupt``, before the compiler ends
+    (seen under load: a minute). Retrying loses no output (``subprocess`` says so).
+
+    >>> import subprocess, sys
+    >>> p = subprocess.Popen([sys.executable, "-c", "print(7)"], stdout=subprocess.PIPE,
+    ...                      stderr=subprocess.PIPE, text=True)
+    >>> communicate(p, 60)
+    ('7\\n', '')
+    """
+    import subprocess
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return p.communicate(timeout=min(0.25, max(end - time.monotonic(), 0.0)))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= end:
+                raise
 
 
 def _kill_group(p) -> None:

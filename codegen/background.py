@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 from typing import Callable, Dict, List, Optional
 
@@ -178,6 +179,10 @@ class PendingKernel:
 
 
 def _join_all() -> None:
+    """At exit: let compiles on threads finish (their libraries are cached for the next
+    process), unless the program ends on Ctrl-C: then they are stopped first."""
+    if getattr(sys, "last_type", None) is KeyboardInterrupt:  # set for an uncaught one
+        compiler.stop_running()
     with _lock:
         running = list(_pending.values())
     for c in running:

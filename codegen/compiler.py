@@ -488,6 +488,7 @@ def _run(cmd: List[str], work: str):
     try:
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=dict(os.environ, TMPDIR=work), start_new_session=True)
+        _running.add(p)
         if hold:
             hold = False
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -498,7 +499,24 @@ def _run(cmd: List[str], work: str):
         if p is not None:
             _kill_group(p)
         raise
+    finally:
+        _running.discard(p)
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+#: compiler processes running now (on any thread)
+_running: set = set()
+
+
+def stop_running() -> None:
+    """Kill every compiler process running now (its whole group): a program ended by
+    Ctrl-C must not wait, at exit, for compiles on other threads
+    (``codegen.background``); each one's thread then fails and cleans up."""
+    for p in list(_running):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def communicate(p, timeout: float) -> Tuple[str, str]:

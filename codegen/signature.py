@@ -144,6 +144,12 @@ class Signature:
                 raise TypeError(f"unexpected input {key!r}; the inputs are "
                                 f"{', '.join(self.input_names) or 'none'}{self._unread_hint()}")
             k = index[key]
+            if self.input_names.count(key) > 1:
+                # a keyword would bind the first of them and report the others missing
+                raise TypeError(f"{self.input_names.count(key)} inputs are named {key!r}, so "
+                                f"{key}= cannot say which; pass them positionally (in the "
+                                f"order {', '.join(self.input_names)}) or give the "
+                                f"placeholders distinct names")
             if given[k]:
                 raise TypeError(f"input {key!r} given twice (positionally and by name)")
             values[k], given[k] = val, True

@@ -134,8 +134,16 @@ def _rules(e: Expr, owner=None) -> list:
             if isinstance(b, Const):
                 return [(a, lambda adj: m("mul", adj, m("mul", b, m("pow", a, b.value - 1))),
                          (), ())]
-            return [(a, lambda adj: m("mul", adj, m("mul", b, m("pow", a, m("sub", b, 1)))), (), ()),
-                    (b, lambda adj: m("mul", adj, m("mul", e, api.log(a))), (), ())]
+            # Where a formula is 0 * inf the function is locally constant: a ** 0 is 1 for
+            # every a (b * a ** (b - 1) is 0 * inf at a = 0), and 0 ** b is 0 for every
+            # b > 0 (a ** b * log(a) is 0 * -inf): their slopes are 0, as in torch and jax
+            # (a GeM pooling's relu(x) ** p would otherwise send NaN to p from every x <= 0)
+            flat_in_a = m("eq", b, 0.0)
+            flat_in_b = m("and", m("eq", a, 0.0), m("ge", b, 0.0))
+            return [(a, lambda adj: api.select(flat_in_a, 0.0, m("mul", adj, m("mul", b, m(
+                        "pow", a, m("sub", b, 1))))), (), ()),
+                    (b, lambda adj: api.select(flat_in_b, 0.0, m("mul", adj, m(
+                        "mul", e, api.log(a)))), (), ())]
         case Binary("max" | "min", a, b, _):
             win = m("gt", a, b) if e.op == "max" else m("lt", a, b)
             lose = m("lt", a, b) if e.op == "max" else m("gt", a, b)

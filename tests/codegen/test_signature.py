@@ -82,6 +82,20 @@ def test_call_validation_names_the_input(program, call, error, message):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_keyword_naming_two_inputs_is_refused(backend):
+    # two placeholders named X: X= was bound to the first and the second reported
+    # "missing input(s): X", although X had been passed
+    X1 = te.placeholder((3,), "float64", name="X")
+    X2 = te.placeholder((3,), "float64", name="X")
+    f = te.build(te.compute((3,), lambda i: X1[i] + 10.0 * X2[i], name="Y"), backend=backend)
+    x = np.arange(3.0)
+    with pytest.raises(TypeError, match="2 inputs are named 'X', so X= cannot say which; "
+                                        "pass them positionally"):
+        f(X=x)
+    np.testing.assert_array_equal(f(x, x + 1), x + 10 * (x + 1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_inconsistent_symbolic_sizes(backend):
     n = te.var("n")
     X = te.placeholder((n,), name="X")

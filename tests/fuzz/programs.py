@@ -169,6 +169,10 @@ _UNARY = {
 _BINARY = {
     "add": "{} + {}", "sub": "{} - ({})", "mul": "({}) * ({})", "div": "({0}) / (1.0 + ({1}) * ({1}))",
     "max": "te.maximum({}, {})", "min": "te.minimum({}, {})",
+    # a power of a data exponent: its base and exponent are exactly 0 wherever their
+    # operands are <= 0 (0 ** b, a ** 0 and 0 ** 0: flat, their slopes 0), the exponent
+    # at most 2 so that values stay in range
+    "pow": "te.maximum({}, 0.0) ** te.minimum(te.maximum({}, 0.0), 2.0)",
 }
 
 

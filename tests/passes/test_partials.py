@@ -85,3 +85,33 @@ def test_stop_gradient_gradients_are_differentiable_again():
     np.testing.assert_allclose(te.build(dX, backend="numpy")(x), x ** 2 + 2 * x, rtol=1e-12)
     np.testing.assert_allclose(te.build(ddX, backend="numpy")(x), x ** 2 + 4 * x + 2,
                                rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_pow_of_a_data_exponent_is_flat_where_its_base_or_exponent_is_zero(backend):
+    # GeM pooling, mean(relu(x) ** p) ** (1 / p) with a learned p: every x <= 0 gives
+    # 0 ** p, constant in p, whose slope p ** ... * log(0) was 0 * -inf = NaN and poisoned
+    # dp; relu(x) ** relu(q) at x, q <= 0 is 0 ** 0 = 1, constant in x (0 * 0 ** -1 was NaN)
+    X = te.placeholder((6,), dtype="float64", name="X")
+    P = te.placeholder((), dtype="float64", name="P")
+    Q = te.placeholder((6,), dtype="float64", name="Q")
+    r, r2 = te.reduce_axis(6), te.reduce_axis(6)
+    mean = te.compute((), lambda: te.sum(te.maximum(X[r], 0.0) ** P[()], axis=r) / 6.0,
+                      name="mean")
+    gem = te.compute((), lambda: mean[()] ** (1.0 / P[()]), name="gem")
+    flat = te.compute((), lambda: te.sum(te.maximum(X[r2], 0.0) ** te.maximum(Q[r2], 0.0),
+                                         axis=r2), name="flat")
+    L = te.compute((), lambda: gem[()] + flat[()], name="L")
+    x = np.array([0.7, -0.3, 1.9, -1.2, 0.4, -0.8])
+    q = np.array([1.3, -0.5, 0.6, -0.2, -0.9, 0.8])  # x, q <= 0 together at 3 and 5
+    arrays = [x, np.array(2.5), q]
+    dX, dP, dQ = te.differentiate(L, [X, P, Q])
+    got = te.build([dX, dP, dQ], inputs=[X, P, Q], backend=backend)(*arrays)
+    fl = te.build(L, inputs=[X, P, Q], backend="numpy")
+    for k, g in enumerate(got):
+        want = numeric_grad(fl, arrays, k)
+        assert np.isfinite(g).all(), (k, g)
+        assert rel_err(g, want) < 1e-7, (k, g, want)
+    # the slopes at the flat points are exactly 0, as torch's and jax's pow define them
+    assert got[0][[1, 3, 5]].tolist() == [0.0, 0.0, 0.0]
+    assert got[2][[1, 3, 5]].tolist() == [0.0, 0.0, 0.0]

@@ -189,6 +189,12 @@ def reduce_axis(dom, name: Optional[str] = None) -> Axis:
         lo, hi = dom
     else:
         lo, hi = 0, dom
+    if isinstance(lo, (int, np.integer)) and not isinstance(lo, bool) and lo < 0:
+        # axes start at 0 or above (their extents are sizes); a window around 0 is a shift
+        width = hi - lo if isinstance(hi, (int, np.integer)) else f"{hi} + {-lo}"
+        raise ValueError(f"te.reduce_axis(({lo}, {hi})): the lower bound {lo} is negative; "
+                         f"shift the window: te.reduce_axis((0, {width})) and read "
+                         f"X[... k - {-lo} ...] where X[... k ...] was read")
     uid = fresh_uid()
     return Axis(name or f"r{uid}", _size(lo, "reduce_axis"), _size(hi, "reduce_axis"), uid)
 

@@ -163,6 +163,15 @@ class Expr(Node):
     def __pos__(self):
         return self
 
+    def __abs__(self):
+        """``abs(e)``, as ``te.abs(e)`` (a user writes Python's ``abs`` as often).
+
+        >>> import tensorexpr as te
+        >>> abs(te.const(-2.0))
+        abs(-2.0)
+        """
+        return unary("abs", self)
+
     def __invert__(self):
         return unary("not", self)
 

@@ -139,6 +139,9 @@ def test_bad_sizes_and_reductions():
         te.placeholder((3, -1), name="P")
     with pytest.raises(TypeError, match="a size must be an int"):
         te.placeholder((2.0,), name="P")
+    # a window around 0: the message says how to shift it, with the width computed
+    with pytest.raises(ValueError, match=r"lower bound -2 is negative.*reduce_axis\(\(0, 5\)\)"):
+        te.reduce_axis((-2, 3))
     with pytest.raises(TypeError, match="te.var sizes and constants only"):
         te.compute((3,), lambda i: te.sum(V[i], axis=te.reduce_axis((i, 4))))  # use where=
     n = te.var("n")

@@ -80,6 +80,7 @@ def program(dtype):
         ("maximum", lambda i: te.maximum(A[i], B[i]), lambda a, b, p, e: np.maximum(a, b)),
         ("minimum", lambda i: te.minimum(A[i], B[i]), lambda a, b, p, e: np.minimum(a, b)),
         ("abs", lambda i: te.abs(A[i]), lambda a, b, p, e: np.abs(a)),
+        ("python abs", lambda i: abs(A[i]), lambda a, b, p, e: np.abs(a)),
         ("exp", lambda i: te.exp(B[i]), lambda a, b, p, e: np.exp(fl(b))),
         ("log", lambda i: te.log(P[i]), lambda a, b, p, e: np.log(fl(p))),
         ("sqrt", lambda i: te.sqrt(P[i]), lambda a, b, p, e: np.sqrt(fl(p))),

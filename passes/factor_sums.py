@@ -20,8 +20,7 @@ reductions and of selects on data) is rewritten when the cost model says it pays
 written, or with products also expanded over sums: :func:`expand`), the one with the
 fewest floating-point operations per point (counted on the IR: :func:`flops`) is
 taken if it has no more than the sum as written and one of its sums misses an axis
-the sum used (``MIN_REDUNDANCY`` points at least), or some terms became a count
-(a constant summed: ``sum_i t[k] = N * t[k]``) and one sum is left. Per point: a sum that misses axes
+the sum used (``MIN_REDUNDANCY`` points at least). Per point: a sum that misses axes
 around it is counted once per point of the axes it uses, as :mod:`passes.hoist` stores
 it (``sum_j H[i, j] * s[j]`` beside ``A[i, k]``: once per ``i``). A factor leaves a sum only where it
 was evaluated at every point the sum is: the sum has no ``where`` and a non-empty
@@ -198,12 +197,12 @@ def _signed_sum(parts: List[Tuple[float, Optional[Expr]]], dtype: str) -> Expr:
     return out
 
 
-def _split(red: Reduce, terms: List[Term], movable) -> Tuple[Expr, List[Expr], bool]:
+def _split(red: Reduce, terms: List[Term], movable) -> Tuple[Expr, List[Expr]]:
     """``red`` as sums of its terms, each term's factors that ``movable`` allows out of
     its sum (those not using its axes) multiplied outside: terms alike but for those
     factors share one sum (their factors summed outside), terms alike but for the sums'
-    bodies share one factor (their bodies summed inside). Also the sums made, and
-    whether a term became a count (a constant summed over a box)."""
+    bodies share one factor (their bodies summed inside). Also the sums made (a
+    constant summed over a box is a count, not a sum)."""
     dt = red.dtype
     # by the factors staying inside: [inside, [(c, outside)]]
     by_inside: List[Tuple[Tuple[Expr, ...], List[Tuple[float, Tuple[Expr, ...]]]]] = []
@@ -231,13 +230,12 @@ def _split(red: Reduce, terms: List[Term], movable) -> Tuple[Expr, List[Expr], b
                 break
         else:
             items.append((c, outer, key, [(1.0, inside)]))
-    parts, sums, counted = [], [], False
+    parts, sums = [], []
     for c, outer, _, body in items:
         inner = _signed_sum([(cb, _product(fs, dt)) for cb, fs in body], dt)
         if (isinstance(inner, Const) and red.where is None
                 and all(isinstance(a.lo, Const) and isinstance(a.hi, Const) for a in red.axes)):
             s = Const(inner.value * points(red.axes), dt)  # a constant summed: a count
-            counted = True
         else:
             s = Reduce("sum", inner, red.axes, red.where, dt)
             sums.append(s)
@@ -246,8 +244,8 @@ def _split(red: Reduce, terms: List[Term], movable) -> Tuple[Expr, List[Expr], b
     scale = abs(parts[0][0])
     if scale != 1 and all(abs(c) == scale for c, _ in parts):
         return Binary("mul", Const(scale, dt), _signed_sum([(c / scale, e) for c, e in parts], dt),
-                      dt), sums, counted
-    return _signed_sum(parts, dt), sums, counted
+                      dt), sums
+    return _signed_sum(parts, dt), sums
 
 
 def _per_point(e: Expr, sums, around) -> float:
@@ -313,14 +311,13 @@ def factored(red: Reduce, bound: Dict[int, object]) -> Optional[Expr]:
         terms = expand(red.body, distribute)
         if terms is None:
             continue
-        e, sums, counted = _split(red, terms, movable)
+        e, sums = _split(red, terms, movable)
         missed = [[a for uid, a in used.items() if uid not in {b.uid for b in free_axes(s)}]
                   for s in sums]
-        # a sum that no longer uses an axis, or terms that became a count beside at most
-        # one sum (several sums, each with its own loop over the same data, ran slower
-        # than one: a layer norm's gradient)
-        pays = (counted and len(sums) <= 1) or any(
-            m and points(m) >= MIN_REDUNDANCY for m in missed)
+        # a sum that no longer uses an axis: stored once, smaller (terms that became a
+        # count alone save a few operations of a loop that still reads the data, and
+        # sum_i (X - mean) as sum_i X - N * mean cancels: a norm's gradient ran slower)
+        pays = any(m and points(m) >= MIN_REDUNDANCY for m in missed)
         cost = _per_point(e, sums, around)
         if pays and cost <= before and cost < best_cost:
             best, best_cost = e, cost

@@ -23,6 +23,12 @@ def _pdist(N, M, D, dtype="float32"):
     return A, B, Y
 
 
+def _operands():
+    """``H`` (8 x 8), ``A`` and ``B`` (8 x 4), and a reduction axis ``j`` over 8."""
+    return (te.placeholder((8, 8), name="H"), te.placeholder((8, 4), name="A"),
+            te.placeholder((8, 4), name="B"), te.reduce_axis(8, "j"))
+
+
 def _sums(e):
     return [x for x in walk(e, unique=True) if isinstance(x, Reduce)]
 
@@ -100,10 +106,7 @@ def test_a_factor_of_a_broadcast_term_leaves_only_its_sum():
 
 
 def test_a_where_stays_with_every_term():
-    H = te.placeholder((8, 8), name="H")
-    A = te.placeholder((8, 4), name="A")
-    B = te.placeholder((8, 4), name="B")
-    j = te.reduce_axis(8, "j")
+    H, A, B, j = _operands()
     G = te.compute((8, 4), lambda i, k: te.sum(H[i, j] * (A[i, k] - B[j, k]), axis=j,
                                                where=j <= i), name="G")
     got = factor_sums(G)
@@ -120,20 +123,14 @@ def test_a_where_stays_with_every_term():
 
 def test_a_factor_a_where_keeps_in_range_is_not_moved():
     # X[i - 1, k] is read only where i >= 1: outside the sum it would be read at i = 0
-    H = te.placeholder((8, 8), name="H")
-    X = te.placeholder((8, 4), name="X")
-    B = te.placeholder((8, 4), name="B")
-    j = te.reduce_axis(8, "j")
+    H, X, B, j = _operands()
     G = te.compute((8, 4), lambda i, k: te.sum(H[i, j] * (X[i - 1, k] - B[j, k]), axis=j,
                                                where=i >= 1), name="G")
     assert factor_sums(G) is G
 
 
 def test_max_reductions_and_selects_on_data_are_left_alone():
-    H = te.placeholder((8, 8), name="H")
-    A = te.placeholder((8, 4), name="A")
-    B = te.placeholder((8, 4), name="B")
-    j = te.reduce_axis(8, "j")
+    H, A, B, j = _operands()
     M = te.compute((8, 4), lambda i, k: te.max(H[i, j] * (A[i, k] - B[j, k]), axis=j), name="M")
     assert factor_sums(M) is M
     S = te.compute((8, 4), lambda i, k: te.sum(te.select(H[i, j] > 0.0, H[i, j], 0.0)
@@ -142,10 +139,7 @@ def test_max_reductions_and_selects_on_data_are_left_alone():
 
 
 def test_a_sum_whose_values_a_max_compares_is_left_as_written():
-    H = te.placeholder((8, 8), name="H")
-    A = te.placeholder((8, 4), name="A")
-    B = te.placeholder((8, 4), name="B")
-    j = te.reduce_axis(8, "j")
+    H, A, B, j = _operands()
     S = te.compute((8, 4), lambda i, k: te.sum(H[i, j] * (A[i, k] - B[j, k]), axis=j), name="S")
     assert factor_sums(S) is not S  # alone, it would be rewritten
     k2 = te.reduce_axis(4, "k2")

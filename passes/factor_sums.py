@@ -14,20 +14,24 @@ The first sum no longer uses ``k``: :mod:`passes.hoist` stores it once per ``i``
 sum); the second is a contraction the strategy table tiles. This is the algebra numpy's
 reference (``2 (A * rowsum(H) - H @ B)``) and users write by hand.
 
-A sum (over a box, not in a recurrence, its value compared nowhere, its body free of max/min
+A sum (over a box, not in a recurrence, its value compared nowhere: a max's gradient
+tests a recomputed body for a tie with the stored maximum; its body free of max/min
 reductions and of selects on data) is rewritten when the cost model says it pays
 (:func:`factored`): of the candidate forms (its body's sums of products split as
-written, or with products also expanded over sums: :func:`expand`), the one with the
-fewest floating-point operations per point (counted on the IR: :func:`flops`) is
-taken if it has no more than the sum as written and one of its sums misses an axis
-the sum used (``MIN_REDUNDANCY`` points at least). Per point: a sum that misses axes
-around it is counted once per point of the axes it uses, as :mod:`passes.hoist` stores
-it (``sum_j H[i, j] * s[j]`` beside ``A[i, k]``: once per ``i``). A factor leaves a sum only where it
-was evaluated at every point the sum is: the sum has no ``where`` and a non-empty
-constant range, or each read of the factor stays in range (a condition on a term
-stays with it, per term). Values change only by float rounding (a sum is added in
-another order and grouping); like :mod:`passes.simplify`, ``x * 0`` is taken as 0
-(a factor moved out of an empty sum).
+written, or with products of one term and a sum multiplied out: :func:`expand`; a
+product of two sums is never multiplied out, ``(x - m)^2`` as ``x^2 - 2xm + m^2``
+cancels), the one with the fewest floating-point operations per point (counted on
+the IR: :func:`flops`) is taken if it has no more than the sum as written and one of
+its sums misses an axis the sum used (``MIN_REDUNDANCY`` points at least). Per point:
+a sum that misses axes around it counts once per point of the axes it uses, as
+:mod:`passes.hoist` stores it (``sum_j H[i, j] * s[j]`` beside ``A[i, k]``: once per
+``i``). A factor leaves a sum only where it was evaluated at every point the sum is:
+the sum has no ``where`` and a non-empty constant range, or each read of the factor
+stays in range (a condition on a term stays with it, per term).
+
+Values change only by float rounding (a sum is added in another order and grouping,
+as numpy's reference and a user's hand-written form are); like
+:mod:`passes.simplify`, ``x * 0`` is taken as 0 (a factor moved out of an empty sum).
 """
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ part that decides and lowers (steps 3-7), :func:`generate` adds the C text.
    views of the caller's arrays, never computed (``codegen.views``);
 2. **cache**: a program built before, by this code generator with the same
    options, compiler and target, is loaded from disk (``codegen.c_backend``);
-3. **analysis**: costly sub-expressions evaluated under axes they do not use
+3. **analysis**: reduction-invariant factors leave the sums of their terms
+   (``passes.factor_sums``), then costly sub-expressions evaluated under axes they do not use
    become tensors of their own (``passes.hoist``; ``Options.hoist``); checkpointed
    recurrences along another axis than their first are stored with it first
    (``codegen.checkpoint_axes``); the cheap
@@ -256,7 +257,8 @@ def recurrence_inputs(sig) -> Tuple[Signature, list]:
 
 def hoist(sig, invariants: bool = True, shared: bool = True) -> Tuple[Signature, List[str]]:
     """``sig`` with sums over unit innermost axes computed over the other axes
-    (``passes.squeeze``), the invariant parts of its tensors hoisted (``passes.hoist``)
+    (``passes.squeeze``), the reduction-invariant factors of its sums' terms out of
+    them (``passes.factor_sums``), the invariant parts of its tensors hoisted (``passes.hoist``)
     and then the costly expressions several tensors recompute stored once
     (``passes.share``), and a line per tensor made; ``sig`` itself if there is none.
 
@@ -267,6 +269,7 @@ def hoist(sig, invariants: bool = True, shared: bool = True) -> Tuple[Signature,
     >>> hoist(Signature([Y], [X, W]))[1]
     ['Y_h0[i, k] from Y']
     """
+    from passes.factor_sums import factor_all
     from passes.hoist import hoist_invariants
     from passes.share import share
     from passes.squeeze import squeeze
@@ -275,6 +278,12 @@ def hoist(sig, invariants: bool = True, shared: bool = True) -> Tuple[Signature,
     lines = [f"{g.name}[{', '.join(a.name for a in g.axes)}] from {t.name} (unit axes)"
              for g, t in made]
     outputs = [done[t.uid] for t in sig.outputs]
+    if invariants:
+        # reduction-invariant factors out of sums, so that hoisting stores the smaller
+        # sums once (a pairwise distance's gradient: a row sum and a contraction)
+        done, changed = factor_all(outputs)
+        lines += [f"{t.name}: invariant factors out of its sums" for t in changed]
+        outputs = [done[t.uid] for t in outputs]
     done, made = hoist_invariants(outputs) if invariants else ({}, [])
     lines += [f"{g.name}[{', '.join(a.name for a in g.axes)}] from {t.name}" for g, t in made]
     outputs = [done.get(t.uid, t) for t in outputs]

@@ -4,7 +4,7 @@ Function-level imports count: importing inside a function to dodge a circle is
 still a circle. The layers (a module imports only modules of lower layers):
 errors <- ir (dtypes <- nodes <- traversal <- the package) <- transform, printer
 <- polyhedral (recent <- renamed <- spaces <- affine <- fibers, loops <- queries <- the package) <- bounds
-<- recurrence <- api <- extract, gradients <- simplify, normalize, hoist <- partials
+<- recurrence <- api <- extract, gradients <- simplify, normalize, hoist <- partials, factor_sums
 <- nn (arguments <- reductions, activations, products, convolution, embeddings,
 resampling, layout <- softmax_family, normalization, pooling <- losses)
 <- differentiate, the nn package <- differentiate_cache <- build <- interop, blocks <- adapters.
@@ -26,7 +26,7 @@ LAYERS = [["tensorexpr.errors"], ["tensorexpr.ir.dtypes"], ["tensorexpr.ir.nodes
           ["tensorexpr.recurrence"], ["tensorexpr.api"], ["passes.extract", "passes.gradients"],
           ["passes.contexts"],
           ["passes.simplify", "passes.normalize", "passes.hoist", "passes.squeeze",
-           "passes.share"], ["passes.partials"],
+           "passes.share"], ["passes.partials", "passes.factor_sums"],
           ["tensorexpr.nn.arguments"],
           ["tensorexpr.nn.reductions", "tensorexpr.nn.activations", "tensorexpr.nn.products",
            "tensorexpr.nn.convolution", "tensorexpr.nn.embeddings", "tensorexpr.nn.resampling",

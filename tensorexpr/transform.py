@@ -14,28 +14,49 @@ def rebuild(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
     >>> rebuild(Const(1, "int64"), lambda x: x)
     1
     """
-    match e:
-        case Binary(op, a, b, dt):
-            a2, b2 = f(a), f(b)
-            return e if (a2 is a and b2 is b) else Binary(op, a2, b2, dt)
-        case Unary(op, a, dt):
-            a2 = f(a)
-            return e if a2 is a else Unary(op, a2, dt)
-        case Cast(a, dt):
-            a2 = f(a)
-            return e if a2 is a else Cast(a2, dt)
-        case Select(c, a, b, dt):
-            c2, a2, b2 = f(c), f(a), f(b)
-            return e if (c2 is c and a2 is a and b2 is b) else Select(c2, a2, b2, dt)
-        case Read(t, idx, dt):
-            idx2 = tuple(f(x) for x in idx)
-            return e if all(x is y for x, y in zip(idx, idx2)) else Read(t, idx2, dt)
-        case Reduce(op, body, axes, where, dt):
-            body2 = f(body)
-            where2 = None if where is None else f(where)
-            return e if (body2 is body and where2 is where) else Reduce(op, body2, axes, where2, dt)
-        case _:
-            return e
+    # (by a table of the exact type, as ir.children: every rewrite rebuilds every node)
+    of = _REBUILD.get(type(e))
+    return e if of is None else of(e, f)
+
+
+def _rebuild_binary(e, f):
+    a, b = e.a, e.b
+    a2, b2 = f(a), f(b)
+    return e if (a2 is a and b2 is b) else Binary(e.op, a2, b2, e.dtype)
+
+
+def _rebuild_unary(e, f):
+    a2 = f(e.a)
+    return e if a2 is e.a else Unary(e.op, a2, e.dtype)
+
+
+def _rebuild_cast(e, f):
+    a2 = f(e.a)
+    return e if a2 is e.a else Cast(a2, e.dtype)
+
+
+def _rebuild_select(e, f):
+    c, a, b = e.cond, e.a, e.b
+    c2, a2, b2 = f(c), f(a), f(b)
+    return e if (c2 is c and a2 is a and b2 is b) else Select(c2, a2, b2, e.dtype)
+
+
+def _rebuild_read(e, f):
+    idx = e.indices
+    idx2 = tuple([f(x) for x in idx])
+    return e if all(x is y for x, y in zip(idx, idx2)) else Read(e.tensor, idx2, e.dtype)
+
+
+def _rebuild_reduce(e, f):
+    body, where = e.body, e.where
+    body2 = f(body)
+    where2 = None if where is None else f(where)
+    return e if (body2 is body and where2 is where) else Reduce(e.op, body2, e.axes, where2,
+                                                                e.dtype)
+
+
+_REBUILD = {Binary: _rebuild_binary, Unary: _rebuild_unary, Cast: _rebuild_cast,
+            Select: _rebuild_select, Read: _rebuild_read, Reduce: _rebuild_reduce}
 
 
 def bottom_up(e: Expr, post: Callable[[Expr], Expr],

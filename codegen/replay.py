@@ -173,7 +173,7 @@ def _rename(x, names: Dict[str, str], fill: Dict[str, object], memo: Dict[object
         return got[1]
     out = object.__new__(cls)
     d, od = x.__dict__, out.__dict__
-    for f, walk in _fields(cls):
+    for f, walk in _FIELDS.get(cls) or _fields(cls):
         v = d[f]
         if walk:
             t = type(v)

@@ -260,6 +260,30 @@ def replace_subexpr(e: Expr, target: Expr, repl: Expr) -> Expr:
     return bottom_up(e, lambda x: x, stop)
 
 
+def replace_subexprs(e: Expr, pairs) -> Expr:
+    """``e`` with :func:`replace_subexpr` of each ``(target, repl)`` of ``pairs`` applied in
+    turn. A target whose hash is no sub-expression's cannot match and is skipped
+    without rewriting ``e`` (the hashes are cached on the nodes; a gradient asks for
+    several targets of each partial, most of which it does not hold).
+
+    >>> import tensorexpr as te
+    >>> x = te.const(1.0) + 2.0
+    >>> replace_subexprs(x * 3.0, [(te.const(5.0), te.const(0.0)), (x, te.const(9.0))])
+    (9.0 * 3.0)
+    """
+    from .ir import postorder
+    present = None
+    for target, repl in pairs:
+        if present is None:
+            present = {hash(x) for x in postorder(e)}
+        if hash(target) not in present:
+            continue
+        new = replace_subexpr(e, target, repl)
+        if new is not e:
+            e, present = new, None
+    return e
+
+
 def free_axes(e: Expr) -> list:
     """Axes used in ``e`` that no reduction inside ``e`` binds (first-use order).
 

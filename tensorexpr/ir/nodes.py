@@ -43,7 +43,9 @@ class Node:
         if h is None:
             # Children first, without recursion: an expression may be thousands deep.
             for n in _unhashed_postorder(self):
-                object.__setattr__(n, "_hash", hash((type(n).__name__,) + n._key()))
+                # (into the instance dict directly: what object.__setattr__ of a frozen
+                # dataclass does, without the attribute protocol)
+                n.__dict__["_hash"] = hash((type(n).__name__,) + n._key())
             h = self.__dict__["_hash"]
         return h
 

@@ -53,18 +53,29 @@ def walk(e: Expr, unique: bool = False):
     >>> len(list(walk(Binary("mul", x, x, "int64")))), len(list(walk(x * x, unique=True)))
     (7, 4)
     """
-    seen = set()
+    # (two loops, the lookups bound once: walks visit most nodes of every pass)
+    kids = _CHILDREN.get
     stack = [e]
+    pop, extend = stack.pop, stack.extend
+    if not unique:
+        while stack:
+            x = pop()
+            yield x
+            of = kids(type(x))
+            if of is not None:
+                extend(reversed(of(x)))
+        return
+    seen: set = set()
+    add = seen.add
     while stack:
-        x = stack.pop()
-        if unique:
-            if id(x) in seen:
-                continue
-            seen.add(id(x))
+        x = pop()
+        if id(x) in seen:
+            continue
+        add(id(x))
         yield x
-        of = _CHILDREN.get(type(x))
+        of = kids(type(x))
         if of is not None:
-            stack.extend(reversed(of(x)))
+            extend(reversed(of(x)))
 
 
 def evaluated_with(e: Expr) -> Tuple[Expr, ...]:

@@ -88,18 +88,17 @@ def evaluated_with(e: Expr) -> Tuple[Expr, ...]:
     >>> [str(c) for c in evaluated_with(te.select(X[0] > 0.0, X[1], X[2]))]
     ['(X[0] > 0.0)']
     """
-    match e:
-        case Cast(a, _) | Unary(_, a, _):
-            return (a,)
-        case Binary("and" | "or", a, _, _):
-            return (a,)
-        case Binary(_, a, b, _):
-            return (a, b)
-        case Select(c, _, _, _):
-            return (c,)
-        case Read(_, idx, _):
-            return tuple(idx)
-    return ()
+    of = _EVALUATED.get(type(e))  # (by exact type, as children)
+    return () if of is None else of(e)
+
+
+_EVALUATED = {
+    Cast: lambda e: (e.a,),
+    Unary: lambda e: (e.a,),
+    Binary: lambda e: (e.a,) if e.op in ("and", "or") else (e.a, e.b),
+    Select: lambda e: (e.cond,),
+    Read: lambda e: tuple(e.indices),
+}
 
 
 class _LastResults:

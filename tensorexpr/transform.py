@@ -74,24 +74,29 @@ def bottom_up(e: Expr, post: Callable[[Expr], Expr],
     (2 + 3)
     """
     memo: Dict[int, Expr] = {}
-    stack = [e]
+    done = memo.__getitem__
+    # (x, True): x's children are done, x is next; x's stop is asked once, when first met
+    stack = [(e, False)]
+    pop, push = stack.pop, stack.append
     while stack:
-        x = stack[-1]
+        x, expanded = pop()
+        if expanded:
+            memo[id(x)] = post(rebuild(x, lambda c: done(id(c))))
+            continue
         if id(x) in memo:
-            stack.pop()
             continue
         if stop is not None:
             y = stop(x)
             if y is not None:
                 memo[id(x)] = y
-                stack.pop()
                 continue
         todo = [c for c in children(x) if id(c) not in memo]
         if todo:
-            stack.extend(reversed(todo))
+            push((x, True))
+            for c in reversed(todo):
+                push((c, False))
             continue
-        stack.pop()
-        memo[id(x)] = post(rebuild(x, lambda c: memo[id(c)]))
+        memo[id(x)] = post(rebuild(x, lambda c: done(id(c))))
     return memo[id(e)]
 
 

@@ -26,6 +26,16 @@ The goals of issue 14 are printed beside: differentiate + lowering of a case und
 0.5 s, its cold build under 1.5 s, a cached build in a new process under 50 ms.
 
     python -m benchmarks.build_time --quick --case 1
+    python -m benchmarks.build_time --cells          # the recurrent cells (issue 15)
+
+``--cells``: differentiate + lowering of the GRU's and the LSTM's gradient
+(``benchmarks.recurrence_cells``, T=64, B=32, H=128, D=128) in each mode of
+:data:`CELL_MODES`, against issue 15's goal of 0.5 s, each in a fresh process with an
+empty kernel cache: the CPU seconds of ``te.differentiate`` (``diff``) and of
+``te.build`` up to the C compiler (``build``: fingerprint, lowering, emission; the
+compiler runs on a thread, ``wait=False``, and is not counted), the least of
+``--repeats`` processes. The same at T=4096 (one process) shows the lowering does
+not grow with the number of steps; ``C`` is a digest of the generated C.
 
 >>> row = measure_case(by_id(1), quick=True)
 >>> sorted(row)  # doctest: +NORMALIZE_WHITESPACE
@@ -49,6 +59,10 @@ from benchmarks.cases import CASES, TIERS, by_id
 
 #: the goals of issue 14, item 3 (seconds)
 DIFF_LOWER_GOAL, COLD_GOAL, CACHED_GOAL = 0.5, 1.5, 0.05
+#: ``--cells``: the recurrent cells' modes (full tape; ``checkpoints=8`` by the default
+#: revolve schedule, or by segments) and sizes (T, B, H, D) of issue 15, item 3
+CELL_MODES = ("tape", "revolve:8", "segments:8")
+CELL_SIZES = (64, 32, 128, 128)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -182,6 +196,112 @@ def measure(ids: List[int], quick: bool = False, log=lambda s: None) -> dict:
     return {"cases": rows, "new_process": fresh}
 
 
+def measure_cell_build(cell: str, mode: str, T: int, B: int, H: int, D: int) -> dict:
+    """CPU seconds (this thread's) of differentiating ``cell``'s gradient in ``mode`` (see
+    :data:`CELL_MODES`) and of building it up to the C compiler, which is left running on
+    its thread; the lowering's own wall-clock ``lower_s`` and ``emit_s``; ``sha``: a digest
+    of the C. Meant for a fresh process with an empty kernel cache (a cache hit skips
+    the lowering: then ``lower_s`` is 0).
+
+    >>> row = measure_cell_build("rnn", "revolve:2", 4, 2, 3, 2)
+    >>> sorted(row), row["build_s"] > 0
+    (['build_s', 'diff_s', 'emit_s', 'lower_s', 'sha'], True)
+    """
+    import hashlib
+
+    import tensorexpr as te
+    from benchmarks import recurrence_cells as rc
+    kind, _, k = mode.partition(":")
+    options = te.ScheduleOptions(checkpoint="segments") if kind == "segments" else None
+    before = _counters()
+    t0 = time.thread_time()
+    ins, grads = rc.te_program(cell, T, B, H, D, int(k) if k else None)
+    t1 = time.thread_time()
+    f = te.build(grads, inputs=ins, options=options, wait=False)
+    t2 = time.thread_time()
+    after = _counters()
+    return {"diff_s": t1 - t0, "build_s": t2 - t1,
+            "lower_s": after["lower_s"] - before["lower_s"],
+            "emit_s": after["emit_s"] - before["emit_s"],
+            "sha": hashlib.sha256(f.source.encode()).hexdigest()[:12]}
+
+
+#: a fresh process for :func:`measure_cell_build`, after the once-per-process set-up
+_CELL_PROCESS = """
+import json, sys
+import numpy as np
+import tensorexpr as te
+from benchmarks.build_time import measure_cell_build
+X = te.placeholder((64, 64), name="X")
+k = te.reduce_axis(64, name="k")
+te.build(te.compute((64,), lambda i: te.sum(X[i, k], axis=k)))(np.zeros((64, 64), np.float32))
+print(json.dumps(measure_cell_build(sys.argv[1], sys.argv[2], *map(int, sys.argv[3:]))))
+"""
+
+
+def measure_cells(cells=("gru", "lstm"), modes=CELL_MODES, sizes=CELL_SIZES,
+                  long_T: Optional[int] = 4096, repeats: int = 3, log=lambda s: None
+                  ) -> List[dict]:
+    """A row per cell and mode: :func:`measure_cell_build` in ``repeats`` fresh processes
+    (each with an empty kernel cache, one thread), the least of each figure, and once
+    more with ``T = long_T`` (``long_*``) if given."""
+    rows = []
+    for cell in cells:
+        for mode in modes:
+            log(f"{cell} {mode} ...")
+            runs = [_cell_child(cell, mode, sizes) for _ in range(repeats)]
+            row = {"cell": cell, "mode": mode, "T": sizes[0], "sha": runs[0]["sha"]}
+            row.update({key: min(r[key] for r in runs)
+                        for key in ("diff_s", "build_s", "lower_s", "emit_s")})
+            if long_T is not None:
+                run = _cell_child(cell, mode, (long_T,) + tuple(sizes[1:]))
+                row.update({"long_T": long_T, "long_s": run["diff_s"] + run["build_s"]})
+            rows.append(row)
+    return rows
+
+
+def _cell_child(cell: str, mode: str, sizes) -> dict:
+    cache = tempfile.mkdtemp(prefix="te-cell-build-")
+    old = {k: os.environ.get(k) for k in ("TENSOREXPR_CACHE_DIR", "OMP_NUM_THREADS")}
+    os.environ.update({"TENSOREXPR_CACHE_DIR": cache, "OMP_NUM_THREADS": "1"})
+    try:
+        return _child(["-c", _CELL_PROCESS, cell, mode] + [str(n) for n in sizes])
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def cells_report(rows: List[dict]) -> str:
+    """The table of :func:`measure_cells` (milliseconds of CPU time), ``!`` where
+    differentiate + build is over the goal of 0.5 s.
+
+    >>> print(cells_report([{"cell": "gru", "mode": "tape", "T": 64, "diff_s": 0.1,
+    ...     "build_s": 0.5, "lower_s": 0.4, "emit_s": 0.05, "sha": "ab12", "long_T": 4096,
+    ...     "long_s": 0.61}]))  # doctest: +NORMALIZE_WHITESPACE
+    cell  mode         diff  build  total  goal  (lower  emit wall)  T=4096      C
+    gru   tape          100    500   600!   500     400    50          610   ab12
+    over 0.5 s: 1 of 1
+    """
+    lines = [f"{'cell':5s} {'mode':10s} {'diff':>6s} {'build':>6s} {'total':>6s} {'goal':>5s}"
+             f"  {'(lower':>6s} {'emit wall)':>5s}  {'T=' + str(rows[0].get('long_T', '')):>6s}"
+             f" {'C':>6s}"]
+    over = 0
+    for r in rows:
+        total = r["diff_s"] + r["build_s"]
+        over += total > DIFF_LOWER_GOAL
+        lines.append(f"{r['cell']:5s} {r['mode']:10s} {_ms(r['diff_s']):>6s} "
+                     f"{_ms(r['build_s']):>6s} "
+                     f"{_ms(total) + ('!' if total > DIFF_LOWER_GOAL else ''):>6s} "
+                     f"{_ms(DIFF_LOWER_GOAL):>5s}  {_ms(r['lower_s']):>6s} {_ms(r['emit_s']):>5s}"
+                     f"       {_ms(r.get('long_s')):>6s} {r['sha']:>6s}")
+    lines.append(f"over {DIFF_LOWER_GOAL} s: {over} of {len(rows)}")
+    return "\n".join(lines)
+
+
 def _ms(x: Optional[float]) -> str:
     return "-" if x is None else f"{x * 1e3:.0f}"
 
@@ -234,8 +354,20 @@ def main(argv=None) -> int:
     parser.add_argument("--case", type=int, action="append", metavar="N",
                         choices=[c.id for c in CASES])
     parser.add_argument("--json", metavar="PATH", help="also write the figures here")
+    parser.add_argument("--cells", action="store_true",
+                        help="the GRU and LSTM gradients' differentiate + lowering instead")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="--cells: fresh processes per cell and mode (the least counts)")
     args = parser.parse_args(argv)
     pin_threads()
+    if args.cells:
+        rows = measure_cells(repeats=args.repeats,
+                             log=lambda s: print(s, file=sys.stderr, flush=True))
+        print(cells_report(rows))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return 0
     tiers = set(args.tier or TIERS)
     ids = sorted(set(args.case)) if args.case else [c.id for c in CASES if c.tier in tiers]
     result = measure(ids, args.quick, log=lambda s: print(s, file=sys.stderr, flush=True))

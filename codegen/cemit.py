@@ -321,6 +321,8 @@ class _Emitter:
         self.simd_depth = 0
         #: vector types used (their typedefs precede the helpers)
         self.vectors: Dict[str, None] = {}
+        #: the text of each literal, by (type, value's type, value) (``lit``)
+        self.literals: Dict[tuple, Tuple[str, int, bool]] = {}
 
     def use(self, name: str) -> str:
         for dep in mathlib.DEPENDS.get(name, ()):
@@ -343,6 +345,18 @@ class _Emitter:
 
     def lit(self, x: Lit) -> Tuple[str, int, bool]:
         v, dt = x.value, x.dtype
+        # (the text of each literal once: numpy's float32 rounding is slow, and a kernel
+        # repeats few literals; 0.0 and -0.0, equal keys, are not kept, nor NaN)
+        key = (dt, type(v), v)
+        got = self.literals.get(key) if v else None
+        if got is None:
+            got = self._lit(v, dt)
+            if v and v == v:
+                self.literals[key] = got
+        return got
+
+    @staticmethod
+    def _lit(v, dt: str) -> Tuple[str, int, bool]:
         if dt == "bool":
             return ("true" if v else "false"), _ATOM, False
         if dt in ("int32", "int64"):
@@ -375,17 +389,20 @@ class _Emitter:
         return text, (_UNARY if text.startswith("-") else _ATOM), False
 
     def ex(self, e) -> Tuple[str, int, bool]:
-        match e:
-            case Var(name, dt):
-                return name, _ATOM, dt == "int64"
-            case Lit():
-                return self.lit(e)
-            case Load(buf, off, dt) if vector_parts(dt) is not None:
-                return f"{self.vector_call('vload', dt)}(&{buf}[{self.text(off)}])", _ATOM, False
-            case Load(buf, off, dt):
-                return f"{buf}[{self.text(off)}]", _ATOM, dt == "int64"
-            case Op(op, args, dt):
-                return self.op(op, args, dt)
+        # (by exact type, not a match statement: asked of every node of the kernel)
+        cls = type(e)
+        if cls is Op:
+            return self.op(e.op, e.args, e.dtype)
+        if cls is Var:
+            return e.name, _ATOM, e.dtype == "int64"
+        if cls is Load:
+            dt = e.dtype
+            if vector_parts(dt) is not None:
+                return (f"{self.vector_call('vload', dt)}(&{e.buf}[{self.text(e.offset)}])",
+                        _ATOM, False)
+            return f"{e.buf}[{self.text(e.offset)}]", _ATOM, dt == "int64"
+        if cls is Lit:
+            return self.lit(e)
         raise TypeError(f"not a loop-AST expression: {e!r}")
 
     def text(self, e, prec: int = 0) -> str:
@@ -397,6 +414,14 @@ class _Emitter:
 
     def op(self, op: str, args, dt: str) -> Tuple[str, int, bool]:
         wide = dt == "int64"
+        infix = _INFIX.get(op)
+        if infix is not None:  # (first: the most frequent; no case below is one of them)
+            sym, prec = infix
+            sa, sb = self.ex(args[0]), self.ex(args[1])
+            left = _wrap(sa, prec)
+            if op in ("add", "sub", "mul") and wide and not (sa[2] or sb[2]):
+                left = f"(int64_t){_wrap(sa, _UNARY)}"  # compute in 64 bits, not in int
+            return f"{left} {sym} {_wrap(sb, prec + 1)}", prec, wide
         adt = args[0].dtype
         isf = adt in ("float32", "float64")
         if op == "cast":
@@ -447,13 +472,6 @@ class _Emitter:
             return f"{self.text(args[0], prec)} {sym} {self.text(args[1], prec + 1)}", prec, False
         if op in ("floordiv", "mod", "max", "min", "pow"):
             return self.call(self.use(f"te_{op}_{_SUF[adt]}"), args, wide)
-        if op in _INFIX:
-            sym, prec = _INFIX[op]
-            sa, sb = self.ex(args[0]), self.ex(args[1])
-            left = _wrap(sa, prec)
-            if op in ("add", "sub", "mul") and wide and not (sa[2] or sb[2]):
-                left = f"(int64_t){_wrap(sa, _UNARY)}"  # compute in 64 bits, not in int
-            return f"{left} {sym} {_wrap(sb, prec + 1)}", prec, wide
         raise TypeError(f"no C for operation {op} on {adt}")
 
     def cast(self, x, dt: str) -> Tuple[str, int, bool]:

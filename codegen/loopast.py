@@ -85,8 +85,16 @@ def vector_dtype(dtype: str, lanes: int) -> str:
 
 def vector_parts(dtype: str) -> Optional[Tuple[str, int]]:
     """``(element type, lanes)`` of a vector type, None for a scalar type."""
-    head, sep, lanes = dtype.rpartition("x")
-    return (head, int(lanes)) if sep and head and lanes.isdigit() else None
+    # (kept per type: a handful of types, asked at every load and operation emitted)
+    try:
+        return _PARTS[dtype]
+    except KeyError:
+        head, sep, lanes = dtype.rpartition("x")
+        got = _PARTS[dtype] = (head, int(lanes)) if sep and head and lanes.isdigit() else None
+        return got
+
+
+_PARTS: dict = {}
 
 # }}}
 

@@ -59,6 +59,9 @@ class ExprLowering:
         self._bind: Dict[int, bool] = {}
         self._known: List[Expr] = []  # the analysed roots, kept alive: their ids are keys
         self._staging = False
+        #: per node id: does a node strictly under it compute into a local? (valid while
+        #: no ``_bind`` entry turns True: then cleared)
+        self._below: Dict[int, bool] = {}
         #: ids of the float sums to add in the order written (``patterns.compared_sums``)
         self.compared: set = set()
 
@@ -155,7 +158,25 @@ class ExprLowering:
         for x in nodes:
             op = isinstance(x, (Binary, Unary, Cast)) and is_float(x.dtype)
             bind = op and (fanout.get(id(x), 0) > 1 or height[id(x)] % STAGE == STAGE - 1)
-            self._bind[id(x)] = self._bind.get(id(x), False) or bind
+            was = self._bind.get(id(x))
+            if bind and not was:
+                if was is False:
+                    self._below.clear()  # (a node already analysed is now bound)
+                self._bind[id(x)] = True
+            elif was is None:
+                self._bind[id(x)] = False
+
+    def _binds_below(self, e: Expr) -> bool:
+        """Is a node strictly under ``e`` computed into a local? (Else staging ``e`` has
+        nothing to do: asked at every expression lowered, and most have nothing.)"""
+        got = self._below.get(id(e))
+        if got is None:
+            below, bind = self._below, self._bind
+            for x in postorder(e):
+                if id(x) not in below:
+                    below[id(x)] = any([bind[id(c)] or below[id(c)] for c in children(x)])
+            got = below[id(e)]
+        return got
 
     def expr(self, e: Expr, scope: Scope, out: List[Stmt]) -> CExpr:
         """``e`` as a C expression; statements it needs first are appended to ``out``.
@@ -166,7 +187,7 @@ class ExprLowering:
         children first in stages, so Python's stack stays ``STAGE`` levels deep."""
         if id(e) not in self._bind:
             self._analyse(e)
-        if not self._staging and children(e):
+        if not self._staging and self._binds_below(e):
             self._staging = True
             try:
                 for x in postorder(e, evaluated_with):

@@ -120,24 +120,48 @@ class Replays:
         for name, value in t.notes:
             rec.note(name, value)
         fill = {f"\0{n}": h for n, h in holes.items() if h is not None}
-        memo: Dict[int, object] = {}
+        memo: Dict[object, object] = {}
         return [_rename(s, names, fill, memo) for s in t.stmts]
 
 
+#: per loop-AST class, ``((field, may hold a name?), ...)``: prose, element types and
+#: operation names never do
 _FIELDS: Dict[type, tuple] = {}
+_NEVER_NAMES = ("dtype", "op")
 #: values that are never a name nor hold one
-_LEAVES = (int, float, bool, type(None), Lit)
+_LEAVES = frozenset((int, float, bool, type(None), Lit))
 
 
-def _rename(x, names: Dict[str, str], fill: Dict[str, object], memo: Dict[int, object]):
+def _fields(cls) -> tuple:
+    fs = _FIELDS.get(cls)
+    if fs is None:
+        fs = _FIELDS[cls] = tuple(
+            (f.name, (cls, f.name) not in _PROSE and f.name not in _NEVER_NAMES)
+            for f in fields(cls))
+    return fs
+
+
+def _rename(x, names: Dict[str, str], fill: Dict[str, object], memo: Dict[object, object]):
     """``x`` (a loop-AST node, tuple or value) with the variables of ``names`` renamed
-    and the marker variables of ``fill`` replaced by their expressions."""
+    and the marker variables of ``fill`` replaced by their expressions.
+
+    A replay rebuilds every node of its template (nearly all hold a loop variable), so
+    this is the replay's cost: the nodes are copied field by field into a new object's
+    ``__dict__`` (the nodes are frozen dataclasses, without ``__post_init__``: their
+    ``__init__`` would only set the same fields, slower), leaf fields without a call,
+    and each renamed variable made once per replay (``memo`` by name)."""
     cls = type(x)
     if cls is Var:
-        if x.name in fill:
-            return fill[x.name]
-        new = names.get(x.name)
-        return x if new is None else Var(new, x.dtype)
+        name = x.name
+        if name in fill:
+            return fill[name]
+        new = names.get(name)
+        if new is None:
+            return x
+        got = memo.get(name)
+        if got is None or got.dtype != x.dtype:
+            got = memo[name] = Var(new, x.dtype)
+        return got
     if cls in _LEAVES:
         return x
     if cls is tuple:
@@ -147,10 +171,16 @@ def _rename(x, names: Dict[str, str], fill: Dict[str, object], memo: Dict[int, o
     got = memo.get(id(x))
     if got is not None:
         return got[1]
-    fs = _FIELDS.get(cls)
-    if fs is None:
-        fs = _FIELDS[cls] = tuple((f.name, (cls, f.name) in _PROSE) for f in fields(cls))
-    out = cls(*[getattr(x, f) if prose else _rename(getattr(x, f), names, fill, memo)
-                for f, prose in fs])
+    out = object.__new__(cls)
+    d, od = x.__dict__, out.__dict__
+    for f, walk in _FIELDS.get(cls) or _fields(cls):
+        v = d[f]
+        if walk:
+            t = type(v)
+            if t is str:
+                v = names.get(v, v)
+            elif t not in _LEAVES:
+                v = _rename(v, names, fill, memo)
+        od[f] = v
     memo[id(x)] = (x, out)  # (x kept: its id is not reused while the memo lives)
     return out

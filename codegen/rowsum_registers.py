@@ -148,16 +148,44 @@ def _lane_loop(loop: For, tile: _Tile) -> Block:
     # (vector by vector, every row's broadcast stayed live across the pass and, beside 12
     # accumulators, spilled the AVX2 registers)
     for c, value in terms:
+        reads_j = _Reads(j)  # (one per term: its vectors share the answers)
         for u in range(trip // lanes):
             first = _add(loop.lo, u * lanes)
             out.append(Accumulate(regs[(c + u * lanes) // lanes], "sum",
-                                  _vector(value, j, first, elem, vdt)))
+                                  _vector(value, j, first, elem, vdt, reads_j)))
     return Block(tuple(out))
 
 
-def _vector(e: CExpr, j: str, first: CExpr, elem: str, vdt: str) -> CExpr:
+class _Reads:
+    """Does an expression read variable ``j``? Memoized by node: asked of every
+    sub-expression of a term, then again for each of its vectors (recomputing
+    ``variables`` at every level was quadratic in the term's depth)."""
+
+    def __init__(self, j: str):
+        self.j = j
+        self.memo: Dict[int, Tuple[CExpr, bool]] = {}
+
+    def __call__(self, e: CExpr) -> bool:
+        got = self.memo.get(id(e))
+        if got is not None:
+            return got[1]
+        match e:
+            case Var(name, _):
+                found = name == self.j
+            case Op(_, args, _):
+                found = any([self(a) for a in args])
+            case Load(_, off, _):
+                found = self(off)
+            case _:
+                found = False
+        self.memo[id(e)] = (e, found)  # (e kept: its id is not reused meanwhile)
+        return found
+
+
+def _vector(e: CExpr, j: str, first: CExpr, elem: str, vdt: str, reads_j: "_Reads"
+            ) -> CExpr:
     """``e`` for the lanes ``j = first, first + 1, ...`` as one vector of type ``vdt``."""
-    if j not in variables(e):
+    if not reads_j(e):
         if e.dtype != elem:
             raise _Declined
         return Op("splat", (e,), vdt)
@@ -168,7 +196,7 @@ def _vector(e: CExpr, j: str, first: CExpr, elem: str, vdt: str) -> CExpr:
                 raise _Declined  # a strided or gathered read
             return Load(buf, _substitute(off, j, first), vdt)
         case Op(op, args, dt) if op in _LANEWISE and dt == elem:
-            return Op(op, tuple(_vector(a, j, first, elem, vdt) for a in args), vdt)
+            return Op(op, tuple(_vector(a, j, first, elem, vdt, reads_j) for a in args), vdt)
     raise _Declined
 
 

@@ -138,13 +138,17 @@ def _stores(s: Stmt, out: Dict[str, list], loads: set, loop: Optional[For] = Non
 
 
 def _loaded(e: CExpr, loads: set) -> None:
-    match e:
-        case Load(buf, off, _):
-            loads.add(buf)
-            _loaded(off, loads)
-        case Op(_, args, _):
-            for a in args:
-                _loaded(a, loads)
+    # (a loop by exact type, not a recursive match: it visits every expression node of
+    # the kernel)
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        cls = type(x)
+        if cls is Op:
+            stack.extend(x.args)
+        elif cls is Load:
+            loads.add(x.buf)
+            stack.append(x.offset)
 
 
 #: at most this many operations (``_cost``) per element stored: a costlier body is

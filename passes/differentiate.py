@@ -35,7 +35,7 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, Sca
                            tensor_inputs, walk, INDEX_DTYPE)
 from tensorexpr.printer import shape_str
 from tensorexpr.polyhedral import NotAffine, Space, params_of, simplify_affine, solve_fiber
-from tensorexpr.transform import map_reads, replace_subexpr, substitute
+from tensorexpr.transform import map_reads, replace_subexprs, substitute
 
 from .gradients import Gradients, resolve_inputs
 from .normalize import hoist_reductions, normalize
@@ -348,19 +348,19 @@ class _Differentiator:
                 # The body's own value in a partial (tanh' = 1 - tanh^2) is the tensor
                 # itself: read it instead of recomputing it.
                 me = Read(t, tuple(t.axes), t.dtype)
-                sites = [s._replace(factor=replace_subexpr(s.factor, body, me))
+                sites = [s._replace(factor=replace_subexprs(s.factor, [(body, me)]))
                          for s in read_partials(body, t)]
                 if t.self_ref is not None:
                     # Sums over the previous step left inline (sigmoid(sum_k h[t-1, k]
                     # W[k, j]) in a GRU) are in the partials too: computed once over
                     # the finished recurrence, not again in every term of the adjoint.
                     fwd = dataclasses.replace(t, body=body, self_ref=None, carry=None)
-                    for r, value in hoist_reductions(fwd):
-                        # the partials are simplified (Wh[k, 0 + j] reads Wh[k, j]): the
-                        # reduction is found in either form
-                        for form in dict.fromkeys((r, simplify(r)), None):
-                            sites = [s._replace(factor=replace_subexpr(s.factor, form, value))
-                                     for s in sites]
+                    # the partials are simplified (Wh[k, 0 + j] reads Wh[k, j]): the
+                    # reduction is found in either form
+                    pairs = [(form, value) for r, value in hoist_reductions(fwd)
+                             for form in dict.fromkeys((r, simplify(r)), None)]
+                    sites = [s._replace(factor=replace_subexprs(s.factor, pairs))
+                             for s in sites]
                 adj_idx = p_axes + tuple(t.axes)
             case ScatterAdd():
                 guards = () if t.where is None else (t.where,)

@@ -59,6 +59,23 @@ MIN_REDUNDANCY = 4
 MAX_ELEMENTS = 1 << 26
 
 
+def _analysis(t: Compute):
+    """``_uses(t.body) + (contexts(t),)``, kept for the last tensor asked: :func:`hoist`
+    asks :func:`regroup`, then :func:`invariant_parts` of the same tensor when it
+    regroups nothing (the tensor is immutable; kept with its answer, its id is not
+    reused while kept). Read-only for the callers."""
+    global _LAST
+    last = _LAST  # (a tuple rebound whole: another thread's build at worst misses)
+    if last[0] is t:
+        return last[1]
+    got = _uses(t.body) + (contexts(t),)
+    _LAST = (t, got)
+    return got
+
+
+_LAST: tuple = (None, None)
+
+
 def _uses(e: Expr) -> Tuple[Dict[int, frozenset], Dict[int, bool]]:
     """Per node of ``e`` (by id): the uids of the axes it uses freely, and whether it
     holds costly work (a float transcendental or a reduction)."""
@@ -111,8 +128,7 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
     if not isinstance(t, Compute) or t.body is None:
         return []
     own = t.self_ref.uid if t.self_ref is not None else None
-    used, costly = _uses(t.body)
-    reached = contexts(t)
+    used, costly, reached = _analysis(t)
     # a guarded part is hoisted only if it is evaluated under those guards wherever it
     # is: the stored tensor holds it only where they hold
     where: Dict[int, set] = {}
@@ -217,10 +233,10 @@ def regroup(t: Compute) -> Compute:
     """
     if t.body is None:
         return t
-    used, costly = _uses(t.body)
+    used, costly, reached = _analysis(t)
     bounds: Dict[int, set] = {}
     compared = set()
-    for x, bound, _, cmp in contexts(t):
+    for x, bound, _, cmp in reached:
         bounds.setdefault(id(x), set()).add(frozenset(bound))
         if cmp:
             compared.add(id(x))

@@ -14,28 +14,49 @@ def rebuild(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
     >>> rebuild(Const(1, "int64"), lambda x: x)
     1
     """
-    match e:
-        case Binary(op, a, b, dt):
-            a2, b2 = f(a), f(b)
-            return e if (a2 is a and b2 is b) else Binary(op, a2, b2, dt)
-        case Unary(op, a, dt):
-            a2 = f(a)
-            return e if a2 is a else Unary(op, a2, dt)
-        case Cast(a, dt):
-            a2 = f(a)
-            return e if a2 is a else Cast(a2, dt)
-        case Select(c, a, b, dt):
-            c2, a2, b2 = f(c), f(a), f(b)
-            return e if (c2 is c and a2 is a and b2 is b) else Select(c2, a2, b2, dt)
-        case Read(t, idx, dt):
-            idx2 = tuple(f(x) for x in idx)
-            return e if all(x is y for x, y in zip(idx, idx2)) else Read(t, idx2, dt)
-        case Reduce(op, body, axes, where, dt):
-            body2 = f(body)
-            where2 = None if where is None else f(where)
-            return e if (body2 is body and where2 is where) else Reduce(op, body2, axes, where2, dt)
-        case _:
-            return e
+    # (by a table of the exact type, as ir.children: every rewrite rebuilds every node)
+    of = _REBUILD.get(type(e))
+    return e if of is None else of(e, f)
+
+
+def _rebuild_binary(e, f):
+    a, b = e.a, e.b
+    a2, b2 = f(a), f(b)
+    return e if (a2 is a and b2 is b) else Binary(e.op, a2, b2, e.dtype)
+
+
+def _rebuild_unary(e, f):
+    a2 = f(e.a)
+    return e if a2 is e.a else Unary(e.op, a2, e.dtype)
+
+
+def _rebuild_cast(e, f):
+    a2 = f(e.a)
+    return e if a2 is e.a else Cast(a2, e.dtype)
+
+
+def _rebuild_select(e, f):
+    c, a, b = e.cond, e.a, e.b
+    c2, a2, b2 = f(c), f(a), f(b)
+    return e if (c2 is c and a2 is a and b2 is b) else Select(c2, a2, b2, e.dtype)
+
+
+def _rebuild_read(e, f):
+    idx = e.indices
+    idx2 = tuple([f(x) for x in idx])
+    return e if all(x is y for x, y in zip(idx, idx2)) else Read(e.tensor, idx2, e.dtype)
+
+
+def _rebuild_reduce(e, f):
+    body, where = e.body, e.where
+    body2 = f(body)
+    where2 = None if where is None else f(where)
+    return e if (body2 is body and where2 is where) else Reduce(e.op, body2, e.axes, where2,
+                                                                e.dtype)
+
+
+_REBUILD = {Binary: _rebuild_binary, Unary: _rebuild_unary, Cast: _rebuild_cast,
+            Select: _rebuild_select, Read: _rebuild_read, Reduce: _rebuild_reduce}
 
 
 def bottom_up(e: Expr, post: Callable[[Expr], Expr],
@@ -53,24 +74,29 @@ def bottom_up(e: Expr, post: Callable[[Expr], Expr],
     (2 + 3)
     """
     memo: Dict[int, Expr] = {}
-    stack = [e]
+    done = memo.__getitem__
+    # (x, True): x's children are done, x is next; x's stop is asked once, when first met
+    stack = [(e, False)]
+    pop, push = stack.pop, stack.append
     while stack:
-        x = stack[-1]
+        x, expanded = pop()
+        if expanded:
+            memo[id(x)] = post(rebuild(x, lambda c: done(id(c))))
+            continue
         if id(x) in memo:
-            stack.pop()
             continue
         if stop is not None:
             y = stop(x)
             if y is not None:
                 memo[id(x)] = y
-                stack.pop()
                 continue
         todo = [c for c in children(x) if id(c) not in memo]
         if todo:
-            stack.extend(reversed(todo))
+            push((x, True))
+            for c in reversed(todo):
+                push((c, False))
             continue
-        stack.pop()
-        memo[id(x)] = post(rebuild(x, lambda c: memo[id(c)]))
+        memo[id(x)] = post(rebuild(x, lambda c: done(id(c))))
     return memo[id(e)]
 
 
@@ -237,6 +263,30 @@ def replace_subexpr(e: Expr, target: Expr, repl: Expr) -> Expr:
         return None
 
     return bottom_up(e, lambda x: x, stop)
+
+
+def replace_subexprs(e: Expr, pairs) -> Expr:
+    """``e`` with :func:`replace_subexpr` of each ``(target, repl)`` of ``pairs`` applied in
+    turn. A target whose hash is no sub-expression's cannot match and is skipped
+    without rewriting ``e`` (the hashes are cached on the nodes; a gradient asks for
+    several targets of each partial, most of which it does not hold).
+
+    >>> import tensorexpr as te
+    >>> x = te.const(1.0) + 2.0
+    >>> replace_subexprs(x * 3.0, [(te.const(5.0), te.const(0.0)), (x, te.const(9.0))])
+    (9.0 * 3.0)
+    """
+    from .ir import postorder
+    present = None
+    for target, repl in pairs:
+        if present is None:
+            present = {hash(x) for x in postorder(e)}
+        if hash(target) not in present:
+            continue
+        new = replace_subexpr(e, target, repl)
+        if new is not e:
+            e, present = new, None
+    return e
 
 
 def free_axes(e: Expr) -> list:

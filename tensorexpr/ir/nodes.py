@@ -21,6 +21,9 @@ from .dtypes import INDEX_DTYPE, DEFAULT_FLOAT, is_float, is_int, promote, check
 
 # {{{ node base
 
+#: each node class's dataclass field names, in order (``Node._key``)
+_FIELD_NAMES: dict = {}
+
 
 class Node:
     """Base of all IR nodes: frozen, structurally hashed (hash cached)."""
@@ -28,14 +31,21 @@ class Node:
     __slots__ = ()
 
     def _key(self) -> tuple:
-        return tuple(getattr(self, f.name) for f in fields(self))
+        # (the field names once per class: dataclasses.fields is slow, and every hash and
+        # structural comparison asks)
+        names = _FIELD_NAMES.get(type(self))
+        if names is None:
+            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in fields(self))
+        return tuple([getattr(self, n) for n in names])
 
     def __hash__(self) -> int:
         h = self.__dict__.get("_hash")
         if h is None:
             # Children first, without recursion: an expression may be thousands deep.
             for n in _unhashed_postorder(self):
-                object.__setattr__(n, "_hash", hash((type(n).__name__,) + n._key()))
+                # (into the instance dict directly: what object.__setattr__ of a frozen
+                # dataclass does, without the attribute protocol)
+                n.__dict__["_hash"] = hash((type(n).__name__,) + n._key())
             h = self.__dict__["_hash"]
         return h
 

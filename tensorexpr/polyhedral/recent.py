@@ -26,14 +26,39 @@ class Recent:
         self.lock = threading.Lock()
 
     def get(self, key: tuple, make):
+        k = _Key(key)
         with self.lock:
-            known = self.kept.get(key)
-            if known is not None:
-                self.kept.move_to_end(key)
-                return known
+            got = self.kept.get(k)
+            if got is not None:
+                # (by the kept key object itself: found by identity, not compared again)
+                self.kept.move_to_end(got[0])
+                return got[1]
         known = make()  # outside the lock: isl may take a while
         with self.lock:
-            self.kept[key] = known
+            self.kept[k] = (k, known)
             if len(self.kept) > self.size:
                 self.kept.popitem(last=False)
         return known
+
+
+class _Key:
+    """A key of :class:`Recent`, its hash computed once. Keys hold IR expressions built
+    afresh by each caller, equal but not identical: comparing them is structural and
+    builds an ``eq`` node per element, so a hit compares the key once, not again to move
+    it to the end.
+
+    >>> _Key((1, "a")) == _Key((1, "a")), hash(_Key((1,))) == hash((1,))
+    (True, True)
+    """
+
+    __slots__ = ("key", "hash")
+
+    def __init__(self, key):
+        self.key = key
+        self.hash = hash(key)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other) -> bool:
+        return self is other or self.key == other.key

@@ -178,3 +178,16 @@ def test_a_long_program_is_emitted_as_bounded_functions(n):
     assert max(sizes) < 4 * PART_LINES, max(sizes)
     x = np.random.default_rng(1).uniform(-1, 1, 5)
     np.testing.assert_allclose(f(x), te.build(T, backend="numpy")(x), rtol=1e-12)
+
+
+def test_equal_literals_of_other_types_or_signs_keep_their_own_text():
+    # the emitter keeps each literal's text once per kernel: by type, value's type and
+    # value, never 0.0 (equal to -0.0) nor NaN
+    vals = [Lit(0.1, "float64"), Op("cast", (Lit(0.1, "float32"),), "float64"),
+            Lit(-0.0, "float64"), Lit(0.0, "float64"), Op("cast", (Lit(1, "int64"),), "float64"),
+            Lit(1.0, "float64"), Op("cast", (Lit(True, "bool"),), "float64"),
+            Lit(float("nan"), "float64"), Lit(-0.0, "float64")]
+    out = _run(_kernel(*vals, dtype="float64"), len(vals), np.float64)
+    assert out[0] == 0.1 and out[1] == float(np.float32(0.1)) and out[0] != out[1]
+    assert np.signbit(out[2]) and not np.signbit(out[3]) and np.signbit(out[8])
+    assert list(out[4:7]) == [1.0, 1.0, 1.0] and np.isnan(out[7])

@@ -100,3 +100,10 @@ def test_replay_renames_every_allocated_name_and_repeats_the_choices():
     assert again.hi == Var("n", "int64")
     assert str(lw.record.freeze()).splitlines() == [
         "X: steps (outer=True)", "B: loops (tile=4)", "Y: steps (outer=True)", "B: loops (tile=4)"]
+
+
+def test_a_renamed_variable_keeps_its_type():
+    # a replay makes each renamed variable once (by name): never with another's type
+    a, b = Var("k0", "int64"), Var("k0", "int32")
+    got = replay._rename((a, b, a), {"k0": "k5"}, {}, {})
+    assert got == (Var("k5", "int64"), Var("k5", "int32"), Var("k5", "int64"))

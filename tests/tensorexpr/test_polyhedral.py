@@ -26,3 +26,21 @@ def test_affine_form_still_sees_flattens_and_clamps():
     assert is_index_arithmetic(te.minimum(k // 4, 2) + (k % 4).astype("int32"))
     assert affine_form((k // 4) * 4 + k % 4 + 3, [k]) == (3, (1,))
     assert affine_form(te.select(k < 20, k, 0) * 2, [k]) == (0, (2,))
+
+
+def test_recent_answers_equal_keys_built_afresh_and_only_those():
+    # Recent compares a key once per hit (its kept key object is moved by identity):
+    # expressions built afresh are one key, another constant or type another
+    from tensorexpr.polyhedral import Recent
+    r = Recent(4)
+    k = Axis("k", Const(0, I64), Const(4, I64), 10_003)
+    made = []
+
+    def ask(e):
+        return r.get((k, e), lambda: made.append(str(e)) or len(made))
+    assert ask(k + 1) == ask(k + 1) == 1
+    assert ask(k + 2) == 2 and ask(k.astype("int32") + 1) == 3 and ask(k + 1) == 1
+    assert made == ["(k + 1)", "(k + 2)", "(int32(k) + 1)"]
+    for n in range(3, 8):  # the least recently used are dropped, k + 1 among them
+        ask(k + n)
+    assert ask(k + 1) == len(made)

@@ -313,7 +313,10 @@ def factored(red: Reduce, bound: Dict[int, object]) -> Optional[Expr]:
     best, best_cost = None, math.inf
     for distribute in (False, True):
         terms = expand(red.body, distribute)
-        if terms is None:
+        # terms with a zero coefficient add nothing (a sum of 0.0: no term at all, the
+        # sum is left as it is, nothing to gain)
+        terms = None if terms is None else [t for t in terms if t[0] != 0]
+        if not terms:
             continue
         e, sums = _split(red, terms, movable)
         missed = [[a for uid, a in used.items() if uid not in {b.uid for b in free_axes(s)}]

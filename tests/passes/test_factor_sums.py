@@ -169,6 +169,20 @@ def test_a_square_is_not_multiplied_out():
     assert factor_sums(V) is V
 
 
+def test_terms_of_zero_are_dropped_and_a_sum_of_zero_is_left_alone():
+    # found by the fuzzer: sum_k 0.0 divided by a zero coefficient
+    k = te.reduce_axis((0, 1), "k")
+    Z = te.compute((), lambda: te.sum(0.0, axis=k), name="Z")
+    assert factor_sums(Z) is Z
+    H, A, B, j = _operands()
+    Y = te.compute((8, 4), lambda i, c: te.sum(H[i, j] * (0.0 * B[j, c] + A[i, c] - B[j, c]),
+                                                axis=j), name="Y")
+    assert len(_sums(factor_sums(Y).body)) == 2  # a row sum of H and a contraction
+    X = te.placeholder((), name="X")
+    (g,) = te.differentiate(Z, [X])
+    assert te.build(g, inputs=[X])(np.float32(0.4)) == 0
+
+
 # }}}
 
 # {{{ values

@@ -46,7 +46,7 @@ from tensorexpr.transform import bottom_up, free_axes
 
 from .contexts import contexts
 from .extract import redirect
-from .hoist import MIN_REDUNDANCY
+from .hoist import MIN_REDUNDANCY, box_points
 
 #: the most terms an expanded body may have
 MAX_TERMS = 16
@@ -64,13 +64,7 @@ def points(axes) -> float:
     >>> points([te.reduce_axis(8, "k"), te.reduce_axis((2, 6), "j")])
     32.0
     """
-    n = 1.0
-    for a in axes:
-        if isinstance(a.lo, Const) and isinstance(a.hi, Const):
-            n *= max(a.hi.value - a.lo.value, 0)
-        else:
-            n *= SYMBOLIC_POINTS
-    return n
+    return box_points(axes, SYMBOLIC_POINTS)
 
 
 def flops(e: Expr) -> float:

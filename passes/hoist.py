@@ -104,13 +104,20 @@ def _children(x: Expr):
     return children(x)
 
 
-def _points(axes: List[Axis]) -> float:
+def box_points(axes: List[Axis], symbolic: float = math.inf) -> float:
+    """The points of the box of ``axes``; a symbolic extent counts ``symbolic``.
+
+    >>> import tensorexpr as te
+    >>> n = te.var("n")
+    >>> box_points([te.reduce_axis(8), te.reduce_axis((2, 6))]), box_points([te.reduce_axis(n)])
+    (32.0, inf)
+    """
     n = 1.0
     for a in axes:
         if isinstance(a.lo, Const) and isinstance(a.hi, Const):
             n *= max(a.hi.value - a.lo.value, 0)
         else:
-            n = math.inf
+            n *= symbolic
     return n
 
 
@@ -164,8 +171,8 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
             if not (is_float(x.dtype) and is_box(x)):
                 continue
         elif not (x is not t.body and costly[id(x)] and is_float(x.dtype) and missing
-                  and _points(missing) >= MIN_REDUNDANCY and is_box(x)
-                  and not MAX_ELEMENTS < _points(free_axes(x)) < math.inf):
+                  and box_points(missing) >= MIN_REDUNDANCY and is_box(x)
+                  and not MAX_ELEMENTS < box_points(free_axes(x)) < math.inf):
             continue
         if own is not None and any(r.tensor.uid == own for r in reads(x)):
             continue  # a recurrence's own values cannot leave its body
@@ -276,7 +283,7 @@ def regroup(t: Compute) -> Compute:
             if any(hot[h] for h in order[:k + 1]):
                 rest = used[id(x)] - seen
                 axes = [a for a in free_axes(x) if a.uid in rest and a.uid in bound]
-                if axes and _points(axes) >= MIN_REDUNDANCY:
+                if axes and box_points(axes) >= MIN_REDUNDANCY:
                     part = frozenset(id(f) for h in order[:k + 1] for f in groups[h])
         if part is None or part in inner_sets or len(part) == 1:
             continue

@@ -21,7 +21,9 @@ from tensorexpr.transform import eval_int
 from . import checkpoint_rows
 from . import revolve as revolve_schedule
 from .checkpoint_groups import adjoints, group
+from .checkpoint_kept import Kept, kept
 from .checkpoint_rows import has_reduce, last_rows, offsets, refuse, window
+from .patterns import inlinable
 
 I64 = INDEX_DTYPE
 
@@ -76,6 +78,10 @@ class Segments:
     fore: List[Tuple[Compute, int, int, int]] = field(default_factory=list)
     ringed: set = field(default_factory=set)  # consumers kept in rings of a turn's rows
     order: List[Tensor] = field(default_factory=list)  # the program's tensors, in order
+    # first rows of e read before the reversals (codegen.checkpoint_kept), which the
+    # forward sweep copies into a store of their own: how many, and uid -> the store
+    first: int = 0
+    firsts: Dict[int, Tensor] = field(default_factory=dict)
 
     @property
     def e(self) -> Compute:
@@ -137,6 +143,9 @@ class Plan:
     # (name, reason): the recurrences with checkpoints that keep their full tape, and the
     # first unsupported condition each met (the schedule prints them)
     refused: List[Tuple[str, str]] = field(default_factory=list)
+    # uid -> the tensors before the reversals computed from the rows the plans keep
+    # (codegen.checkpoint_kept), of those reading a checkpointed group
+    kept: Dict[int, Kept] = field(default_factory=dict)
 
     @property
     def segments(self) -> Optional[Segments]:
@@ -181,6 +190,7 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
             readers.setdefault(p.uid, []).append(x)
     out = Plan()
     refused: Dict[int, Tuple[str, str]] = {}
+    kp = kept(order, outputs, params, inlinable(sig))
     grouped: set = set()
     for e in order:
         if not (isinstance(e, Compute) and e.carry is not None) or e.uid in outputs:
@@ -205,7 +215,7 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
             for n in range(len(es), 0, -1):
                 why = []
                 seg = _segments(es[:n], order, readers, outputs, params, mode, sums, steps,
-                                why)
+                                why, kp)
                 clash = seg and _clash(seg, out.groups, order)
                 if clash:
                     seg = refuse(why, clash)
@@ -231,22 +241,29 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
             dims = list(e.dims)
             dims[e.carry.axis] = _c(rows)
             out.rings[e.uid] = Ring(e, _c(rows), _scratch(e, dims, "ring"), e.carry.axis)
+    mine = {e.uid for seg in out.groups for e in seg.es}
+    out.kept = {u: k for u, k in kp.items() if mine & (set(k.last) | set(k.first))}
     for seg in out.groups:
         _segment_buffers(out, seg)
+    for k in out.kept.values():  # (computed at the rows read only, in a ring of them)
+        if k.count() is not None:
+            _row_ring(out, k.tensor, 0, _c(k.count()))
     # (a recurrence in a ring of its last rows keeps no full tape: a forward-only build)
     out.refused = [r for u, r in refused.items() if u not in out.rings]
     return out
 
 
 def _segments(es: Sequence[Compute], order, readers, outputs, params,
-              mode: str = "revolve", sums=None, steps=None, why=None) -> Optional[Segments]:
+              mode: str = "revolve", sums=None, steps=None, why=None,
+              kp=None) -> Optional[Segments]:
     """The checkpointed plan for the group ``es`` and its adjoints, or None (full tape;
-    the reason noted in the list ``why``)."""
-    sums, steps = sums or {}, steps or {}
+    the reason noted in the list ``why``). ``kp``: ``codegen.checkpoint_kept.kept``'s
+    tensors, computed before the reversals from kept rows."""
+    sums, steps, kp = sums or {}, steps or {}, kp or {}
     e = es[0]
     T = e.dims[0]
     pos = {t.uid: n for n, t in enumerate(order)}
-    des = sorted(adjoints(es, readers), key=lambda x: pos[x.uid])
+    des = sorted(adjoints(es, readers, set(kp)), key=lambda x: pos[x.uid])
     # one adjoint per recurrence at most (a second descending reader of e is no adjoint
     # a turn could run)
     if not des:
@@ -271,7 +288,7 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
     if None in wds or None in ws:
         return refuse(why, "a recurrence of it reads itself at no constant distance")
     rows = checkpoint_rows.classify(tuple(es), tuple(des), order, outputs, params, sums, steps,
-                                    why)
+                                    why, set(kp))
     if rows is None:
         return None
     wd, w = max(wds), max(ws)
@@ -291,10 +308,13 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
         return refuse(why, "one segment (k = 1 in segments mode) would be the whole tape")
     inner = rows.es | rows.des
     last = max([1] + [(last_rows(x, y, params) or 0) for y in es for x in readers.get(y.uid, [])
-                      if x.uid not in inner and x.uid not in taken])
+                      if x.uid not in inner and x.uid not in taken and x.uid not in kp]
+               + [k.last.get(y.uid, 0) for y in es for k in kp.values()])
+    first = max([0] + [k.first.get(y.uid, 0) for y in es for k in kp.values()])
     s = Segments(tuple(es), tuple(des), k, back, ahead, seg, rows.consumers, rows.early,
                  max(wd, look_d), last, w)
     s.sums, s.fore, s.ringed, s.order = rows.sums, rows.fore, rows.ringed, list(order)
+    s.first = first
     # When everything run inside the segments (de, the consumers, the sums added a step
     # at a time) reads only e's last steps (a linear recurrence such as an EWMA: its
     # adjoint does not depend on e), nothing needs recomputing: e keeps a rolling state
@@ -369,6 +389,8 @@ def _segment_buffers(p: Plan, s: Segments) -> None:
     for e in s.es:
         if held is not None:
             s.stores[e.uid] = _scratch(e, (_c(s.k * held),) + tuple(e.dims[1:]), "checkpoints")
+        if s.first:
+            s.firsts[e.uid] = _scratch(e, (_c(s.first),) + tuple(e.dims[1:]), "first")
         p.rings[e.uid] = Ring(e, rows_e, _scratch(e, (rows_e,) + tuple(e.dims[1:]), "ring"))
     for de in s.des:
         p.rings[de.uid] = Ring(de, rows_d, _scratch(de, (rows_d,) + tuple(de.dims[1:]), "ring"))

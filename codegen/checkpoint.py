@@ -120,6 +120,23 @@ Several groups: one reversal each (``codegen.checkpoint_plan``)
     ``g`` is ``dxr``, already a tensor of its own, and every element is the same C in
     every build.
 
+Tensors before the reversals reading kept rows (``codegen.checkpoint_kept``)
+    A tensor between the forward sweeps and the first adjoint may read the checkpointed
+    recurrences at their last rows (the forward ring holds them, ``last``) or their
+    first rows (the forward sweep copies each into a store of ``first`` rows as it
+    computes it: ``g_first``), counting only the rows of it that are read (it is then
+    computed at those rows, in a ring of them); it is computed once, where the program
+    has it, and read by any reversal. A recurrence reached only through such tensors is
+    no adjoint of the group (when another is reached otherwise). A group is planned so
+    only where it cannot be otherwise: a forward row (an LSTM's ``hs[t] = s[t, 1]``,
+    read at its last step by ``dhs``) keeps a ring of a few rows, where ``dhs`` would be
+    computed whole before the reversal. The bidirectional RNN
+    under a loss of ``y``'s last step is so: ``y`` is read at ``T - 1`` only (``dy = 2
+    y[T - 1]``), which reads ``h``'s last row and ``g``'s first; ``dy``, read by
+    ``dh[t]`` and by ``dg`` at ``T - 1 - t``, is computed whole before both reversals
+    (it holds ``y``'s gradient, as large as ``y``: what a head over every step passes
+    in). A loss of ``concat(h[T - 1], g[T - 1])`` reads both layers' last rows.
+
     Not supported, in either mode (full tape instead, still exact): a tensor holding a
     sum along the steps that does not run by steps (a sum under a condition on an axis
     it reads: the C backend vectorizes some sums, and the order of a vectorized sum may
@@ -134,14 +151,14 @@ Several groups: one reversal each (``codegen.checkpoint_plan``)
     carried along another axis than its first is not moved either), scatter-adds
     reading them; a group that would share a tensor with another's reversal, or read
     its rings (the schedule names the tensor). A tensor read by the adjoints of two
-    recurrences: the bidirectional RNN under a loss of ``y``'s last step, where
-    ``dy = 2 y[T - 1]`` reads ``h[T - 1]`` and ``g[0]`` and is read by ``dh[t]`` and by
-    ``dg`` at ``T - 1 - t``: each layer is read by two descending recurrences, and both
-    keep their full tape (checkpointing them would need ``y`` computed only at its last
-    step, from ``h``'s last row and ``g``'s first, and ``dy`` before both reversals:
-    not done). Also not supported: a member read ahead of its step by a later one; an
-    adjoint reading a consumer at another turn. The numpy backend always keeps the full
-    tape (it is the reference).
+    recurrences that reads them at other rows than their first and last: the
+    bidirectional RNN under a loss of every step, ``sum(y ** 2)``, where ``dy[t] = 2
+    y[t]`` reads ``h[t]`` and ``g[T - 1 - t]`` and is read by ``dh[t]`` and by ``dg`` at
+    ``T - 1 - t``: each layer is read by two descending recurrences, at rows of no single
+    turn of either, and both keep their full tape. A tensor reading the same recurrence
+    at its first rows and its last. Also not supported: a member read ahead of its step
+    by a later one; an adjoint reading a consumer at another turn. The numpy backend
+    always keeps the full tape (it is the reference).
     ``te.recurrence`` itself runs ascending only: a user's descending recurrence along
     any axis does not exist (``x[b, T - 1 - t]`` reverses the input instead); adjoints
     descend along any axis and are moved as their recurrence is.

@@ -8,7 +8,10 @@ by the adjoints of several recurrences, if it reads ``e`` only at rows a plan ke
 * ``e``'s *last* rows, which its forward ring holds at the end of the sweep (the plan's
   ``last``);
 * ``e``'s *first* rows, which its forward sweep copies into a store of their own as it
-  computes them (the plan's ``first``, ``checkpoint_plan.Segments.firsts``).
+  computes them (the plan's ``first``, ``checkpoint_plan.Segments.firsts``);
+
+no more of them than a step of ``e`` reads (its window, and the step itself): a few
+rows at any ``T`` (a tensor reading ``e`` along the steps is a forward row of its plan).
 
 Only the points of a tensor that are read count: a tensor all of whose readers read
 it at a few rows along its first axis is computed at those rows only (in a ring of
@@ -30,7 +33,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from tensorexpr.ir import INDEX_DTYPE, Binary, Compute, Const, Expr, Tensor, tensor_inputs
 
-from .checkpoint_rows import offsets
+from .checkpoint_rows import offsets, window
 
 I64 = INDEX_DTYPE
 
@@ -115,18 +118,18 @@ def _diff(p: Expr, q: Expr) -> Optional[int]:
 
 def _count(reader: Compute, e: Compute, where, params) -> Optional[Tuple[str, int]]:
     """``("last", m)`` or ``("first", f)``: ``reader`` (at its points ``where``) reads
-    only ``e``'s last ``m`` (first ``f``) rows, fewer than all; None otherwise."""
-    T = e.dims[0]
+    only ``e``'s last ``m`` (first ``f``) rows, no more than a step of ``e`` reads (its
+    window, and the step itself): a few rows at any ``T``, never the rows along the
+    steps a forward tensor reads (a GRU's ``h[t - 1] @ U``, ``checkpoint_rows``); None
+    otherwise."""
+    T, w = e.dims[0], window(e, params)
+    few = (w or 0) + 1
     rng = offsets(reader, e, _sub(T, 1), params, 0, where)
-    if rng is not None and rng != () and rng[1] <= 0:
-        m = 1 - rng[0]
-        if not (isinstance(T, Const) and m >= T.value):
-            return "last", m
+    if rng is not None and rng != () and rng[1] <= 0 and 1 - rng[0] <= few:
+        return "last", 1 - rng[0]
     rng = offsets(reader, e, Const(0, I64), params, 0, where)
-    if rng is not None and rng != () and rng[0] >= 0:
-        f = rng[1] + 1
-        if not (isinstance(T, Const) and f >= T.value):
-            return "first", f
+    if rng is not None and rng != () and rng[0] >= 0 and rng[1] + 1 <= few:
+        return "first", rng[1] + 1
     return None
 
 
@@ -181,11 +184,27 @@ def kept(order: Sequence[Tensor], outputs, params, inline=frozenset()) -> Dict[i
         k = got[t.uid] = Kept(t, rows if rows != () else None)
         if isinstance(t.dims[0] if t.dims else None, Const) and (k.count() or 0) >= t.dims[0].value:
             k.rows = None  # (every row)
-    # then what each reads, in program order: only kept rows of es, and kept tensors
+    # then what each reads, in program order: only kept rows of es, and kept tensors. An
+    # inlined one reading first rows is evaluated in its readers' loops, where the reads
+    # of those rows go to their store: each of its readers must be kept too, or it is not
+    banned: set = set()
+    while True:
+        out = _reading_kept(cands, es, got, banned, inline, params)
+        more = {u for u, k in out.items() if u in inline and k.first
+                and any(r.uid not in out for r in readers.get(u, []))}
+        if not more:
+            return out
+        banned |= more
+
+
+def _reading_kept(cands, es, got, banned, inline, params) -> Dict[int, Kept]:
+    """The tensors of ``cands`` (not ``banned``) reading only kept rows of ``es`` and
+    tensors so (``got``: the rows of each that are read); see :func:`kept`."""
     out: Dict[int, Kept] = {}
     for t in cands.values():
-        k, ok = got[t.uid], True
-        for p in tensor_inputs(t):
+        k = Kept(t, got[t.uid].rows)
+        ok = t.uid not in banned
+        for p in tensor_inputs(t) if ok else ():
             if p.uid in es:
                 c = _count(t, es[p.uid], k.where(), params)
                 if c is None:

@@ -82,6 +82,7 @@ class Segments:
     # forward sweep copies into a store of their own: how many, and uid -> the store
     first: int = 0
     firsts: Dict[int, Tensor] = field(default_factory=dict)
+    kept: set = field(default_factory=set)  # uids of those tensors this plan relies on
 
     @property
     def e(self) -> Compute:
@@ -214,11 +215,17 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
             es = group(e, order, outputs, params)
             for n in range(len(es), 0, -1):
                 why = []
-                seg = _segments(es[:n], order, readers, outputs, params, mode, sums, steps,
-                                why, kp)
-                clash = seg and _clash(seg, out.groups, order)
-                if clash:
-                    seg = refuse(why, clash)
+                # the tensors before the reversals from kept rows only where the rows run
+                # along the steps cannot do (they would compute whole what a forward row
+                # keeps in a ring of a few rows)
+                for kk in (None, kp) if kp else (None,):
+                    seg = _segments(es[:n], order, readers, outputs, params, mode, sums,
+                                    steps, why if kk is None else [], kk)
+                    clash = seg and _clash(seg, out.groups, order)
+                    if clash:
+                        seg = refuse(why if kk is None else [], clash)
+                    if seg is not None:
+                        break
                 if seg is not None:
                     break
         if seg is not None:
@@ -241,9 +248,13 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
             dims = list(e.dims)
             dims[e.carry.axis] = _c(rows)
             out.rings[e.uid] = Ring(e, _c(rows), _scratch(e, dims, "ring"), e.carry.axis)
-    mine = {e.uid for seg in out.groups for e in seg.es}
-    out.kept = {u: k for u, k in kp.items() if mine & (set(k.last) | set(k.first))}
+    out.kept = {u: kp[u] for seg in out.groups for u in seg.kept}
     for seg in out.groups:
+        # (the rows of its members those tensors read, whichever group relies on them)
+        seg.last = max([seg.last] + [k.last.get(e.uid, 0) for k in out.kept.values()
+                                     for e in seg.es])
+        seg.first = max([seg.first] + [k.first.get(e.uid, 0) for k in out.kept.values()
+                                       for e in seg.es])
         _segment_buffers(out, seg)
     for k in out.kept.values():  # (computed at the rows read only, in a ring of them)
         if k.count() is not None:
@@ -259,10 +270,19 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
     """The checkpointed plan for the group ``es`` and its adjoints, or None (full tape;
     the reason noted in the list ``why``). ``kp``: ``codegen.checkpoint_kept.kept``'s
     tensors, computed before the reversals from kept rows."""
-    sums, steps, kp = sums or {}, steps or {}, kp or {}
+    sums, steps = sums or {}, steps or {}
     e = es[0]
     T = e.dims[0]
     pos = {t.uid: n for n, t in enumerate(order)}
+    # (those reading the group, or reading such tensors)
+    mine, kp = {x.uid for x in es}, dict(kp or {})
+    rel: set = set()
+    for x in order:
+        k = kp.get(x.uid)
+        if k is not None and (mine & (set(k.last) | set(k.first))
+                              or any(p.uid in rel for p in tensor_inputs(x))):
+            rel.add(x.uid)
+    kp = {u: kp[u] for u in rel}
     des = sorted(adjoints(es, readers, set(kp)), key=lambda x: pos[x.uid])
     # one adjoint per recurrence at most (a second descending reader of e is no adjoint
     # a turn could run)
@@ -314,7 +334,7 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
     s = Segments(tuple(es), tuple(des), k, back, ahead, seg, rows.consumers, rows.early,
                  max(wd, look_d), last, w)
     s.sums, s.fore, s.ringed, s.order = rows.sums, rows.fore, rows.ringed, list(order)
-    s.first = first
+    s.first, s.kept = first, set(kp)
     # When everything run inside the segments (de, the consumers, the sums added a step
     # at a time) reads only e's last steps (a linear recurrence such as an EWMA: its
     # adjoint does not depend on e), nothing needs recomputing: e keeps a rolling state
@@ -360,6 +380,10 @@ def _clash(b: Segments, groups: Sequence[Segments], order) -> Optional[str]:
     mine = b.runs()
     for a in groups:
         theirs = a.runs()
+        for x, y in ((a, b), (b, a)):  # (computed before the reversals, not at the turns)
+            for u in x.kept & set(y.runs()):
+                return (f"{y.runs()[u].name} would be run by the reversal of {y.names}, and "
+                        f"before the reversals for {x.names}")
         if set(mine) & set(theirs):
             return (f"{', '.join(mine[u].name for u in set(mine) & set(theirs))} would be run "
                     f"by the reversal of {a.names} as well")

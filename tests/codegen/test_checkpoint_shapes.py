@@ -16,7 +16,7 @@ from codegen.schedule import Options
 from codegen.signature import Signature
 from tests.codegen.recurrence_programs import (STEPS, agrees_with_its_full_tape, bidirectional,
                                                checkpointed, lstm_layer, random_arrays, rnn,
-                                               step_buffers)
+                                               step_buffers, tanh_layer)
 
 MODES = [True, "segments"]
 
@@ -211,3 +211,34 @@ def test_second_order_through_a_checkpointed_bidirectional_rnn():
     full1 = te.build([gx, gW, gV], inputs=ins, options=te.ScheduleOptions(checkpoint=False))
     for p, q in zip(first(*arrays), full1(*arrays)):
         assert np.array_equal(p, q)
+
+
+@pytest.mark.parametrize("head", ["last", "concat"])
+def test_a_bidirectional_rnn_of_symbolic_length_under_a_loss_of_its_last_step(head):
+    # y's last row is T - 1 for every T (isl proves the reads at T - 1 - t, t = T - 1)
+    n = te.var("n")
+    ins, grads = bidirectional(n, 2, 3, 3, head)
+    ck = agrees_with_its_full_tape(ins, grads, True, seed=2, shapes={"x": (13, 2, 3)})
+    assert not ck.schedule.full_tape
+    assert "h; g: reversed one after the other" in ck.schedule.checkpoint
+
+
+def test_an_output_reading_the_rows_kept_where_they_are_not_keeps_the_full_tape():
+    # O reads y[T - 1] as well: y is computed where it is read (inlined), and O, no tensor
+    # of the rows kept, would read g[0] from g's ring: y is not computed from the rows
+    # kept, dy reaches both adjoints again, and both layers keep their full tape (exact)
+    T, B, H, k = 13, 2, 3, 3
+    x = te.placeholder((T, B, H), "float32", "x")
+    W, V = (te.placeholder((H, H), "float32", n) for n in ("W", "V"))
+    h = tanh_layer(x, W, k, "h")
+    xr = te.compute((T, B, H), lambda t, b, j: x[T - 1 - t, b, j], name="xr")
+    g = tanh_layer(xr, V, k, "g")
+    y = te.compute((T, B, H), lambda t, b, j: h[t, b, j] + g[T - 1 - t, b, j], name="y")
+    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
+    L = te.compute((), lambda: te.sum(y[T - 1, r1, r2] * y[T - 1, r1, r2], axis=[r1, r2]),
+                   name="L")
+    O = te.compute((B, H), lambda b, j: y[T - 1, b, j] * 3.0, name="O")
+    ins = [x, W, V]
+    for mode in MODES:
+        f = agrees_with_its_full_tape(ins, list(te.differentiate(L, ins)) + [O], mode)
+        assert [line.split(" ")[0] for line in f.schedule.full_tape] == ["h", "g"]

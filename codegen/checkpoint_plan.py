@@ -347,6 +347,12 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
     # a ring of every step is the full tape checkpoints=k asked not to keep; at T = 9,
     # k = 3 revolve's 3 x 2 checkpoint rows and 3 ring rows are 9 as well)
     width = max(w, back + ahead)
+    # (with tensors from kept rows, only a plan that keeps fewer rows than the full tape:
+    # a turn reading the other layer's mirrored rows, dh[t] * g[T - 1 - t], asks for a
+    # checkpoint of every step)
+    got = _c(width + 1) if revolve else _bin("add", seg, _c(back + ahead))
+    if kp and isinstance(T, Const) and isinstance(got, Const) and got.value > T.value:
+        return refuse(why, f"its ring would hold {got.value} rows, more than its {T} steps")
     # (revolve: its ring and checkpoints)
     ring = _c((k + 1) * width + 1) if revolve else _bin("add", seg, _c(back + ahead))
     held = max([w + 1, last] + [m for m in tail if m is not None])

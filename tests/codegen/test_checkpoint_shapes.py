@@ -15,8 +15,8 @@ from codegen.pipeline import generate, lower
 from codegen.schedule import Options
 from codegen.signature import Signature
 from tests.codegen.recurrence_programs import (STEPS, agrees_with_its_full_tape, bidirectional,
-                                               checkpointed, lstm_layer, random_arrays, rnn,
-                                               step_buffers, tanh_layer)
+                                               checkpointed, gru_layer, lstm_layer,
+                                               random_arrays, rnn, step_buffers, tanh_layer)
 
 MODES = [True, "segments"]
 
@@ -242,3 +242,24 @@ def test_an_output_reading_the_rows_kept_where_they_are_not_keeps_the_full_tape(
     for mode in MODES:
         f = agrees_with_its_full_tape(ins, list(te.differentiate(L, ins)) + [O], mode)
         assert [line.split(" ")[0] for line in f.schedule.full_tape] == ["h", "g"]
+
+
+def test_a_bidirectional_gru_whose_output_multiplies_its_layers_keeps_no_larger_plan():
+    # y[t] = h[t] * g[T - 1 - t]: dh[t] reads g[T - 1 - t] (and dg h's mirrored rows) at
+    # every turn; in lockstep a checkpoint would hold 12 rows of each, the ring 36 (> T =
+    # 13): with y from kept rows the plan is taken only when it keeps fewer rows than the
+    # full tape (here it does not: the full tape, exact)
+    T, B, H, k = 13, 2, 3, 3
+    x = te.placeholder((T, B, H), "float32", "x")
+    Ws = [te.placeholder((H, H), "float32", n) for n in ("Wz", "Wr", "Wn")]
+    Us = [te.placeholder((H, H), "float32", n) for n in ("Uz", "Ur", "Un")]
+    h = gru_layer(x, Ws, Us, k, "h")
+    xr = te.compute((T, B, H), lambda t, b, j: x[T - 1 - t, b, j], name="xr")
+    g = gru_layer(xr, Ws, Us, k, "g")
+    y = te.compute((T, B, H), lambda t, b, j: h[t, b, j] * g[T - 1 - t, b, j], name="y")
+    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
+    L = te.compute((), lambda: te.sum(y[T - 1, r1, r2] * y[T - 1, r1, r2], axis=[r1, r2]),
+                   name="L")
+    ins = [x] + Ws + Us
+    f = agrees_with_its_full_tape(ins, list(te.differentiate(L, ins)), "segments")
+    assert [line.split(" ")[0] for line in f.schedule.full_tape] == ["h", "g"]

@@ -20,7 +20,9 @@ RNN's last step is such a program: ``y[t] = h[t] + g[T - 1 - t]`` is read at
 ``y[T - 1]`` only (by ``dy = 2 y[T - 1]``), which reads ``h``'s last row and ``g``'s
 first; ``dy``, read by ``dh[t]`` and ``dg[T - 1 - t]``, is computed once, before both
 reversals, from the rows both plans keep, and no recurrence counts it as an adjoint's
-path to the other (``checkpoint_groups.adjoints``).
+path to the other (``checkpoint_groups.adjoints``). A group is planned with them only
+when it cannot be planned otherwise (``checkpoint_plan``), and only if it then keeps
+fewer rows than the full tape.
 
 :func:`kept` finds those tensors. Which rows of a tensor are read is proven with isl
 (``checkpoint_rows.offsets`` over the points where each reader runs); every element
@@ -43,7 +45,15 @@ class Kept:
     """A tensor computed before the reversals from kept rows: ``rows``, the rows of its
     first axis computed (``(lo, hi)``, IR expressions, both included; None: all of
     them); ``last`` and ``first``: recurrence uid -> how many of its last (first) rows
-    it reads, itself or through the inlined tensors it reads (``inlined``)."""
+    it reads, itself or through the tensors it reads that are computed where they are
+    read (``kept``'s ``inline``).
+
+    >>> import tensorexpr as te
+    >>> y = te.compute((5, 2), lambda t, b: te.placeholder((5, 2), name="x")[t, b], name="y")
+    >>> k = Kept(y, (Const(4, I64), Const(4, I64)))
+    >>> k.count(), [str(c) for c in k.where()]
+    (1, ['(t >= 4)', '(t <= 4)'])
+    """
 
     tensor: Compute
     rows: Optional[Tuple[Expr, Expr]] = None

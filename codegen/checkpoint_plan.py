@@ -145,7 +145,7 @@ class Plan:
     # first unsupported condition each met (the schedule prints them)
     refused: List[Tuple[str, str]] = field(default_factory=list)
     # uid -> the tensors before the reversals computed from the rows the plans keep
-    # (codegen.checkpoint_kept), of those reading a checkpointed group
+    # (codegen.checkpoint_kept) that a group relies on (Segments.kept)
     kept: Dict[int, Kept] = field(default_factory=dict)
 
     @property

@@ -120,6 +120,23 @@ Several groups: one reversal each (``codegen.checkpoint_plan``)
     ``g`` is ``dxr``, already a tensor of its own, and every element is the same C in
     every build.
 
+Tensors before the reversals reading kept rows (``codegen.checkpoint_kept``)
+    A tensor between the forward sweeps and the first adjoint may read the checkpointed
+    recurrences at their last rows (the forward ring holds them, ``last``) or their
+    first rows (the forward sweep copies each into a store of ``first`` rows as it
+    computes it: ``g_first``), counting only the rows of it that are read (it is then
+    computed at those rows, in a ring of them); it is computed once, where the program
+    has it, and read by any reversal. A recurrence reached only through such tensors is
+    no adjoint of the group (when another is reached otherwise). A group is planned so
+    only where it cannot be otherwise: a forward row (an LSTM's ``hs[t] = s[t, 1]``,
+    read at its last step by ``dhs``) keeps a ring of a few rows, where ``dhs`` would be
+    computed whole before the reversal. The bidirectional RNN
+    under a loss of ``y``'s last step is so: ``y`` is read at ``T - 1`` only (``dy = 2
+    y[T - 1]``), which reads ``h``'s last row and ``g``'s first; ``dy``, read by
+    ``dh[t]`` and by ``dg`` at ``T - 1 - t``, is computed whole before both reversals
+    (it holds ``y``'s gradient, as large as ``y``: what a head over every step passes
+    in). A loss of ``concat(h[T - 1], g[T - 1])`` reads both layers' last rows.
+
     Not supported, in either mode (full tape instead, still exact): a tensor holding a
     sum along the steps that does not run by steps (a sum under a condition on an axis
     it reads: the C backend vectorizes some sums, and the order of a vectorized sum may
@@ -134,14 +151,14 @@ Several groups: one reversal each (``codegen.checkpoint_plan``)
     carried along another axis than its first is not moved either), scatter-adds
     reading them; a group that would share a tensor with another's reversal, or read
     its rings (the schedule names the tensor). A tensor read by the adjoints of two
-    recurrences: the bidirectional RNN under a loss of ``y``'s last step, where
-    ``dy = 2 y[T - 1]`` reads ``h[T - 1]`` and ``g[0]`` and is read by ``dh[t]`` and by
-    ``dg`` at ``T - 1 - t``: each layer is read by two descending recurrences, and both
-    keep their full tape (checkpointing them would need ``y`` computed only at its last
-    step, from ``h``'s last row and ``g``'s first, and ``dy`` before both reversals:
-    not done). Also not supported: a member read ahead of its step by a later one; an
-    adjoint reading a consumer at another turn. The numpy backend always keeps the full
-    tape (it is the reference).
+    recurrences that reads them at other rows than their first and last: the
+    bidirectional RNN under a loss of every step, ``sum(y ** 2)``, where ``dy[t] = 2
+    y[t]`` reads ``h[t]`` and ``g[T - 1 - t]`` and is read by ``dh[t]`` and by ``dg`` at
+    ``T - 1 - t``: each layer is read by two descending recurrences, at rows of no single
+    turn of either, and both keep their full tape. A tensor reading the same recurrence
+    at its first rows and its last. Also not supported: a member read ahead of its step
+    by a later one; an adjoint reading a consumer at another turn. The numpy backend
+    always keeps the full tape (it is the reference).
     ``te.recurrence`` itself runs ascending only: a user's descending recurrence along
     any axis does not exist (``x[b, T - 1 - t]`` reverses the input instead); adjoints
     descend along any axis and are moved as their recurrence is.
@@ -161,9 +178,9 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
-from tensorexpr.ir import Compute, Tensor, same, INDEX_DTYPE
+from tensorexpr.ir import Compute, Const, Tensor, same, INDEX_DTYPE
 
-from .loopast import Block, Comment, For, Kernel, Lit, Load, Op, Stmt, Store
+from .loopast import Block, Buffer, Comment, For, If, Kernel, Lit, Load, Op, Stmt, Store
 from .cexpr import add, cast, mul
 from .program import Program
 from .replay import Replays
@@ -264,14 +281,22 @@ class RingProgram(RevolveSteps, SegmentSteps):
                     lw.rings[uid] = (ring.axis, ring.rows)
         for s, e in ((s, e) for s in p.groups for e in s.es):
             st = s.stores.get(e.uid)
-            if st is None:
-                continue
-            lw.buf[st.uid] = type(lw.buf[e.uid])(
-                f"b{len(lw.tensors)}", st.dtype, False,
-                f"{e.name} checkpoints ({s.k} x {s.width if s.mode == 'revolve' else s.back}"
-                f" rows)")
-            lw.dims[st.uid] = st.dims
-            lw.tensors.append(st)
+            if st is not None:
+                self._buffer(st, f"{e.name} checkpoints ({s.k} x "
+                                 f"{s.width if s.mode == 'revolve' else s.back} rows)")
+            if e.uid in s.firsts:
+                self._buffer(s.firsts[e.uid], f"{e.name}'s first rows ({s.first}: read before "
+                                              f"the reversals)")
+        # e uid -> (its first rows' store, their count), for the kept tensors reading them
+        self.firsts = {e.uid: (s.firsts[e.uid], s.first) for s in p.groups for e in s.es
+                       if e.uid in s.firsts}
+
+    def _buffer(self, t: Tensor, note: str) -> None:
+        """A buffer of the program for the scratch tensor ``t`` (a checkpoint store)."""
+        lw = self.lw
+        lw.buf[t.uid] = Buffer(f"b{len(lw.tensors)}", t.dtype, False, note)
+        lw.dims[t.uid] = t.dims
+        lw.tensors.append(t)
 
     def program(self) -> Program:
         skip = set()
@@ -305,15 +330,63 @@ class RingProgram(RevolveSteps, SegmentSteps):
             if s is not None and s.mode == "revolve":
                 body.append(self._forward(s))
                 continue
-            if s is not None and s.recompute:
+            if s is not None and (s.recompute or s.first):
                 body.append(Block((Comment(f"{', '.join(map(str, s.es))} [forward sweep, "
                                            f"checkpointed]"),) +
-                                  tuple(self.lockstep(s.es, None, None, self._save(s)))))
+                                  tuple(self.lockstep(s.es, None, None, self.after_step(s)))))
+                continue
+            if t.uid in self.plan.kept:
+                body.append(self._kept(t))
                 continue
             body.append(self._tensor(t))
         kernel = Kernel(self.lw.title, tuple((v, n) for n, v in self.lw.sizes.items()),
                         tuple(self.lw.buf[t.uid] for t in self.lw.tensors), tuple(body))
         return Program(kernel, self.lw.tensors, self.lw.sites)
+
+    def after_step(self, s: Segments):
+        """What the forward sweep of ``s`` runs after a step (``codegen.segments_lowering``'s
+        checkpoints, when it recomputes; the first rows kept), or None."""
+        fs = ([self._save(s)] if s.mode != "revolve" and s.recompute else []) + (
+            [self._keep_first(s)] if s.first else [])
+        return None if not fs else lambda t: [x for f in fs for x in f(t)]
+
+    def _keep_first(self, s: Segments):
+        """After forward step ``t``: copy it into the store of the first rows if it is one
+        (``codegen.checkpoint_kept``: read before the reversals, when no ring holds it)."""
+        def after(t) -> List[Stmt]:
+            return [If(Op("lt", (t, Lit(s.first, I64)), "bool"), Block(tuple(
+                self._copy_row(self.lw.buf[s.firsts[e.uid].uid].name, t, self.lw.buf[e.uid].name,
+                               Op("mod", (t, self.lw.size_expr(self.ring_of[e.uid].rows)), I64),
+                               self._row_size(e), e.dtype) for e in s.es)))]
+        return after
+
+    def _kept(self, t: Compute) -> Stmt:
+        """A tensor computed before the reversals from kept rows (``codegen.checkpoint_kept``):
+        at the rows read only, its reads of first rows from their store."""
+        k = self.plan.kept[t.uid]
+        if t.uid in self.lw.inline:  # (its reads are lowered in its readers')
+            return Comment(f"{t} [computed where it is read, from the rows kept]")
+        self.lw.owner = t
+        lw, saved = self.lw, {}
+        for u in k.first:
+            if u in self.firsts:
+                st, n = self.firsts[u]
+                saved[u] = (lw.buf[u], lw.rings.get(u))
+                lw.buf[u], lw.rings[u] = lw.buf[st.uid], (0, Const(n, I64))
+        try:
+            stmts = (self.lw.compute(t) if k.rows is None else
+                     self.rows(t, 0, lw.size_expr(k.rows[0]),
+                               add(lw.size_expr(k.rows[1]), Lit(1, I64))))
+        finally:
+            for u, (b, r) in saved.items():
+                lw.buf[u] = b
+                if r is None:
+                    del lw.rings[u]
+                else:
+                    lw.rings[u] = r
+        note = (f" [rows {k.rows[0]} to {k.rows[1]}, from the rows kept]" if k.rows is not None
+                else " [from the rows kept]")
+        return Block((Comment(f"{t}{note}"),) + tuple(stmts))
 
     def _tensor(self, t: Tensor) -> Stmt:
         self.lw.owner = t

@@ -67,10 +67,13 @@ def _no_later(x: Compute, y: Compute, params) -> bool:
     return rng is not None and (rng == () or rng[1] <= 0)
 
 
-def adjoints(es: Sequence[Compute], readers) -> List[Compute]:
+def adjoints(es: Sequence[Compute], readers, kept=frozenset()) -> List[Compute]:
     """The descending recurrences reading ``es``, or reading them only through tensors
     that are no recurrences (a GRU's forward sums and hoisted gates); ``readers``: uid
-    -> the tensors reading it.
+    -> the tensors reading it. ``kept``: uids of tensors computed before the reversals
+    from the rows the plans keep (``codegen.checkpoint_kept``): a recurrence reached
+    only through them is no adjoint of ``es`` when another is reached otherwise (the
+    seed ``dy`` of a bidirectional RNN's last step, read by both layers' adjoints).
 
     >>> import tensorexpr as te
     >>> u = te.placeholder((6,), name="u")
@@ -85,14 +88,17 @@ def adjoints(es: Sequence[Compute], readers) -> List[Compute]:
     >>> [d.name for d in adjoints([e], readers)]
     ['de']
     """
-    via, des, todo = {e.uid for e in es}, [], list(es)
-    while todo:
-        for x in readers.get(todo.pop().uid, []):
-            if not isinstance(x, Compute) or x.uid in via:
-                continue
-            if x.carry is None:
-                via.add(x.uid)
-                todo.append(x)
-            elif x.carry.step < 0 and x not in des:
-                des.append(x)
+    for stop in (kept, frozenset()):
+        via, des, todo = {e.uid for e in es}, [], list(es)
+        while todo:
+            for x in readers.get(todo.pop().uid, []):
+                if not isinstance(x, Compute) or x.uid in via or x.uid in stop:
+                    continue
+                if x.carry is None:
+                    via.add(x.uid)
+                    todo.append(x)
+                elif x.carry.step < 0 and x not in des:
+                    des.append(x)
+        if des:
+            return des
     return des

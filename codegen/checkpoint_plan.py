@@ -21,7 +21,9 @@ from tensorexpr.transform import eval_int
 from . import checkpoint_rows
 from . import revolve as revolve_schedule
 from .checkpoint_groups import adjoints, group
+from .checkpoint_kept import Kept, kept
 from .checkpoint_rows import has_reduce, last_rows, offsets, refuse, window
+from .patterns import inlinable
 
 I64 = INDEX_DTYPE
 
@@ -76,6 +78,11 @@ class Segments:
     fore: List[Tuple[Compute, int, int, int]] = field(default_factory=list)
     ringed: set = field(default_factory=set)  # consumers kept in rings of a turn's rows
     order: List[Tensor] = field(default_factory=list)  # the program's tensors, in order
+    # first rows of e read before the reversals (codegen.checkpoint_kept), which the
+    # forward sweep copies into a store of their own: how many, and uid -> the store
+    first: int = 0
+    firsts: Dict[int, Tensor] = field(default_factory=dict)
+    kept: set = field(default_factory=set)  # uids of those tensors this plan relies on
 
     @property
     def e(self) -> Compute:
@@ -137,6 +144,9 @@ class Plan:
     # (name, reason): the recurrences with checkpoints that keep their full tape, and the
     # first unsupported condition each met (the schedule prints them)
     refused: List[Tuple[str, str]] = field(default_factory=list)
+    # uid -> the tensors before the reversals computed from the rows the plans keep
+    # (codegen.checkpoint_kept) that a group relies on (Segments.kept)
+    kept: Dict[int, Kept] = field(default_factory=dict)
 
     @property
     def segments(self) -> Optional[Segments]:
@@ -181,6 +191,7 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
             readers.setdefault(p.uid, []).append(x)
     out = Plan()
     refused: Dict[int, Tuple[str, str]] = {}
+    kp = kept(order, outputs, params, inlinable(sig))
     grouped: set = set()
     for e in order:
         if not (isinstance(e, Compute) and e.carry is not None) or e.uid in outputs:
@@ -204,11 +215,17 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
             es = group(e, order, outputs, params)
             for n in range(len(es), 0, -1):
                 why = []
-                seg = _segments(es[:n], order, readers, outputs, params, mode, sums, steps,
-                                why)
-                clash = seg and _clash(seg, out.groups, order)
-                if clash:
-                    seg = refuse(why, clash)
+                # the tensors before the reversals from kept rows only where the rows run
+                # along the steps cannot do (they would compute whole what a forward row
+                # keeps in a ring of a few rows)
+                for kk in (None, kp) if kp else (None,):
+                    seg = _segments(es[:n], order, readers, outputs, params, mode, sums,
+                                    steps, why if kk is None else [], kk)
+                    clash = seg and _clash(seg, out.groups, order)
+                    if clash:
+                        seg = refuse(why if kk is None else [], clash)
+                    if seg is not None:
+                        break
                 if seg is not None:
                     break
         if seg is not None:
@@ -231,22 +248,42 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
             dims = list(e.dims)
             dims[e.carry.axis] = _c(rows)
             out.rings[e.uid] = Ring(e, _c(rows), _scratch(e, dims, "ring"), e.carry.axis)
+    out.kept = {u: kp[u] for seg in out.groups for u in seg.kept}
     for seg in out.groups:
+        # (the rows of its members those tensors read, whichever group relies on them)
+        seg.last = max([seg.last] + [k.last.get(e.uid, 0) for k in out.kept.values()
+                                     for e in seg.es])
+        seg.first = max([seg.first] + [k.first.get(e.uid, 0) for k in out.kept.values()
+                                       for e in seg.es])
         _segment_buffers(out, seg)
+    for k in out.kept.values():  # (computed at the rows read only, in a ring of them)
+        if k.count() is not None:
+            _row_ring(out, k.tensor, 0, _c(k.count()))
     # (a recurrence in a ring of its last rows keeps no full tape: a forward-only build)
     out.refused = [r for u, r in refused.items() if u not in out.rings]
     return out
 
 
 def _segments(es: Sequence[Compute], order, readers, outputs, params,
-              mode: str = "revolve", sums=None, steps=None, why=None) -> Optional[Segments]:
+              mode: str = "revolve", sums=None, steps=None, why=None,
+              kp=None) -> Optional[Segments]:
     """The checkpointed plan for the group ``es`` and its adjoints, or None (full tape;
-    the reason noted in the list ``why``)."""
+    the reason noted in the list ``why``). ``kp``: ``codegen.checkpoint_kept.kept``'s
+    tensors, computed before the reversals from kept rows."""
     sums, steps = sums or {}, steps or {}
     e = es[0]
     T = e.dims[0]
     pos = {t.uid: n for n, t in enumerate(order)}
-    des = sorted(adjoints(es, readers), key=lambda x: pos[x.uid])
+    # (those reading the group, or reading such tensors)
+    mine, kp = {x.uid for x in es}, dict(kp or {})
+    rel: set = set()
+    for x in order:
+        k = kp.get(x.uid)
+        if k is not None and (mine & (set(k.last) | set(k.first))
+                              or any(p.uid in rel for p in tensor_inputs(x))):
+            rel.add(x.uid)
+    kp = {u: kp[u] for u in rel}
+    des = sorted(adjoints(es, readers, set(kp)), key=lambda x: pos[x.uid])
     # one adjoint per recurrence at most (a second descending reader of e is no adjoint
     # a turn could run)
     if not des:
@@ -271,7 +308,7 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
     if None in wds or None in ws:
         return refuse(why, "a recurrence of it reads itself at no constant distance")
     rows = checkpoint_rows.classify(tuple(es), tuple(des), order, outputs, params, sums, steps,
-                                    why)
+                                    why, set(kp))
     if rows is None:
         return None
     wd, w = max(wds), max(ws)
@@ -291,10 +328,13 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
         return refuse(why, "one segment (k = 1 in segments mode) would be the whole tape")
     inner = rows.es | rows.des
     last = max([1] + [(last_rows(x, y, params) or 0) for y in es for x in readers.get(y.uid, [])
-                      if x.uid not in inner and x.uid not in taken])
+                      if x.uid not in inner and x.uid not in taken and x.uid not in kp]
+               + [k.last.get(y.uid, 0) for y in es for k in kp.values()])
+    first = max([0] + [k.first.get(y.uid, 0) for y in es for k in kp.values()])
     s = Segments(tuple(es), tuple(des), k, back, ahead, seg, rows.consumers, rows.early,
                  max(wd, look_d), last, w)
     s.sums, s.fore, s.ringed, s.order = rows.sums, rows.fore, rows.ringed, list(order)
+    s.first, s.kept = first, set(kp)
     # When everything run inside the segments (de, the consumers, the sums added a step
     # at a time) reads only e's last steps (a linear recurrence such as an EWMA: its
     # adjoint does not depend on e), nothing needs recomputing: e keeps a rolling state
@@ -307,6 +347,12 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
     # a ring of every step is the full tape checkpoints=k asked not to keep; at T = 9,
     # k = 3 revolve's 3 x 2 checkpoint rows and 3 ring rows are 9 as well)
     width = max(w, back + ahead)
+    # (with tensors from kept rows, only a plan that keeps fewer rows than the full tape:
+    # a turn reading the other layer's mirrored rows, dh[t] * g[T - 1 - t], asks for a
+    # checkpoint of every step)
+    got = _c(width + 1) if revolve else _bin("add", seg, _c(back + ahead))
+    if kp and isinstance(T, Const) and isinstance(got, Const) and got.value > T.value:
+        return refuse(why, f"its ring would hold {got.value} rows, more than its {T} steps")
     # (revolve: its ring and checkpoints)
     ring = _c((k + 1) * width + 1) if revolve else _bin("add", seg, _c(back + ahead))
     held = max([w + 1, last] + [m for m in tail if m is not None])
@@ -340,6 +386,10 @@ def _clash(b: Segments, groups: Sequence[Segments], order) -> Optional[str]:
     mine = b.runs()
     for a in groups:
         theirs = a.runs()
+        for x, y in ((a, b), (b, a)):  # (computed before the reversals, not at the turns)
+            for u in x.kept & set(y.runs()):
+                return (f"{y.runs()[u].name} would be run by the reversal of {y.names}, and "
+                        f"before the reversals for {x.names}")
         if set(mine) & set(theirs):
             return (f"{', '.join(mine[u].name for u in set(mine) & set(theirs))} would be run "
                     f"by the reversal of {a.names} as well")
@@ -369,6 +419,8 @@ def _segment_buffers(p: Plan, s: Segments) -> None:
     for e in s.es:
         if held is not None:
             s.stores[e.uid] = _scratch(e, (_c(s.k * held),) + tuple(e.dims[1:]), "checkpoints")
+        if s.first:
+            s.firsts[e.uid] = _scratch(e, (_c(s.first),) + tuple(e.dims[1:]), "first")
         p.rings[e.uid] = Ring(e, rows_e, _scratch(e, (rows_e,) + tuple(e.dims[1:]), "ring"))
     for de in s.des:
         p.rings[de.uid] = Ring(de, rows_d, _scratch(de, (rows_d,) + tuple(de.dims[1:]), "ring"))

@@ -53,11 +53,12 @@ I64 = INDEX_DTYPE
 
 
 def offsets(reader: Tensor, target: Compute, base: Expr, params,
-            axis: Optional[int] = None) -> Optional[Tuple[int, int]]:
+            axis: Optional[int] = None, where: Tuple[Expr, ...] = ()) -> Optional[Tuple[int, int]]:
     """``(lo, hi)`` of ``index of a read of target - base`` along ``target``'s carried
     axis (its first if it is no recurrence; ``axis``: that one instead) over all reads of ``target`` (or its self handle)
     in ``reader``; ``()`` if none runs, None if unbounded, not affine, or not analysable
-    (scatter-adds, reads in bounds)."""
+    (scatter-adds, reads in bounds). ``where``: conditions on ``reader``'s axes, the
+    points of it that run (``codegen.checkpoint_kept``: a tensor computed at some rows)."""
     if not isinstance(reader, Compute):
         return None
     uids = {target.uid} | ({target.self_ref.uid} if target.self_ref is not None else set())
@@ -67,8 +68,8 @@ def offsets(reader: Tensor, target: Compute, base: Expr, params,
     sites, in_bounds = reads_of(reader)
     for r, guards, raxes in (x for u in uids for x in sites.get(u, ())):
         found = True
-        rng = polyhedral.offset_range(tuple(reader.axes) + tuple(raxes), guards,
-                                      r.indices[c], base, params)
+        rng = polyhedral.offset_range(tuple(reader.axes) + tuple(raxes),
+                                      tuple(guards) + tuple(where), r.indices[c], base, params)
         if rng is None:
             return None
         if rng == ():
@@ -247,14 +248,16 @@ def refuse(why: Optional[list], reason: str) -> None:
 
 
 def classify(e, de, order: Sequence[Tensor], outputs, params,
-             sums=None, steps=None, why: Optional[list] = None) -> Optional[Rows]:
+             sums=None, steps=None, why: Optional[list] = None, kept=frozenset()) -> Optional[Rows]:
     """The rows of the tensors after ``e`` in ``order`` (see the module docstring), or
     None when one of them has no place in a turn (the reason noted in ``why``, as
     :func:`refuse` does). ``outputs``: uids of the program's
     outputs; ``sums``, ``steps``: the ``codegen.adjoint_sums`` and
     ``codegen.recurrence_steps`` plans by uid. ``e`` and ``de`` may be tuples: a group
     of recurrences run in lockstep (``codegen.checkpoint``) and their adjoints, in
-    program order; :attr:`Rows.need` then holds the rows of every one of them."""
+    program order; :attr:`Rows.need` then holds the rows of every one of them. ``kept``:
+    uids of the tensors computed before the reversals from the rows the plans keep
+    (``codegen.checkpoint_kept``), where the program has them."""
     sums, steps = sums or {}, steps or {}
     es = (e,) if isinstance(e, Tensor) else tuple(e)
     des = (de,) if isinstance(de, Tensor) else tuple(de)
@@ -284,7 +287,7 @@ def classify(e, de, order: Sequence[Tensor], outputs, params,
         on_fore = any(reads(x, f[0]) for f in fore.values())
         on_e = any(reads(x, y) for y in es)
         if before:
-            if not (on_e or on_fore):
+            if not (on_e or on_fore) or x.uid in kept:
                 continue
             m = None if on_fore else _last_rows(x, es, params)
             if m is not None and not (isinstance(T, Const) and m >= T.value):

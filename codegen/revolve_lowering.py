@@ -74,15 +74,17 @@ class RevolveSteps:
                Block(tuple(copies))),)),
             note="restore a checkpoint" if restore else "take a checkpoint")
 
-    def _advance(self, s, lo, hi) -> List[Stmt]:
+    def _advance(self, s, lo, hi, after_step=None) -> List[Stmt]:
         """Forward steps from position ``lo`` to ``hi``: the group's rows ``[lo + H, hi + H)``
-        < T."""
+        < T (``after_step``: as ``lockstep``'s)."""
         T = Lit(int(s.e.dims[0].value), I64)
         return self.lockstep(s.es, Op("add", (lo, Lit(s.ahead, I64)), I64),
-                             Op("min", (T, Op("add", (hi, Lit(s.ahead, I64)), I64)), I64))
+                             Op("min", (T, Op("add", (hi, Lit(s.ahead, I64)), I64)), I64),
+                             after_step)
 
-    def _interpret(self, s, start: int, stop: int, cur: Var, kinds) -> Stmt:
-        """A loop over actions ``[start, stop)`` of the table, running ``kinds`` of them."""
+    def _interpret(self, s, start: int, stop: int, cur: Var, kinds, after_step=None) -> Stmt:
+        """A loop over actions ``[start, stop)`` of the table, running ``kinds`` of them
+        (``after_step``: run after each step an advance computes)."""
         name, codes, _ = self._table(s)
         q, kind, arg = (self.lw.fresh("k", I64) for _ in range(3))
         KINDS = revolve_schedule.KINDS
@@ -93,7 +95,7 @@ class RevolveSteps:
         branches: List[Stmt] = []
         if "advance" in kinds:
             branches.append(If(is_("advance"), Block(
-                tuple(self._advance(s, cur, arg)) + (Assign(cur, arg),))))
+                tuple(self._advance(s, cur, arg, after_step)) + (Assign(cur, arg),))))
         if "takeshot" in kinds:
             branches.append(If(is_("takeshot"), Block((self._state_rows(s, cur, arg, False),))))
         if "restore" in kinds:
@@ -172,9 +174,11 @@ class RevolveSteps:
                     f"{s.width} rows]"),
             Local(name, I64, len(codes), tuple(codes)),
             Decl(cur, Lit(0, I64))]
-        body += self.lockstep(s.es, Lit(0, I64), Lit(min(s.ahead, T), I64))
-        body.append(self._interpret(s, 0, first, cur, ("advance", "takeshot")))
-        body += self._advance(s, Lit(T - 1, I64), Lit(T, I64))
+        # (the first rows read before the reversals are copied as they are computed)
+        after = self.after_step(s)
+        body += self.lockstep(s.es, Lit(0, I64), Lit(min(s.ahead, T), I64), after)
+        body.append(self._interpret(s, 0, first, cur, ("advance", "takeshot"), after))
+        body += self._advance(s, Lit(T - 1, I64), Lit(T, I64), after)
         return Block(tuple(body))
 
     def _reverse(self, s) -> Stmt:

@@ -169,21 +169,48 @@ def layers(kinds, T, B, H, k, head="last"):
     return with_head(h, ins, head)
 
 
-def bidirectional(T, B, H, k, head="last"):
+def bidirectional(T, B, H, k, head="last", dtype="float32"):
     """A bidirectional tanh RNN: ``h`` over ``x``, ``g`` over ``x`` reversed in time
-    (``g[t]`` reads ``x[T - 1 - t]``), the output ``y[t] = h[t] + g[T - 1 - t]``.
+    (``g[t]`` reads ``x[T - 1 - t]``), the output ``y[t] = h[t] + g[T - 1 - t]``, under
+    ``head``: as :func:`with_head` (``"last"``: ``sum(y[T - 1] ** 2)``, ``"every"``), or
+    ``"concat"``: ``sum(c ** 2)`` of ``c[b] = concat(h[T - 1, b], g[T - 1, b])`` (each
+    layer's last step, as users read them); ``"every+last"``: a head ``Hd`` over every
+    step plus ``sum(y[T - 1] ** 2)``; ``"all"``: ``sum(y ** 2)`` over every step.
 
     >>> ins, grads = bidirectional(4, 2, 3, 2)
     >>> [p.name for p in ins]
     ['x', 'W', 'V']
+    >>> [p.name for p in bidirectional(4, 2, 3, 2, "every+last")[0]]
+    ['x', 'W', 'V', 'Hd']
     """
-    x = te.placeholder((T, B, H), "float32", "x")
-    W, V = (te.placeholder((H, H), "float32", n) for n in ("W", "V"))
+    x = te.placeholder((T, B, H), dtype, "x")
+    W, V = (te.placeholder((H, H), dtype, n) for n in ("W", "V"))
     h = tanh_layer(x, W, k, "h")
     xr = te.compute((T, B, H), lambda t, b, j: x[T - 1 - t, b, j], name="xr")
     g = tanh_layer(xr, V, k, "g")
     y = te.compute((T, B, H), lambda t, b, j: h[t, b, j] + g[T - 1 - t, b, j], name="y")
-    return with_head(y, [x, W, V], head)
+    if head in ("last", "every"):
+        return with_head(y, [x, W, V], head)
+    ins = [x, W, V]
+    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
+    last = te.sum(y[T - 1, r1, r2] * y[T - 1, r1, r2], axis=[r1, r2])
+    if head == "concat":
+        c = te.compute((B, 2 * H), lambda b, j: te.select(j < H, h[T - 1, b, j],
+                                                          g[T - 1, b, j - H]), name="c")
+        r3 = te.reduce_axis(2 * H)
+        L = te.compute((), lambda: te.sum(c[r1, r3] * c[r1, r3], axis=[r1, r3]), name="L")
+    elif head == "every+last":
+        Hd = te.placeholder((T, B, H), dtype, "Hd")
+        ins.append(Hd)
+        r0 = te.reduce_axis(T)
+        L = te.compute((), lambda: te.sum(Hd[r0, r1, r2] * y[r0, r1, r2], axis=[r0, r1, r2])
+                       + last, name="L")
+    else:
+        assert head == "all", head
+        r0 = te.reduce_axis(T)
+        L = te.compute((), lambda: te.sum(y[r0, r1, r2] * y[r0, r1, r2], axis=[r0, r1, r2]),
+                       name="L")
+    return ins, list(te.differentiate(L, [x, W, V]))
 
 
 def lstm_layer(x, Ws, Us, k, name):

@@ -86,8 +86,9 @@ def test_the_moved_recurrence_keeps_its_full_tape_layout_where_it_is_an_output()
 
 
 def test_the_schedule_says_why_a_recurrence_keeps_its_full_tape():
-    # the reversed layer of a bidirectional RNN: a tensor reads both layers' steps
-    ins, grads = bidirectional(13, 2, 3, 3)
+    # the reversed layer of a bidirectional RNN under a loss of every step: a tensor read
+    # by both layers' adjoints reads both layers' steps
+    ins, grads = bidirectional(13, 2, 3, 3, "all")
     f = te.build(grads, ins)
     assert "full tape: g (checkpoints=3: several descending recurrences read it" in str(
         f.schedule)

@@ -3,9 +3,11 @@ an LSTM whose loss of shape ``(1,)`` reads a tensor of its state (the Jacobian-s
 gradients' one-point axis ``p0`` is never a step axis), a ``T`` whose revolve memory equals
 ``T`` rows (never a ring of every step when ``checkpoints < T``), and a bidirectional RNN
 under a head over every step (two groups, each reversed by its own plan, one after the
-other). Gradients bit-identical to the full tape in both modes, memory bounded."""
+other) or a loss of its last step (computed before both reversals from the rows the
+plans keep). Gradients bit-identical to the full tape in both modes, memory bounded."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import tensorexpr as te
@@ -13,7 +15,8 @@ from codegen.pipeline import generate, lower
 from codegen.schedule import Options
 from codegen.signature import Signature
 from tests.codegen.recurrence_programs import (STEPS, agrees_with_its_full_tape, bidirectional,
-                                               checkpointed, lstm_layer, rnn, step_buffers)
+                                               checkpointed, gru_layer, lstm_layer,
+                                               random_arrays, rnn, step_buffers, tanh_layer)
 
 MODES = [True, "segments"]
 
@@ -135,11 +138,128 @@ def test_a_bidirectional_rnn_keeps_no_state_of_every_step(mode):
     assert set(step_buffers(ins, grads, mode, T)) == {"dxr"}
 
 
-def test_a_bidirectional_rnn_under_a_loss_of_its_last_step_says_why_it_keeps_its_tape():
-    # y[t] = h[t] + g[T - 1 - t] read at T - 1 only: its adjoint dy reaches dh and dg,
-    # each layer is read by two descending recurrences
-    ins, grads = bidirectional(13, 2, 3, 3, "last")
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("T,k", STEPS)
+@pytest.mark.parametrize("head", ["last", "concat", "every+last"])
+def test_a_bidirectional_rnn_under_a_loss_of_its_last_step(T, k, head, mode):
+    # y[t] = h[t] + g[T - 1 - t] read at T - 1 only (sum(y[T - 1] ** 2), alone or with a
+    # head over every step): y is computed at that row, from h's last row (its forward
+    # ring) and g's first (copied as the forward sweep computes it), and dy, read by dh[t]
+    # and dg[T - 1 - t], before both reversals (codegen.checkpoint_kept); the loss of
+    # concat(h[T - 1], g[T - 1]) reads both layers' last rows
+    ins, grads = bidirectional(T, 2, 3, k, head)
+    ck = agrees_with_its_full_tape(ins, grads, mode, seed=T * 10 + k)
+    assert ("checkpointed gradient" in ck.source) == checkpointed(T, k, mode)
+    if not checkpointed(T, k, mode):
+        return
+    assert not ck.schedule.full_tape
+    assert "h; g: reversed one after the other" in ck.schedule.checkpoint
+    if k < T:
+        assert "checkpointed gradient of g" in ck.source
+        assert "checkpointed gradient of h" in ck.source
+    if head != "concat":
+        assert "y (ring of 1 rows)" in ck.schedule.checkpoint
+        assert "g's first rows (1: read before the reversals)" in ck.source
+    else:
+        assert "first rows" not in ck.source
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("head", ["last", "concat", "every+last"])
+def test_a_bidirectional_rnn_under_a_loss_of_its_last_step_keeps_no_state_of_every_step(
+        head, mode):
+    T, k = 97, 4
+    ins, grads = bidirectional(T, 2, 3, k, head)
+    # dxr is whole (as under a head over every step), and so is dy, y's gradient, which
+    # both reversals read (dh[t] at dy[t], dg[t] at dy[T - 1 - t]): what a head over every
+    # step passes in as an input (Hd); no row of h, g, dh or dg is kept but the
+    # checkpoints', y's last and g's first
+    want = {"dxr"} if head == "concat" else {"dxr", "dy"}
+    assert set(step_buffers(ins, grads, mode, T)) == want
+
+
+def test_a_bidirectional_rnn_under_a_loss_of_every_step_says_why_it_keeps_its_tape():
+    # sum(y ** 2) over every step: dy[t] = 2 y[t] reads h[t] and g[T - 1 - t], and is read
+    # by dh[t] and dg[T - 1 - t]: each layer is read by two descending recurrences, at
+    # rows of no single turn of either
+    ins, grads = bidirectional(13, 2, 3, 3, "all")
     f = agrees_with_its_full_tape(ins, grads, True)
     assert f.schedule.full_tape == tuple(
         f"{n} (checkpoints=3: several descending recurrences read it (dg, dh): no turn could "
         f"run them)" for n in ("h", "g"))
+
+
+def test_second_order_through_a_checkpointed_bidirectional_rnn():
+    from tests.passes.gradcheck import check_grads
+    T, B, H = 5, 1, 2
+    ins, (gx, gW, gV) = bidirectional(T, B, H, 2, "last", "float64")
+    first = te.build([gx, gW, gV], inputs=ins)
+    assert "checkpointed gradient of g" in first.source
+    assert "checkpointed gradient of h" in first.source
+    i, j = te.reduce_axis(H), te.reduce_axis(H)
+    a, b, c = te.reduce_axis(T), te.reduce_axis(B), te.reduce_axis(H)
+    L2 = te.compute((), lambda: te.sum(gW[i, j] * gV[i, j], axis=[i, j]) + te.sum(
+        gx[a, b, c] * gx[a, b, c], axis=[a, b, c]), name="L2", dtype="float64")
+    arrays = random_arrays(ins, 1)
+    # against float64 central differences, the C backend, and the full tape bit for bit
+    g2 = check_grads(L2, ins, arrays, backend="c")
+    ck = te.build(list(g2), inputs=ins)
+    full = te.build(list(g2), inputs=ins, options=te.ScheduleOptions(checkpoint=False))
+    for p, q in zip(ck(*arrays), full(*arrays)):
+        assert np.array_equal(p, q)
+    # (the first-order gradients too)
+    full1 = te.build([gx, gW, gV], inputs=ins, options=te.ScheduleOptions(checkpoint=False))
+    for p, q in zip(first(*arrays), full1(*arrays)):
+        assert np.array_equal(p, q)
+
+
+@pytest.mark.parametrize("head", ["last", "concat"])
+def test_a_bidirectional_rnn_of_symbolic_length_under_a_loss_of_its_last_step(head):
+    # y's last row is T - 1 for every T (isl proves the reads at T - 1 - t, t = T - 1)
+    n = te.var("n")
+    ins, grads = bidirectional(n, 2, 3, 3, head)
+    ck = agrees_with_its_full_tape(ins, grads, True, seed=2, shapes={"x": (13, 2, 3)})
+    assert not ck.schedule.full_tape
+    assert "h; g: reversed one after the other" in ck.schedule.checkpoint
+
+
+def test_an_output_reading_the_rows_kept_where_they_are_not_keeps_the_full_tape():
+    # O reads y[T - 1] as well: y is computed where it is read (inlined), and O, no tensor
+    # of the rows kept, would read g[0] from g's ring: y is not computed from the rows
+    # kept, dy reaches both adjoints again, and both layers keep their full tape (exact)
+    T, B, H, k = 13, 2, 3, 3
+    x = te.placeholder((T, B, H), "float32", "x")
+    W, V = (te.placeholder((H, H), "float32", n) for n in ("W", "V"))
+    h = tanh_layer(x, W, k, "h")
+    xr = te.compute((T, B, H), lambda t, b, j: x[T - 1 - t, b, j], name="xr")
+    g = tanh_layer(xr, V, k, "g")
+    y = te.compute((T, B, H), lambda t, b, j: h[t, b, j] + g[T - 1 - t, b, j], name="y")
+    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
+    L = te.compute((), lambda: te.sum(y[T - 1, r1, r2] * y[T - 1, r1, r2], axis=[r1, r2]),
+                   name="L")
+    O = te.compute((B, H), lambda b, j: y[T - 1, b, j] * 3.0, name="O")
+    ins = [x, W, V]
+    for mode in MODES:
+        f = agrees_with_its_full_tape(ins, list(te.differentiate(L, ins)) + [O], mode)
+        assert [line.split(" ")[0] for line in f.schedule.full_tape] == ["h", "g"]
+
+
+def test_a_bidirectional_gru_whose_output_multiplies_its_layers_keeps_no_larger_plan():
+    # y[t] = h[t] * g[T - 1 - t]: dh[t] reads g[T - 1 - t] (and dg h's mirrored rows) at
+    # every turn; in lockstep a checkpoint would hold 12 rows of each, the ring 36 (> T =
+    # 13): with y from kept rows the plan is taken only when it keeps fewer rows than the
+    # full tape (here it does not: the full tape, exact)
+    T, B, H, k = 13, 2, 3, 3
+    x = te.placeholder((T, B, H), "float32", "x")
+    Ws = [te.placeholder((H, H), "float32", n) for n in ("Wz", "Wr", "Wn")]
+    Us = [te.placeholder((H, H), "float32", n) for n in ("Uz", "Ur", "Un")]
+    h = gru_layer(x, Ws, Us, k, "h")
+    xr = te.compute((T, B, H), lambda t, b, j: x[T - 1 - t, b, j], name="xr")
+    g = gru_layer(xr, Ws, Us, k, "g")
+    y = te.compute((T, B, H), lambda t, b, j: h[t, b, j] * g[T - 1 - t, b, j], name="y")
+    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
+    L = te.compute((), lambda: te.sum(y[T - 1, r1, r2] * y[T - 1, r1, r2], axis=[r1, r2]),
+                   name="L")
+    ins = [x] + Ws + Us
+    f = agrees_with_its_full_tape(ins, list(te.differentiate(L, ins)), "segments")
+    assert [line.split(" ")[0] for line in f.schedule.full_tape] == ["h", "g"]

@@ -281,13 +281,15 @@ def recurrence(shape, fn: Callable, name: Optional[str] = None, dtype: Optional[
     checkpoints and a few rows, at any ``T``: the backward pass recomputes the steps
     it needs by Griewank's binomial (revolve) schedule, the fewest forward steps
     possible with ``k`` slots (``codegen.revolve``; ``k = 1`` recomputes from the
-    start for every step), with a gradient identical bit for bit to the full tape.
-    ``checkpoints="auto"`` takes the fewest slots with which no step is computed more
-    than three times (about ``sqrt(2 T)``). A symbolic ``T`` runs plain segments
-    instead (``k`` checkpoints, about ``k + 2 T/k`` rows; ``"auto"``: 64).
-    It applies when the adjoint's readers use it step by step (``dd[r, t]``) and no
-    body involved holds a sum; otherwise, and in the numpy backend, the full tape is
-    kept (see ``codegen.checkpoint``).
+    start for every step), with a gradient identical bit for bit to the full tape of
+    the same program (``te.ScheduleOptions(checkpoint=False)``; the program written
+    without ``checkpoints`` lowers its sums over the steps as whole products: the same
+    values to rounding). ``checkpoints="auto"`` takes the fewest slots with which no
+    step is computed more than three times (about ``sqrt(2 T)``). A symbolic ``T``
+    runs plain segments instead (``k`` checkpoints, about ``k + 2 T/k`` rows;
+    ``"auto"``: 64). RNN, GRU and LSTM cells, stacked and bidirectional layers are
+    checkpointed; where a shape is not supported, and in the numpy backend, the full
+    tape is kept and the schedule says why (``codegen.checkpoint``).
     Independently of ``checkpoints``, a recurrence read only at its last steps
     is kept in a ring of those rows instead of ``T``.
 

@@ -169,8 +169,11 @@ class PendingKernel:
                 self._kernel = k
         return self._kernel
 
-    def __call__(self, arrays, sizes):
-        return self.resolve()(arrays, sizes)
+    #: ``__call__`` takes ``into=`` (see ``KernelFunction.__call__``)
+    writes_into = True
+
+    def __call__(self, arrays, sizes, into=None):
+        return self.resolve()(arrays, sizes, into=into)
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name in ("_kernel", "_compilation", "_resolve_lock"):

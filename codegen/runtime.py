@@ -311,7 +311,16 @@ class KernelFunction:
         self._pool += nbytes
         return plan
 
-    def __call__(self, arrays: Sequence[np.ndarray], sizes: Dict[str, int]) -> List[np.ndarray]:
+    #: ``__call__`` takes ``into=`` (``tensorexpr.Function`` passes ``out=`` arrays there)
+    writes_into = True
+
+    def __call__(self, arrays: Sequence[np.ndarray], sizes: Dict[str, int],
+                 into: Optional[Sequence[Optional[np.ndarray]]] = None) -> List[np.ndarray]:
+        """The outputs; ``into`` (one entry per output, None: a new array) gives arrays the
+        kernel writes its outputs into directly: each of the output's shape and dtype,
+        C-contiguous, aligned and sharing no memory with an input (the caller checks). An
+        output the kernel does not compute itself (an input returned as is) or a second
+        output of the same buffer is returned as before: the caller copies it."""
         key = tuple([sizes[name] for name in self._size_names])
         if not self._lock.acquire(blocking=False):
             return self._call_private(arrays, key)  # another thread is running this kernel
@@ -324,9 +333,16 @@ class KernelFunction:
             ptrs = plan.ptrs
             for k, a in enumerate(arrays):
                 ptrs[k] = _address(a)
+            given = {}
+            if into is not None:
+                for (m, copy), dst in zip(plan.outputs, into):
+                    if dst is not None and not copy:
+                        given.setdefault(m, dst)
             outs = []
-            for k, shape, dtype in plan.fresh:
-                a = np.empty(shape, dtype)
+            for m, (k, shape, dtype) in enumerate(plan.fresh):
+                a = given.get(m)
+                if a is None:
+                    a = np.empty(shape, dtype)
                 ptrs[k] = _address(a)
                 outs.append(a)
             err, failed = plan.err, None

@@ -106,8 +106,19 @@ class WithViews:
         self.rest = rest
         self._plan = [views.get(k) for k in range(n_outputs)]
 
-    def __call__(self, arrays: Sequence[np.ndarray], sizes) -> List[np.ndarray]:
-        computed = iter(self.rest(arrays, sizes)) if self.rest is not None else iter(())
+    @property
+    def writes_into(self) -> bool:
+        """Whether ``__call__`` takes ``into=`` (see ``KernelFunction.__call__``)."""
+        return bool(getattr(self.rest, "writes_into", False))
+
+    def __call__(self, arrays: Sequence[np.ndarray], sizes, into=None) -> List[np.ndarray]:
+        if self.rest is None:
+            computed = iter(())
+        elif into is None:
+            computed = iter(self.rest(arrays, sizes))
+        else:  # the computed outputs' entries, in order
+            computed = iter(self.rest(arrays, sizes,
+                                      into=[d for d, v in zip(into, self._plan) if v is None]))
         return [next(computed) if v is None else v.of(arrays[v.input]) for v in self._plan]
 
 

@@ -17,9 +17,11 @@ class Function:
     One output gives an array, several a tuple. ``out=`` (keyword only) writes the
     results into arrays you own instead: one array for one output, a tuple with
     one array (or None: a new one) per output for several; each must have the
-    output's dtype and shape and be C-contiguous and writeable. The results are
-    computed first, so an ``out`` array may also be an input (an in-place update).
-    The call returns the arrays written. ``inspect.signature(f)`` lists the
+    output's dtype and shape and be C-contiguous and writeable. The C backend
+    writes the results straight into them (no new array, no copy); an ``out`` array
+    that overlaps an input gets the results computed first and then copied, so it may
+    also be an input (an in-place update). A call that raises may leave an ``out``
+    array partly written. The call returns the arrays written. ``inspect.signature(f)`` lists the
     inputs by name. ``source`` is the generated code (C for the C backend, the
     program text for the numpy backend).
 
@@ -104,11 +106,20 @@ class Function:
                 if dst is not None and dst.shape != want:
                     raise ValueError(f"out= array for output {t.name!r} has shape {dst.shape}; "
                                      f"the output's shape is {want}")
-        outs = list(self._impl(arrays, sizes))
+        into = None
+        if targets is not None and getattr(self._impl, "writes_into", False):
+            # the kernel writes straight into an out= array that overlaps no input (an
+            # in-place update is computed first and copied, so it reads the old values)
+            into = [None if dst is None or not dst.flags.aligned
+                    or any(np.may_share_memory(dst, a) for a in arrays) else dst
+                    for dst in targets]
+        outs = list(self._impl(arrays, sizes) if into is None
+                    else self._impl(arrays, sizes, into=into))
         if targets is not None:
             for k, (dst, a) in enumerate(zip(targets, outs)):
                 if dst is not None:
-                    np.copyto(dst, a)
+                    if a is not dst:
+                        np.copyto(dst, a)
                     outs[k] = dst
         if len(outs) == 1:
             return outs[0]

@@ -74,6 +74,53 @@ def test_out_may_be_an_input(backend):
     np.testing.assert_array_equal(x, [8, 6, 4, 2, 0])
 
 
+def test_out_is_written_by_the_kernel_itself_without_a_copy(monkeypatch):
+    # out= exists to spare the allocation and the pass over memory: on the C backend the
+    # kernel writes the given arrays, nothing is computed elsewhere and copied
+    A, B, C, D, T = _program()
+    f = te.build([C, D, T])
+    a = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    b = np.arange(3, dtype=np.float32)
+    want = f(a, b)
+
+    def no_copy(*args, **kwargs):
+        raise AssertionError("out= arrays were copied into")
+    monkeypatch.setattr(np, "copyto", no_copy)
+    c, d, t = np.empty((4, 3), np.float32), np.empty(4, np.float32), np.empty((3, 4), np.float32)
+    got = f(a, b, out=(c, d, t))
+    assert got[0] is c and got[1] is d and got[2] is t
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_out_overlapping_an_input_reads_the_old_values(backend):
+    # an out= array that is part of an input's memory (not the input itself) is
+    # computed first too: the kernel never reads what it has already overwritten
+    X = te.placeholder((5,), name="X")
+    Y = te.compute((5,), lambda i: X[4 - i] * 2.0, name="Y")
+    f = te.build(Y, backend=backend)
+    buf = np.arange(6, dtype=np.float32)
+    f(buf[:5], out=buf[1:])
+    np.testing.assert_array_equal(buf, [0, 8, 6, 4, 2, 0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_out_for_outputs_sharing_a_buffer_or_returning_an_input(backend):
+    X = te.placeholder((3,), name="X")
+    C = te.compute((3,), lambda i: X[i] + 1.0, name="C")
+    V = te.compute((3,), lambda i: X[2 - i], name="V")  # C backend: a view of X
+    f = te.build([C, C, X, V], backend=backend)
+    x = np.arange(3, dtype=np.float32)
+    c1, c2, x2, v = (np.empty(3, np.float32) for _ in range(4))
+    got = f(x, out=(c1, c2, x2, v))
+    assert all(g is o for g, o in zip(got, (c1, c2, x2, v)))
+    np.testing.assert_array_equal(c1, x + 1)
+    np.testing.assert_array_equal(c2, x + 1)
+    np.testing.assert_array_equal(x2, x)
+    np.testing.assert_array_equal(v, x[::-1])
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_out_is_checked_before_running(backend):
     A, B, C, D, _ = _program()

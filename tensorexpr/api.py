@@ -359,10 +359,20 @@ def _define(shape, fn, name, dtype, recurrence, checkpoints):
 # {{{ reductions
 
 
-def _axes(axis) -> tuple:
+#: the elementwise function a user means when a reduction gets a value as its axis
+_ELEMENTWISE = {"max": "maximum", "min": "minimum", "sum": None}
+
+
+def _axes(axis, op: str = "sum") -> tuple:
     axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
     if not axes or not all(isinstance(a, Axis) for a in axes):
-        raise TypeError("axis= takes a te.reduce_axis or a list of them")
+        hint = ""
+        if _ELEMENTWISE.get(op) and not isinstance(axis, (list, tuple)):
+            # te.max(x, 0.0): the reduction got a value where its axes go
+            hint = (f"; te.{op} is a reduction over reduce axes: the elementwise "
+                    f"{_ELEMENTWISE[op]} of two values is te.{_ELEMENTWISE[op]}(a, b)")
+        raise TypeError(f"te.{op} at {user_origin()}: axis= takes a te.reduce_axis or a "
+                        f"list of them, not {type(axis).__name__}{hint}")
     if len({a.uid for a in axes}) != len(axes):
         raise ValueError("the same reduce axis appears twice in one reduction")
     return axes
@@ -370,7 +380,7 @@ def _axes(axis) -> tuple:
 
 def _reduce(op: str, expr: ExprLike, axis, where) -> Reduce:
     body = as_expr(expr)
-    axes = _axes(axis)
+    axes = _axes(axis, op)
     if where is not None:
         where = as_expr(where)
         if where.dtype != "bool":

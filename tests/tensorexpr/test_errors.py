@@ -171,6 +171,11 @@ def test_bad_sizes_and_reductions():
         te.sum(X[0, 1], axis=1)
     with pytest.raises(TypeError, match="axis= takes a te.reduce_axis"):
         te.sum(X[0, 1], axis=[])
+    # te.max(x, 0.0) meant the elementwise maximum: the message names it
+    for op, meant in (("max", "maximum"), ("min", "minimum")):
+        with pytest.raises(TypeError, match=rf"te.{op} at .*test_errors.py:\d+: .*axis= takes .*"
+                                            rf"not float; .*te.{meant}\(a, b\)"):
+            getattr(te, op)(X[0, 1], 0.0)
 
 
 def test_recurrence_handle_outside_its_recurrence():

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Optional
 
 import numpy as np
@@ -41,6 +41,9 @@ class Target:
 
     #: vectors of a row tile per row (two loads of the row operand per broadcast)
     tile_vectors: int = 2
+    #: bytes of the last-level cache (:func:`last_level_cache`): data a kernel touches
+    #: stays there for its next reader when it fits (``codegen.streaming``)
+    llc_bytes: int = 32 << 20
 
     def lanes(self, dtype: str) -> int:
         """Elements of ``dtype`` in one vector register."""
@@ -62,7 +65,7 @@ class Target:
     def describe(self) -> str:
         """A line for cache keys and generated sources."""
         return (f"{self.vector_bytes * 8}-bit vectors x {self.registers} registers"
-                f"{', fma' if self.fma else ''}")
+                f"{', fma' if self.fma else ''}, {self.llc_bytes >> 10} KiB last-level cache")
 
 
 #: the target assumed where none can be asked (no compiler): AVX2-like
@@ -76,11 +79,11 @@ def from_macros(text: str) -> Target:
     """The target named by a compiler's predefined macros (``cc -dM -E`` output).
 
     >>> from_macros("#define __AVX512F__ 1\\n#define __AVX2__ 1\\n#define __FMA__ 1\\n")
-    Target(vector_bytes=64, registers=32, fma=True, tile_vectors=2)
+    Target(vector_bytes=64, registers=32, fma=True, tile_vectors=2, llc_bytes=33554432)
     >>> from_macros("#define __aarch64__ 1\\n#define __ARM_FEATURE_FMA 1\\n").registers
     32
     >>> from_macros("#define __SSE2__ 1\\n")
-    Target(vector_bytes=16, registers=16, fma=False, tile_vectors=2)
+    Target(vector_bytes=16, registers=16, fma=False, tile_vectors=2, llc_bytes=33554432)
     """
     macros = {line.split()[1] for line in text.splitlines()
               if line.startswith("#define ") and len(line.split()) >= 2}
@@ -105,8 +108,40 @@ def current() -> Target:
     if _override is not None:
         return _override
     if _current is None:
-        _current = _detect()
+        _current = replace(_detect(), llc_bytes=last_level_cache())
     return _current
+
+
+def last_level_cache(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """Bytes of the largest data (or unified) cache of CPU 0, as Linux describes it;
+    the :class:`Target` default where it does not (another OS, a sandbox hiding sysfs).
+
+    >>> last_level_cache("/nonexistent") == Target(16, 16, False).llc_bytes
+    True
+    """
+    best = 0
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        entries = []
+    for name in entries:
+        if not name.startswith("index"):
+            continue
+        try:
+            with open(os.path.join(root, name, "type"), encoding="ascii") as f:
+                kind = f.read().strip()
+            with open(os.path.join(root, name, "size"), encoding="ascii") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if kind == "Instruction":
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+        try:
+            best = max(best, int(text.rstrip("KkMmGg")) * scale)
+        except ValueError:
+            continue
+    return best or Target.llc_bytes
 
 
 @contextlib.contextmanager

@@ -4,6 +4,8 @@ half), float32 and float64, threads; which outputs stream and which do not (read
 accumulated, costly, small, turned off); one fence per thread, not per row."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -15,10 +17,17 @@ from codegen.schedule import Options
 from .util import agree, rand
 
 
+def with_cache(llc_bytes: int):
+    """This machine's target with a last-level cache of ``llc_bytes``."""
+    return target.use(replace(target.current(), llc_bytes=llc_bytes))
+
+
 @pytest.fixture
 def stream_all(monkeypatch):
     """Every output streams, whatever its size (the tests' shapes are small)."""
     monkeypatch.setattr(streaming, "STREAM_BYTES", 0)
+    with with_cache(0):
+        yield
 
 
 def long_row(dtype):
@@ -39,7 +48,7 @@ def max_pool_grad(shape):
 @settings(max_examples=15, deadline=None)
 @given(n=st.integers(1, 3), c=st.integers(1, 9), length=st.integers(1, 400))
 def test_max_pool_gradient_matches(n, c, length):
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, with_cache(0):
         mp.setattr(streaming, "STREAM_BYTES", 0)
         X, H, dX = max_pool_grad((n, c, length))
         x = rand(X.shape, low=-2, high=2)
@@ -52,7 +61,7 @@ def test_max_pool_gradient_matches(n, c, length):
 @given(rows=st.integers(1, 40), cols=st.integers(1, 700),
        dtype=st.sampled_from(["float32", "float64"]))
 def test_elementwise_matches(rows, cols, dtype):
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, with_cache(0):
         mp.setattr(streaming, "STREAM_BYTES", 0)
         A = te.placeholder((rows, cols), dtype, name="A")
         B = te.placeholder((cols,), dtype, name="B")
@@ -66,11 +75,13 @@ def test_elementwise_matches(rows, cols, dtype):
 
 
 def test_large_output_streams_by_default():
-    """At the default threshold a 16 MiB gradient streams; the same program's
-    streaming turned off gives the same bits."""
+    """At the default threshold a 16 MiB gradient beside its 16 MiB input (more than
+    a 32 MiB last-level cache in all) streams; the same program's streaming turned
+    off gives the same bits."""
     X, H, dX = max_pool_grad((8, 256, 2048))
     x, h = rand(X.shape), rand(H.shape, seed=1)
-    f = te.build([dX], [X, H])
+    with with_cache(32 << 20):
+        f = te.build([dX], [X, H])
     assert f.schedule.streamed == ("dX (16 MiB written once)",)
     assert "#pragma omp for nowait" in f.source and "te_vstream_f32x" in f.source
     off = te.build([dX], [X, H], options=Options(streaming=False))
@@ -81,6 +92,20 @@ def test_large_output_streams_by_default():
 def test_small_output_does_not_stream():
     X, H, dX = max_pool_grad((2, 8, 64))
     assert te.build([dX], [X, H]).schedule.streamed == ()
+
+
+def test_a_kernel_whose_data_fits_the_last_level_cache_does_not_stream():
+    """A row L2 normalization writing 8 MiB from 8 MiB: plain stores keep the output
+    cached for its reader (and hit the lines the previous call left there); with a
+    smaller last-level cache the same program streams."""
+    X = te.placeholder((4096, 512), name="X")
+    k = te.reduce_axis(512, name="k")
+    norm = te.compute((4096,), lambda i: te.sqrt(te.sum(X[i, k] * X[i, k], axis=k)), name="n")
+    Y = te.compute((4096, 512), lambda i, j: X[i, j] / te.maximum(norm[i], 1e-12), name="Y")
+    with with_cache(32 << 20):
+        assert te.build(Y).schedule.streamed == ()
+    with with_cache(8 << 20):
+        assert te.build(Y).schedule.streamed == ("Y (8 MiB written once)",)
 
 
 def test_output_read_back_does_not_stream(stream_all):

@@ -194,7 +194,16 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
     single = isinstance(outputs, Tensor)
     outs = [outputs] if single else list(outputs)
     if not outs or not all(isinstance(t, Tensor) for t in outs):
-        raise TypeError("te.build takes a tensor or a list of tensors")
+        bad = next((t for t in outs if not isinstance(t, Tensor)), None)
+        kind = "tuple" if isinstance(bad, tuple) else type(bad).__name__
+        got = "an empty list" if not outs else f"a {kind} among them"
+        hint = ""
+        if isinstance(bad, (list, tuple)):
+            # te.build([dX]) with dX = te.differentiate(Y, [X]): a tuple inside the list
+            hint = ("; a tuple inside the list (te.differentiate(y, [x, ...]) returns one "
+                    "gradient per input as a tuple): unpack it, te.build([*grads, ...]), "
+                    "or write dx, = te.differentiate(y, [x])")
+        raise TypeError(f"te.build takes a tensor or a list of tensors; got {got}{hint}")
     inputs_inferred = inputs is None
     if inputs is None:
         inputs = sorted((t for t in topo_order(outs) if isinstance(t, Placeholder)),

@@ -192,6 +192,10 @@ def test_build_arguments():
         te.build([], backend="numpy")
     with pytest.raises(TypeError, match="te.build takes a tensor"):
         te.build("Y", backend="numpy")
+    # te.build([grads]) with grads = te.differentiate(Y, [V]): the message says to unpack
+    grads = te.differentiate(Y, [V])
+    with pytest.raises(TypeError, match=r"got a tuple among them; .*unpack it.*dx, = "):
+        te.build([grads], backend="numpy")
     # te.build takes a computed input as a given value (tests/tensorexpr/test_build_given.py);
     # the calling convention underneath takes placeholders only
     from codegen.signature import Signature

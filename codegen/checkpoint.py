@@ -176,8 +176,17 @@ No plan keeps more than the full tape (``codegen.checkpoint_memory``)
     ``T - 1 - t``: each layer is read by two descending recurrences, at rows of no single
     turn of either, and both keep their full tape. A tensor reading the same recurrence
     at its first rows and its last. Also not supported: a member read ahead of its step
-    by a later one; an adjoint reading a consumer at another turn. The numpy backend
-    always keeps the full tape (it is the reference).
+    by a later one; an adjoint reading a consumer at another turn. A second-order
+    gradient through a checkpointed recurrence (a loss of its gradient, differentiated
+    again): its program runs the steps four times, ``h`` forward, ``dh`` backward, the
+    tangent ``ddh`` forward (reading ``h`` and ``dh`` at every step, ``dh`` complete only
+    after its reversal) and ``d2h`` backward (reading ``h``, ``dh`` and ``ddh`` at its
+    step): ``h`` is read by two descending recurrences at every step and ``dh`` would
+    need checkpoints of its own, reversed again after ``ddh``'s sweep (checkpoints of
+    checkpoints, which no plan here makes); ``h`` keeps its full tape (``several
+    descending recurrences read it (dh, d2h) ... (d2h reads dh: a gradient of its
+    gradient ...)``), in a bidirectional RNN ``g`` too. The numpy backend always keeps
+    the full tape (it is the reference).
     ``te.recurrence`` itself runs ascending only: a user's descending recurrence along
     any axis does not exist (``x[b, T - 1 - t]`` reverses the input instead); adjoints
     descend along any axis and are moved as their recurrence is.

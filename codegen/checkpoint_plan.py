@@ -338,8 +338,16 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
         return refuse(why, "no adjoint recurrence reads it (its gradient is not taken, or "
                            "does not depend on it)")
     if len(des) > len(es):
+        # (a second-order gradient: an adjoint reading another, d2h[t] reads dh[t], whose
+        # steps its reversal would need again, after the tangent ddh's forward sweep)
+        mine_d = {d.uid for d in des}
+        nested = [(d.name, q.name) for d in des for q in tensor_inputs(d)
+                  if q.uid in mine_d and q.uid != d.uid]
         return refuse(why, f"several descending recurrences read it "
-                           f"({', '.join(d.name for d in des)}): no turn could run them")
+                           f"({', '.join(d.name for d in des)}): no turn could run them" + (
+                               f" ({nested[0][0]} reads {nested[0][1]}: a gradient of its "
+                               f"gradient, which would reverse {nested[0][1]}'s steps again: "
+                               f"checkpoints of checkpoints are not made)" if nested else ""))
     for de in des:
         if de.uid in outputs:
             return refuse(why, f"its adjoint {de.name} is an output")

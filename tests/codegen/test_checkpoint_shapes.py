@@ -214,6 +214,13 @@ def test_second_order_through_a_checkpointed_bidirectional_rnn():
     # against float64 central differences, the C backend, and the full tape bit for bit
     g2 = check_grads(L2, ins, arrays, backend="c")
     ck = te.build(list(g2), inputs=ins)
+    # (the second-order program keeps its full tape: d2h reads dh and h at every step,
+    # after the tangent's forward sweep, a second reversal of the steps; the schedule
+    # says so)
+    assert [line.split(" ")[0] for line in ck.schedule.full_tape] == ["h", "g"]
+    assert all("(d2g reads dg: a gradient of its gradient, which would reverse dg's steps "
+               "again: checkpoints of checkpoints are not made)" in line
+               for line in ck.schedule.full_tape), ck.schedule.full_tape
     full = te.build(list(g2), inputs=ins, options=te.ScheduleOptions(checkpoint=False))
     for p, q in zip(ck(*arrays), full(*arrays)):
         assert np.array_equal(p, q)

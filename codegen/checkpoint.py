@@ -132,10 +132,29 @@ Tensors before the reversals reading kept rows (``codegen.checkpoint_kept``)
     read at its last step by ``dhs``) keeps a ring of a few rows, where ``dhs`` would be
     computed whole before the reversal. The bidirectional RNN
     under a loss of ``y``'s last step is so: ``y`` is read at ``T - 1`` only (``dy = 2
-    y[T - 1]``), which reads ``h``'s last row and ``g``'s first; ``dy``, read by
-    ``dh[t]`` and by ``dg`` at ``T - 1 - t``, is computed whole before both reversals
-    (it holds ``y``'s gradient, as large as ``y``: what a head over every step passes
-    in). A loss of ``concat(h[T - 1], g[T - 1])`` reads both layers' last rows.
+    select(t == T - 1, y[T - 1], 0)``), which reads ``h``'s last row and ``g``'s first;
+    ``dy``, read by ``dh[t]`` and by ``dg`` at ``T - 1 - t``, is computed where it is
+    read (``checkpoint_kept.where_read``: cheap, at every row, from ``y``'s ring of one
+    row, stored before the reversals and rewritten by none), so no buffer holds a row of
+    every step but ``dxr``. A loss of ``concat(h[T - 1], g[T - 1])`` reads both layers'
+    last rows.
+
+No plan keeps more than the full tape (``codegen.checkpoint_memory``)
+    Each group's plan counts the bytes of its buffers (rings, checkpoints, first rows,
+    the rings of kept tensors it relies on) and of the full tensors they replace; the
+    schedule prints both (``h: 312 bytes in 3 buffers (13 rows), the full tape 1,920
+    bytes (80 rows)``). A plan keeping no fewer bytes is refused and the program planned
+    again without it (a smaller group, or the full tape), and each member's full tape
+    names that plan and both figures. Few steps per checkpoint do it (``T = 4, k = 2``:
+    two checkpoints of 2 rows and rings of 3 and 2 rows hold more than ``h`` and ``dh``
+    whole), and so do turns reading far from their step: the bidirectional GRU whose
+    output multiplies its layers, ``y[t] = h[t] * g[T - 1 - t]``, has ``dh[t]`` read
+    ``g[T - 1 - t]`` and ``dg[t]`` read ``h[T - 1 - t]``; in lockstep the row read is up
+    to ``T - 1`` steps from the turn either way, so a checkpoint would hold ``4 (T - 1)``
+    rows of each (48 at ``T = 13``, and a ring of 49), and apart each adjoint reads the
+    other layer, which no turn of its own reversal holds (it would need the other layer
+    recomputed forwards during its reversal: not a plan this module makes). The full
+    tape, then, exact.
 
     Not supported, in either mode (full tape instead, still exact): a tensor holding a
     sum along the steps that does not run by steps (a sum under a condition on an axis
@@ -157,8 +176,17 @@ Tensors before the reversals reading kept rows (``codegen.checkpoint_kept``)
     ``T - 1 - t``: each layer is read by two descending recurrences, at rows of no single
     turn of either, and both keep their full tape. A tensor reading the same recurrence
     at its first rows and its last. Also not supported: a member read ahead of its step
-    by a later one; an adjoint reading a consumer at another turn. The numpy backend
-    always keeps the full tape (it is the reference).
+    by a later one; an adjoint reading a consumer at another turn. A second-order
+    gradient through a checkpointed recurrence (a loss of its gradient, differentiated
+    again): its program runs the steps four times, ``h`` forward, ``dh`` backward, the
+    tangent ``ddh`` forward (reading ``h`` and ``dh`` at every step, ``dh`` complete only
+    after its reversal) and ``d2h`` backward (reading ``h``, ``dh`` and ``ddh`` at its
+    step): ``h`` is read by two descending recurrences at every step and ``dh`` would
+    need checkpoints of its own, reversed again after ``ddh``'s sweep (checkpoints of
+    checkpoints, which no plan here makes); ``h`` keeps its full tape (``several
+    descending recurrences read it (dh, d2h) ... (d2h reads dh: a gradient of its
+    gradient ...)``), in a bidirectional RNN ``g`` too. The numpy backend always keeps
+    the full tape (it is the reference).
     ``te.recurrence`` itself runs ascending only: a user's descending recurrence along
     any axis does not exist (``x[b, T - 1 - t]`` reverses the input instead); adjoints
     descend along any axis and are moved as their recurrence is.
@@ -258,6 +286,8 @@ class RingProgram(RevolveSteps, SegmentSteps):
             if len(s.es) > 1:
                 lw.record.checkpoint.append(f"{s.names}: in lockstep (a step of each in turn; "
                                             f"a checkpoint holds the state of each)")
+            if s.memory is not None:
+                lw.record.checkpoint.append(f"{s.names}: {s.memory}")
         if len(p.groups) > 1:
             lw.record.checkpoint.append(
                 "; ".join(s.names for s in p.groups) + ": reversed one after the other")
@@ -279,6 +309,9 @@ class RingProgram(RevolveSteps, SegmentSteps):
                     lw.buf[uid] = lw.buf[ring.scratch.uid]
                     self.ring_of[uid] = ring
                     lw.rings[uid] = (ring.axis, ring.rows)
+        # tensors from kept rows computed where they are read (at the turns): no buffer
+        lw.inline = (lw.inline | p.where_read) - p.stored
+        lw.tensors = [t for t in lw.tensors if t.uid not in p.where_read]
         for s, e in ((s, e) for s in p.groups for e in s.es):
             st = s.stores.get(e.uid)
             if st is not None:
@@ -294,7 +327,9 @@ class RingProgram(RevolveSteps, SegmentSteps):
     def _buffer(self, t: Tensor, note: str) -> None:
         """A buffer of the program for the scratch tensor ``t`` (a checkpoint store)."""
         lw = self.lw
-        lw.buf[t.uid] = Buffer(f"b{len(lw.tensors)}", t.dtype, False, note)
+        # (named after the last buffer: a tensor computed where it is read has none)
+        n = 1 + max((int(b.name[1:]) for b in lw.buf.values()), default=-1)
+        lw.buf[t.uid] = Buffer(f"b{n}", t.dtype, False, note)
         lw.dims[t.uid] = t.dims
         lw.tensors.append(t)
 

@@ -18,11 +18,11 @@ it at a few rows along its first axis is computed at those rows only (in a ring 
 them), and reads ``e`` at the rows those points read. The loss of a bidirectional
 RNN's last step is such a program: ``y[t] = h[t] + g[T - 1 - t]`` is read at
 ``y[T - 1]`` only (by ``dy = 2 y[T - 1]``), which reads ``h``'s last row and ``g``'s
-first; ``dy``, read by ``dh[t]`` and ``dg[T - 1 - t]``, is computed once, before both
-reversals, from the rows both plans keep, and no recurrence counts it as an adjoint's
+first; ``dy``, read by ``dh[t]`` and ``dg[T - 1 - t]``, is computed where it is read
+(:func:`where_read`), from ``y``'s row, and no recurrence counts it as an adjoint's
 path to the other (``checkpoint_groups.adjoints``). A group is planned with them only
-when it cannot be planned otherwise (``checkpoint_plan``), and only if it then keeps
-fewer rows than the full tape.
+when it cannot be planned otherwise (``checkpoint_plan``), and, as every plan, only if
+it then keeps fewer bytes than the full tape (``checkpoint_memory``).
 
 :func:`kept` finds those tensors. Which rows of a tensor are read is proven with isl
 (``checkpoint_rows.offsets`` over the points where each reader runs); every element
@@ -33,9 +33,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence, Tuple
 
-from tensorexpr.ir import INDEX_DTYPE, Binary, Compute, Const, Expr, Tensor, tensor_inputs
+from tensorexpr.ir import (INDEX_DTYPE, Binary, Compute, Const, Expr, Read, Reduce, Tensor,
+                           tensor_inputs, walk)
 
 from .checkpoint_rows import offsets, window
+from .patterns import cheap
 
 I64 = INDEX_DTYPE
 
@@ -233,3 +235,73 @@ def _reading_kept(cands, es, got, banned, inline, params) -> Dict[int, Kept]:
         if ok and not (set(k.last) & set(k.first)):
             out[t.uid] = k
     return out
+
+
+def where_read(kp: Dict[int, Kept], order: Sequence[Tensor], inline,
+               rewritten) -> Tuple[set, set]:
+    """``(where_read, stored)``: uids of the tensors of ``kp`` to compute where they are
+    read, stored nowhere, and of those of ``kp`` to store although ``inline`` has them
+    computed where they are read (``inline``: those uids, whose reads count as their
+    readers'). The first are those computed at every row (a reversal reads each),
+    elementwise and cheap (``patterns.cheap``), read outside any sum, from values no later
+    part of the program rewrites (``rewritten``: the uids of the tensors in rings the
+    reversals or rolling states overwrite), such as the tensors of ``kp`` in rings of the
+    few rows read (stored, then: the second set). A turn then computes the row it reads:
+    the loss of a bidirectional RNN's last step, ``dy[t] = 2 select(t == T - 1, y[T - 1],
+    0)``, read by ``dh[t]`` and ``dg`` at ``T - 1 - t``, keeps no row but ``y``'s last
+    (stored in its ring of one row before the reversals, which hold it to the end)
+    instead of ``T`` rows of ``dy``.
+
+    >>> import tensorexpr as te
+    >>> x = te.placeholder((5, 2), name="x")
+    >>> h = te.recurrence((5, 2), lambda h, t, b: te.tanh(x[t, b] + te.select(
+    ...     t == 0, 0.0, h[t - 1, b])), name="h", checkpoints=2)
+    >>> y = te.compute((5, 2), lambda t, b: h[t, b] * 3.0, name="y")
+    >>> dy = te.compute((5, 2), lambda t, b: 2.0 * te.select(t == 4, y[4, b], 0.0), name="dy")
+    >>> order = [h, y, dy]
+    >>> kp = {u: k for u, k in kept(order, set(), ()).items()}
+    >>> [order[0].name] + sorted(k.tensor.name for k in kp.values())
+    ['h', 'dy', 'y']
+    >>> [[kp[u].tensor.name for u in us] for us in where_read(kp, order, {y.uid}, {h.uid})]
+    [['dy'], ['y']]
+    """
+    by_uid = {t.uid: t for t in order}
+    memo: Dict[int, bool] = {}
+
+    stored: set = set()
+
+    def ringed(p: Tensor) -> bool:  # (a tensor of kp in a ring of the rows read)
+        return p.uid in kp and kp[p.uid].count() is not None
+
+    def stable(p: Tensor) -> bool:
+        if p.uid not in memo:
+            memo[p.uid] = False  # (no circle: the program is a DAG)
+            memo[p.uid] = p.uid not in rewritten and (
+                p.uid not in inline or ringed(p) or all(stable(q) for q in tensor_inputs(p)))
+        return memo[p.uid]
+
+    def store(p: Tensor) -> None:  # (the inlined ones read, down to the stored ones)
+        if p.uid in inline:
+            if ringed(p):
+                stored.add(p.uid)
+                return
+            for q in tensor_inputs(p):
+                store(q)
+
+    insums: set = set()  # uids of the tensors read inside a sum somewhere
+    for t in order:
+        for red in walk(t.body, unique=True) if isinstance(t, Compute) else ():
+            if isinstance(red, Reduce):
+                insums |= {x.tensor.uid for x in walk(red, unique=True) if isinstance(x, Read)}
+    out = set()
+    for u, k in kp.items():
+        t = by_uid.get(u)
+        if (t is None or k.rows is not None or u in inline or u in insums
+                or any(isinstance(x, Reduce) for x in walk(t.body, unique=True))
+                or not cheap(t.body)):
+            continue
+        if all(stable(p) for p in tensor_inputs(t)):
+            out.add(u)
+            for p in tensor_inputs(t):
+                store(p)
+    return out, stored

@@ -21,7 +21,8 @@ from tensorexpr.transform import eval_int
 from . import checkpoint_rows
 from . import revolve as revolve_schedule
 from .checkpoint_groups import adjoints, group
-from .checkpoint_kept import Kept, kept
+from .checkpoint_kept import Kept, kept, where_read
+from .checkpoint_memory import Memory, memory
 from .checkpoint_rows import has_reduce, last_rows, offsets, refuse, window
 from .patterns import inlinable
 
@@ -83,6 +84,8 @@ class Segments:
     first: int = 0
     firsts: Dict[int, Tensor] = field(default_factory=dict)
     kept: set = field(default_factory=set)  # uids of those tensors this plan relies on
+    # the bytes its buffers keep, and the full tape's (codegen.checkpoint_memory)
+    memory: Optional[Memory] = None
 
     @property
     def e(self) -> Compute:
@@ -108,6 +111,18 @@ class Segments:
     @property
     def names(self) -> str:
         return ", ".join(x.name for x in self.es)
+
+    def key(self) -> tuple:
+        """What tells this plan from the others the planner may try for its members:
+        the members, and the tensors from kept rows it relies on."""
+        return tuple(x.uid for x in self.es), frozenset(self.kept)
+
+    def describe(self) -> str:
+        """Its members, mode and checkpoints, as the schedule says them."""
+        how = (f"revolve, {self.k} checkpoints x {self.width} rows" if self.mode == "revolve"
+               else f"segments, {self.k} checkpoints x {self.back} rows" if self.recompute
+               else f"segments, its last {self.last} rows kept")
+        return f"{self.names}{' in lockstep' if len(self.es) > 1 else ''}: {how}"
 
     def runs(self) -> Dict[int, Tensor]:
         """uid -> each tensor this plan computes itself (the recurrences, their adjoints,
@@ -147,6 +162,11 @@ class Plan:
     # uid -> the tensors before the reversals computed from the rows the plans keep
     # (codegen.checkpoint_kept) that a group relies on (Segments.kept)
     kept: Dict[int, Kept] = field(default_factory=dict)
+    # uids of those computed where they are read, stored nowhere
+    # (codegen.checkpoint_kept.where_read)
+    where_read: set = field(default_factory=set)
+    # uids of those stored (in their rings) for them, which would be computed where read
+    stored: set = field(default_factory=set)
 
     @property
     def segments(self) -> Optional[Segments]:
@@ -181,6 +201,21 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
     by steps (``codegen.recurrence_steps`` plans by uid), whose steps it runs as the full
     tape does.
     """
+    # a plan keeping no fewer bytes than the full tape is refused, and the program
+    # planned again without it (each time one more is refused: a few times at most)
+    banned: Dict[tuple, str] = {}
+    while True:
+        out = _plan(sig, mode, sums, steps, banned)
+        worse = [s for s in out.groups if s.memory is not None and s.memory.smaller() is False]
+        if not worse:
+            return out
+        for s in worse:
+            banned[s.key()] = (f"its plan ({s.describe()}) keeps no less than the full "
+                               f"tape: {s.memory}")
+
+
+def _plan(sig, mode: str, sums, steps, banned: Dict[tuple, str]) -> Plan:
+    """:func:`plan`, the groups of ``banned`` (``Segments.key()`` -> why) refused."""
     sums, steps = dict(sums or {}), dict(steps or {})
     params = sig.size_names
     outputs = {t.uid for t in sig.outputs}
@@ -191,7 +226,8 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
             readers.setdefault(p.uid, []).append(x)
     out = Plan()
     refused: Dict[int, Tuple[str, str]] = {}
-    kp = kept(order, outputs, params, inlinable(sig))
+    inline = inlinable(sig)
+    kp = kept(order, outputs, params, inline)
     grouped: set = set()
     for e in order:
         if not (isinstance(e, Compute) and e.carry is not None) or e.uid in outputs:
@@ -213,6 +249,8 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
             # the largest group that has the supported shape, down to e alone (the reason
             # noted: e's own)
             es = group(e, order, outputs, params)
+            # (a plan of e refused for its memory, alone or in a group: the reason said)
+            larger = next((why for key, why in banned.items() if e.uid in key[0]), None)
             for n in range(len(es), 0, -1):
                 why = []
                 # the tensors before the reversals from kept rows only where the rows run
@@ -221,6 +259,9 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
                 for kk in (None, kp) if kp else (None,):
                     seg = _segments(es[:n], order, readers, outputs, params, mode, sums,
                                     steps, why if kk is None else [], kk)
+                    if seg is not None and seg.key() in banned:
+                        seg = None
+                        continue
                     clash = seg and _clash(seg, out.groups, order)
                     if clash:
                         seg = refuse(why if kk is None else [], clash)
@@ -228,6 +269,8 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
                         break
                 if seg is not None:
                     break
+            if seg is None and larger:
+                why = [larger]
         if seg is not None:
             out.groups.append(seg)
             grouped |= {x.uid for x in seg.es}
@@ -259,6 +302,11 @@ def plan(sig, mode: str = "revolve", sums=None, steps=None) -> Plan:
     for k in out.kept.values():  # (computed at the rows read only, in a ring of them)
         if k.count() is not None:
             _row_ring(out, k.tensor, 0, _c(k.count()))
+    # (the rings the reversals and rolling states rewrite: all but those of kept rows)
+    out.where_read, out.stored = where_read(out.kept, order, inline,
+                                            {u for u in out.rings if u not in out.kept})
+    for seg in out.groups:
+        seg.memory = memory(out, seg)
     # (a recurrence in a ring of its last rows keeps no full tape: a forward-only build)
     out.refused = [r for u, r in refused.items() if u not in out.rings]
     return out
@@ -290,8 +338,16 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
         return refuse(why, "no adjoint recurrence reads it (its gradient is not taken, or "
                            "does not depend on it)")
     if len(des) > len(es):
+        # (a second-order gradient: an adjoint reading another, d2h[t] reads dh[t], whose
+        # steps its reversal would need again, after the tangent ddh's forward sweep)
+        mine_d = {d.uid for d in des}
+        nested = [(d.name, q.name) for d in des for q in tensor_inputs(d)
+                  if q.uid in mine_d and q.uid != d.uid]
         return refuse(why, f"several descending recurrences read it "
-                           f"({', '.join(d.name for d in des)}): no turn could run them")
+                           f"({', '.join(d.name for d in des)}): no turn could run them" + (
+                               f" ({nested[0][0]} reads {nested[0][1]}: a gradient of its "
+                               f"gradient, which would reverse {nested[0][1]}'s steps again: "
+                               f"checkpoints of checkpoints are not made)" if nested else ""))
     for de in des:
         if de.uid in outputs:
             return refuse(why, f"its adjoint {de.name} is an output")
@@ -347,12 +403,6 @@ def _segments(es: Sequence[Compute], order, readers, outputs, params,
     # a ring of every step is the full tape checkpoints=k asked not to keep; at T = 9,
     # k = 3 revolve's 3 x 2 checkpoint rows and 3 ring rows are 9 as well)
     width = max(w, back + ahead)
-    # (with tensors from kept rows, only a plan that keeps fewer rows than the full tape:
-    # a turn reading the other layer's mirrored rows, dh[t] * g[T - 1 - t], asks for a
-    # checkpoint of every step)
-    got = _c(width + 1) if revolve else _bin("add", seg, _c(back + ahead))
-    if kp and isinstance(T, Const) and isinstance(got, Const) and got.value > T.value:
-        return refuse(why, f"its ring would hold {got.value} rows, more than its {T} steps")
     # (revolve: its ring and checkpoints)
     ring = _c((k + 1) * width + 1) if revolve else _bin("add", seg, _c(back + ahead))
     held = max([w + 1, last] + [m for m in tail if m is not None])

@@ -345,10 +345,7 @@ def inlinable(sig) -> set:
         nodes = occurrences(t.body)  # the sizes below count the tree, in DAG time
         if any(isinstance(x, (Reduce, Select)) for x, _ in nodes):
             continue
-        size = sum(n for _, n in nodes)
-        if not (t.uid in once and size <= 64) and (
-                size > 16 or sum(n for x, n in nodes if isinstance(x, Read)) > 2
-                or any(isinstance(x, (Binary, Unary)) and x.op in COSTLY_OPS for x, _ in nodes)):
+        if not (t.uid in once and sum(n for _, n in nodes) <= 64) and not cheap(t.body):
             continue
         # A chain of inlined tensors is one expression, lowered (and emitted, and
         # compiled) recursively: past a bounded depth the link is stored instead.
@@ -360,6 +357,20 @@ def inlinable(sig) -> set:
 
 #: the deepest expression that inlining may build out of a chain of tensors
 INLINE_DEPTH = 64
+
+
+def cheap(e: Expr) -> bool:
+    """Is ``e`` cheap enough to compute at each read rather than store: at most 16 nodes
+    (counted as a tree), 2 reads, no transcendental function.
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((4,), name="A")
+    >>> cheap(2.0 * te.select(A[0] > 0.0, A[1], 0.0)), cheap(te.exp(A[0]))
+    (True, False)
+    """
+    nodes = occurrences(e)
+    return (sum(n for _, n in nodes) <= 16 and sum(n for x, n in nodes if isinstance(x, Read)) <= 2
+            and not any(isinstance(x, (Binary, Unary)) and x.op in COSTLY_OPS for x, _ in nodes))
 
 
 def expanded_depth(e: Expr, inlined: Dict[int, int]) -> int:

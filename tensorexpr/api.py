@@ -288,8 +288,9 @@ def recurrence(shape, fn: Callable, name: Optional[str] = None, dtype: Optional[
     step is computed more than three times (about ``sqrt(2 T)``). A symbolic ``T``
     runs plain segments instead (``k`` checkpoints, about ``k + 2 T/k`` rows;
     ``"auto"``: 64). RNN, GRU and LSTM cells, stacked and bidirectional layers are
-    checkpointed; where a shape is not supported, and in the numpy backend, the full
-    tape is kept and the schedule says why (``codegen.checkpoint``).
+    checkpointed; where a shape is not supported, where the plan would keep no fewer
+    bytes than the full tape (few steps per checkpoint), and in the numpy backend, the
+    full tape is kept and the schedule says why (``codegen.checkpoint``).
     Independently of ``checkpoints``, a recurrence read only at its last steps
     is kept in a ring of those rows instead of ``T``.
 

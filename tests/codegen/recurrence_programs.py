@@ -8,6 +8,8 @@ its full tape bit for bit.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 import tensorexpr as te
@@ -107,14 +109,43 @@ def step_buffers(ins, grads, mode, T):
             and not all(isinstance(p, te.ir.Placeholder) for p in te.ir.tensor_inputs(t))}
 
 
-def checkpointed(T, k, mode) -> bool:
-    """Is a recurrence of ``T`` steps with ``checkpoints=k`` checkpointed in ``mode``?
+def checkpointed(T, k, mode, ck=None) -> bool:
+    """Is a recurrence of ``T`` steps with ``checkpoints=k`` checkpointed in ``mode``? With
+    ``ck``, its build: not where its plan would keep no fewer bytes than the full tape
+    (:func:`larger_plans`), which only few steps per checkpoint allow (``T <= 2 k + 1``:
+    checked).
 
     >>> checkpointed(13, 3, True), checkpointed(7, 1, "segments"), checkpointed(1, 1, True)
     (True, False, False)
     """
     # one step has nothing to checkpoint; one segment (k = 1) would be the whole tape
-    return T > 1 and not (mode == "segments" and k == 1)
+    if T <= 1 or (mode == "segments" and k == 1):
+        return False
+    if ck is not None and larger_plans(ck):
+        assert T <= 2 * k + 1, (T, k, ck.schedule.full_tape)
+        return False
+    return True
+
+
+def larger_plans(ck) -> list:
+    """``(plan bytes, full tape bytes)`` of each plan the schedule of the build ``ck``
+    refused for keeping no fewer bytes than the full tape (each checked so).
+
+    >>> class Build: schedule = type("S", (), {"full_tape": ("h (checkpoints=9: its plan "
+    ...     "(h: revolve, 4 checkpoints x 2 rows) keeps no less than the full tape: 1,080 "
+    ...     "bytes in 4 buffers (15 rows), the full tape 576 bytes (8 rows))",)})
+    >>> larger_plans(Build())
+    [(1080, 576)]
+    """
+    out = []
+    for line in ck.schedule.full_tape:
+        m = re.search(r"keeps no less than the full tape: ([\d,]+) bytes .*the full tape "
+                      r"([\d,]+) bytes", line)
+        if m:
+            plan, tape = (int(g.replace(",", "")) for g in m.groups())
+            assert plan >= tape, line
+            out.append((plan, tape))
+    return out
 
 
 def gru_layer(x, Ws, Us, k, name):
@@ -296,3 +327,46 @@ def batch_first(cell, T, B, H, k, head="last", dtype="float64"):
     L = te.compute(() if head == "last" else (1,), lambda *o: te.sum(last() * last(), axis=[
         r1, r2]), name="L", dtype=dtype)
     return ins, list(te.differentiate(L, ins))
+
+
+def bidirectional_product(T, B, H, k, cell="gru"):
+    """``(inputs, gradients)`` of ``sum(y[T - 1] ** 2)``, ``y[t] = h[t] * g[T - 1 - t]``:
+    ``h`` over ``x``, ``g`` over ``x`` reversed, both ``cell`` layers (``"gru"``: one set
+    of weights for both; ``"rnn"``: tanh layers). Each adjoint reads the other layer
+    mirrored (``dh[t]`` reads ``g[T - 1 - t]``): no plan is smaller than the full tape.
+
+    >>> [p.name for p in bidirectional_product(4, 2, 3, 2, "rnn")[0]]
+    ['x', 'W', 'V']
+    """
+    x = te.placeholder((T, B, H), "float32", "x")
+    xr = te.compute((T, B, H), lambda t, b, j: x[T - 1 - t, b, j], name="xr")
+    if cell == "gru":
+        Ws = [te.placeholder((H, H), "float32", n) for n in ("Wz", "Wr", "Wn")]
+        Us = [te.placeholder((H, H), "float32", n) for n in ("Uz", "Ur", "Un")]
+        h, g, ins = gru_layer(x, Ws, Us, k, "h"), gru_layer(xr, Ws, Us, k, "g"), [x] + Ws + Us
+    else:
+        W, V = (te.placeholder((H, H), "float32", n) for n in ("W", "V"))
+        h, g, ins = tanh_layer(x, W, k, "h"), tanh_layer(xr, V, k, "g"), [x, W, V]
+    y = te.compute((T, B, H), lambda t, b, j: h[t, b, j] * g[T - 1 - t, b, j], name="y")
+    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
+    L = te.compute((), lambda: te.sum(y[T - 1, r1, r2] * y[T - 1, r1, r2], axis=[r1, r2]),
+                   name="L")
+    return ins, list(te.differentiate(L, ins))
+
+
+def scratch_bytes(ins, grads, mode) -> int:
+    """The bytes of the buffers (neither inputs nor outputs) of the program of ``grads``
+    built with ``Options(checkpoint=mode)``: what a call allocates beside its arrays.
+
+    >>> ins, grads = rnn(40, 2, 3, 4)
+    >>> scratch_bytes(ins, grads, True) < scratch_bytes(ins, grads, False)
+    True
+    """
+    from codegen.pipeline import generate
+    from codegen.schedule import Options
+    from codegen.signature import Signature
+    sig = Signature(grads, ins)
+    prog = generate(sig, Options(checkpoint=mode))[0]
+    skip = {t.uid for t in list(ins) + list(grads)}
+    return sum(int(np.prod(sig.shape(t, {}))) * np.dtype(t.dtype).itemsize
+               for t in prog.tensors if t.uid not in skip)

@@ -39,8 +39,11 @@ def _lockstep(ck, mode, names=("h1", "h2")):
 def test_stacked_rnn_layers_are_checkpointed_in_lockstep_bit_for_bit(T, k, head, mode):
     ins, grads = layers(("rnn", "rnn"), T, 2, 4, k, head)
     ck = agrees_with_its_full_tape(ins, grads, mode, seed=T * 10 + k)
-    assert _lockstep(ck, mode) == checkpointed(T, k, mode)
-    assert ("checkpointed gradient" in ck.source) == checkpointed(T, k, mode)
+    assert _lockstep(ck, mode) == checkpointed(T, k, mode, ck)
+    if checkpointed(T, k, mode, ck) == checkpointed(T, k, mode):
+        assert ("checkpointed gradient" in ck.source) == checkpointed(T, k, mode, ck)
+    else:  # (the group keeping more than the tape: h1 alone may still be smaller)
+        assert [line.split(" ")[0] for line in ck.schedule.full_tape][-1] == "h2"
 
 
 @HEADS_MODES
@@ -51,7 +54,7 @@ def test_gru_layers_are_checkpointed_in_lockstep_bit_for_bit(kinds, T, k, head, 
     # steps; its adjoint's dh2_sum, read by dh1, between the adjoints at each turn
     ins, grads = layers(kinds, T, 2, 3, k, head)
     ck = agrees_with_its_full_tape(ins, grads, mode, seed=T * 10 + k)
-    assert _lockstep(ck, mode) == checkpointed(T, k, mode)
+    assert _lockstep(ck, mode) == checkpointed(T, k, mode, ck)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -115,9 +118,9 @@ def test_a_bidirectional_rnn_is_exact(T, k, head, mode):
     ck = agrees_with_its_full_tape(ins, grads, mode, seed=T)
     kept = " ".join(ck.schedule.checkpoint)
     for n in "gh":
-        assert (f"{n} (revolve" in kept or f"{n} (segments" in kept) == checkpointed(T, k, mode)
-        assert (f"checkpointed gradient of {n}:" in ck.source) == checkpointed(T, k, mode)
-    assert not ck.schedule.full_tape or not checkpointed(T, k, mode)
+        assert (f"{n} (revolve" in kept or f"{n} (segments" in kept) == checkpointed(T, k, mode, ck)
+        assert (f"checkpointed gradient of {n}:" in ck.source) == checkpointed(T, k, mode, ck)
+    assert not ck.schedule.full_tape or not checkpointed(T, k, mode, ck)
 
 
 def test_second_order_through_checkpointed_stacked_layers():
@@ -187,4 +190,4 @@ def test_an_lstm_on_an_rnn_layer(T, k, mode):
                                       axis=[r1, r2]), name="L")
     ins = [x, W1] + Ws + Us
     ck = agrees_with_its_full_tape(ins, list(te.differentiate(L, ins)), mode, T)
-    assert _lockstep(ck, mode, ("h1", "s"))
+    assert _lockstep(ck, mode, ("h1", "s")) == checkpointed(T, k, mode, ck)

@@ -15,7 +15,7 @@ from codegen.pipeline import generate, lower
 from codegen.schedule import Options
 from codegen.signature import Signature
 from tests.codegen.recurrence_programs import (STEPS, agrees_with_its_full_tape, bidirectional,
-                                               checkpointed, gru_layer, lstm_layer,
+                                               checkpointed, larger_plans, lstm_layer,
                                                random_arrays, rnn, step_buffers, tanh_layer)
 
 MODES = [True, "segments"]
@@ -42,8 +42,8 @@ def lstm_loss_one(T, B, H, k):
 def test_an_lstm_loss_of_shape_one_through_a_tensor_of_its_state(T, k, mode):
     ins, grads = lstm_loss_one(T, 2, 3, k)
     ck = agrees_with_its_full_tape(ins, grads, mode, seed=T + k)
-    assert ("checkpointed gradient" in ck.source) == checkpointed(T, k, mode)
-    if checkpointed(T, k, mode) and k < T:
+    assert ("checkpointed gradient" in ck.source) == checkpointed(T, k, mode, ck)
+    if checkpointed(T, k, mode, ck) and k < T:
         want = f"s (revolve: {k} checkpoints x 1 rows)" if mode is True else \
             f"s (segments: {k} checkpoints x 1 rows)"
         assert want in ck.schedule.checkpoint
@@ -89,6 +89,12 @@ def test_no_ring_of_every_step_with_fewer_checkpoints_than_steps(k):
             if mode == "segments" and k == 1:
                 assert schedule.full_tape, (T, k)  # (one segment would be the whole tape)
                 continue
+            if schedule.full_tape:  # (a plan keeping no fewer bytes than the full tape)
+                # (k checkpoints and the rings: 7 rows at T = 3, k = 1 in revolve, 11 at
+                # T = 5, k = 2 in segments)
+                assert T <= 2 * k + 1 and "keeps no less than the full tape" in \
+                    schedule.full_tape[0], (T, k, mode, schedule.full_tape)
+                continue
             assert "h (ring of " in kept, (T, k, mode, kept)
             if k >= T:
                 continue  # (nothing recomputed: the ring of every step is the full tape)
@@ -109,7 +115,10 @@ def test_where_revolve_memory_equals_every_step_it_is_still_the_full_tape_bit_fo
         T, k, mode):
     ins, grads = rnn(T, 2, 3, k)
     ck = agrees_with_its_full_tape(ins, grads, mode, seed=T)
-    assert "checkpointed gradient" in ck.source
+    # (T = 4, k = 2: 2 checkpoints of 2 rows, a ring of 3 and dh's of 2 hold more than h
+    # and dh whole, 8 rows: the full tape, which the schedule says)
+    assert ("checkpointed gradient" in ck.source) == ((T, k) != (4, 2))
+    assert bool(larger_plans(ck)) == ((T, k) == (4, 2))
     if mode is True:  # (segments: a segment and a row on each side, T at T = 4, k = 2)
         assert not any(f"ring of {T} rows" in c for c in ck.schedule.checkpoint), \
             ck.schedule.checkpoint
@@ -120,8 +129,8 @@ def test_where_revolve_memory_equals_every_step_it_is_still_the_full_tape_bit_fo
 def test_a_bidirectional_rnn_under_a_head_over_every_step(T, k, mode):
     ins, grads = bidirectional(T, 2, 3, k, "every")
     ck = agrees_with_its_full_tape(ins, grads, mode, seed=T * 10 + k)
-    assert ("checkpointed gradient" in ck.source) == checkpointed(T, k, mode)
-    if checkpointed(T, k, mode):
+    assert ("checkpointed gradient" in ck.source) == checkpointed(T, k, mode, ck)
+    if checkpointed(T, k, mode, ck):
         assert not ck.schedule.full_tape
         assert "g; h: reversed one after the other" in ck.schedule.checkpoint
         if k < T:
@@ -149,8 +158,8 @@ def test_a_bidirectional_rnn_under_a_loss_of_its_last_step(T, k, head, mode):
     # concat(h[T - 1], g[T - 1]) reads both layers' last rows
     ins, grads = bidirectional(T, 2, 3, k, head)
     ck = agrees_with_its_full_tape(ins, grads, mode, seed=T * 10 + k)
-    assert ("checkpointed gradient" in ck.source) == checkpointed(T, k, mode)
-    if not checkpointed(T, k, mode):
+    assert ("checkpointed gradient" in ck.source) == checkpointed(T, k, mode, ck)
+    if not checkpointed(T, k, mode, ck):
         return
     assert not ck.schedule.full_tape
     assert "h; g: reversed one after the other" in ck.schedule.checkpoint
@@ -170,11 +179,12 @@ def test_a_bidirectional_rnn_under_a_loss_of_its_last_step_keeps_no_state_of_eve
         head, mode):
     T, k = 97, 4
     ins, grads = bidirectional(T, 2, 3, k, head)
-    # dxr is whole (as under a head over every step), and so is dy, y's gradient, which
-    # both reversals read (dh[t] at dy[t], dg[t] at dy[T - 1 - t]): what a head over every
-    # step passes in as an input (Hd); no row of h, g, dh or dg is kept but the
-    # checkpoints', y's last and g's first
-    want = {"dxr"} if head == "concat" else {"dxr", "dy"}
+    # dxr is whole (as under a head over every step); under a loss of y's last step, dy
+    # (y's gradient, read by dh[t] and by dg at T - 1 - t) is computed where it is read,
+    # from y's last row: no row of h, g, dh, dg or dy is kept but the checkpoints', y's
+    # last and g's first (codegen.checkpoint_kept.where_read); with a head over every
+    # step too, dy holds Hd: every step's (as large as the input Hd)
+    want = {"dxr", "dy"} if head == "every+last" else {"dxr"}
     assert set(step_buffers(ins, grads, mode, T)) == want
 
 
@@ -204,6 +214,13 @@ def test_second_order_through_a_checkpointed_bidirectional_rnn():
     # against float64 central differences, the C backend, and the full tape bit for bit
     g2 = check_grads(L2, ins, arrays, backend="c")
     ck = te.build(list(g2), inputs=ins)
+    # (the second-order program keeps its full tape: d2h reads dh and h at every step,
+    # after the tangent's forward sweep, a second reversal of the steps; the schedule
+    # says so)
+    assert [line.split(" ")[0] for line in ck.schedule.full_tape] == ["h", "g"]
+    assert all("(d2g reads dg: a gradient of its gradient, which would reverse dg's steps "
+               "again: checkpoints of checkpoints are not made)" in line
+               for line in ck.schedule.full_tape), ck.schedule.full_tape
     full = te.build(list(g2), inputs=ins, options=te.ScheduleOptions(checkpoint=False))
     for p, q in zip(ck(*arrays), full(*arrays)):
         assert np.array_equal(p, q)
@@ -242,24 +259,3 @@ def test_an_output_reading_the_rows_kept_where_they_are_not_keeps_the_full_tape(
     for mode in MODES:
         f = agrees_with_its_full_tape(ins, list(te.differentiate(L, ins)) + [O], mode)
         assert [line.split(" ")[0] for line in f.schedule.full_tape] == ["h", "g"]
-
-
-def test_a_bidirectional_gru_whose_output_multiplies_its_layers_keeps_no_larger_plan():
-    # y[t] = h[t] * g[T - 1 - t]: dh[t] reads g[T - 1 - t] (and dg h's mirrored rows) at
-    # every turn; in lockstep a checkpoint would hold 12 rows of each, the ring 36 (> T =
-    # 13): with y from kept rows the plan is taken only when it keeps fewer rows than the
-    # full tape (here it does not: the full tape, exact)
-    T, B, H, k = 13, 2, 3, 3
-    x = te.placeholder((T, B, H), "float32", "x")
-    Ws = [te.placeholder((H, H), "float32", n) for n in ("Wz", "Wr", "Wn")]
-    Us = [te.placeholder((H, H), "float32", n) for n in ("Uz", "Ur", "Un")]
-    h = gru_layer(x, Ws, Us, k, "h")
-    xr = te.compute((T, B, H), lambda t, b, j: x[T - 1 - t, b, j], name="xr")
-    g = gru_layer(xr, Ws, Us, k, "g")
-    y = te.compute((T, B, H), lambda t, b, j: h[t, b, j] * g[T - 1 - t, b, j], name="y")
-    r1, r2 = te.reduce_axis(B), te.reduce_axis(H)
-    L = te.compute((), lambda: te.sum(y[T - 1, r1, r2] * y[T - 1, r1, r2], axis=[r1, r2]),
-                   name="L")
-    ins = [x] + Ws + Us
-    f = agrees_with_its_full_tape(ins, list(te.differentiate(L, ins)), "segments")
-    assert [line.split(" ")[0] for line in f.schedule.full_tape] == ["h", "g"]

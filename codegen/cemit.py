@@ -10,7 +10,7 @@ them undefined), and 64-bit integer arithmetic never happens in C's 32-bit
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Tuple
+from typing import Dict, List, Set, Tuple
 
 import numpy as np
 
@@ -197,6 +197,24 @@ _STREAM = {(16, "float32"): ("defined(__SSE__)", "__builtin_ia32_movntps"),
 _VFMA_BUILTINS = "TE_VFMA_BUILTINS"
 _VECTOR_HELPERS = ("vload", "vstore", "vstream", "splat", "vfma")
 
+
+#: a buffer's declaration in a generated source (``name = (type *)bufs[k];``)
+_BUFFER_DECL = re.compile(r"\b(\w+) = \((?:const )?\w+ \*\)bufs\[(\d+)\];[^\n]*")
+
+
+def referenced_buffers(source: str) -> Set[int]:
+    r"""Indices ``k`` of the ``bufs[k]`` a generated source reads or writes (anywhere but
+    in their declarations): a tensor inlined into its readers has a buffer it never
+    touches, which the runtime need not allocate.
+
+    >>> sorted(referenced_buffers("  float *restrict b1 = (float *)bufs[1];  /* T */\n"
+    ...                           "  float *restrict b2 = (float *)bufs[2];  /* Y */\n"
+    ...                           "  b2[0] = 1.0f;"))
+    [2]
+    """
+    names = {m.group(1): int(m.group(2)) for m in _BUFFER_DECL.finditer(source)}
+    words = set(_WORD.findall(_BUFFER_DECL.sub("", source)))
+    return {k for name, k in names.items() if name in words}
 
 def _vfma_prelude(helpers) -> str:
     """What the vector fmas ``helpers`` (``te_vfma_f32x16``...) need: the builtins that

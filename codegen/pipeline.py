@@ -97,7 +97,7 @@ def build(sig, options: Options = DEFAULT, name: Optional[str] = None, wait: boo
     program, source, schedule = generate(sig, options, name)          # 3-8.
     # 9. compile (on a thread: the caller may lower its next program meanwhile), load at
     # the first call
-    layout = runtime.Layout.of(program, sig)
+    layout = runtime.Layout.of(program, sig, source)
     job = background.start(source, comp, wait)
     if entry is not None:
         # the same program built again before its entry is on disk shares this compile

@@ -106,16 +106,22 @@ class Layout:
     sites: List[SiteInfo]
 
     @classmethod
-    def of(cls, program, sig) -> "Layout":
-        """The layout of a lowered ``program`` of ``sig``'s tensors."""
+    def of(cls, program, sig, source: Optional[str] = None) -> "Layout":
+        """The layout of a lowered ``program`` of ``sig``'s tensors; given its C
+        ``source``, a buffer that is no output and that the source never touches (a
+        tensor inlined into its readers) is one element, not the tensor's size."""
         from tensorexpr.printer import expr_str
 
+        from .cemit import referenced_buffers
         from .fingerprint import all_reads, buffer_tensors
 
         n = len(sig.inputs)
-        bufs = [(t.dtype, [size_to_plain(d) for d in t.dims]) for t in program.tensors[n:]]
         index = {t.uid: k for k, t in enumerate(program.tensors)}
         outputs = [index[t.uid] for t in sig.outputs]
+        touched = None if source is None else referenced_buffers(source) | set(outputs)
+        bufs = [(t.dtype, [size_to_plain(d) for d in t.dims]
+                 if touched is None or n + j in touched else [])
+                for j, t in enumerate(program.tensors[n:])]
         canon = {t.uid: k for k, t in enumerate(buffer_tensors(sig))}
         sites = []
         for s in program.sites:
@@ -261,7 +267,7 @@ class KernelFunction:
         >>> import numpy as np, tensorexpr as te
         >>> n = te.var("n")
         >>> X = te.placeholder((n,), name="X")
-        >>> T = te.compute((n,), lambda i: X[i] * 2.0, name="T")
+        >>> T = te.compute((n,), lambda i: te.exp(X[i]), name="T")   # stored: read twice
         >>> Y = te.compute((n,), lambda i: T[i] + T[n - 1 - i], name="Y")
         >>> from codegen.pipeline import build
         >>> from codegen.signature import Signature

@@ -143,3 +143,18 @@ def test_nine_sizes_of_100_mib_keep_at_most_the_bound():
     small = 1000
     impl([np.zeros(small)], {"n": small})
     assert 8 * small <= impl.pool_bytes() <= 8 * small + 64 <= runtime.POOL_BYTES
+
+
+def test_a_tensor_inlined_into_its_readers_gets_no_buffer():
+    """``T`` is cheap and inlined into ``Y``; the kernel never touches its buffer, so
+    neither a call nor the pool holds the tensor's size for it (``E``, stored, does)."""
+    X = te.placeholder((100_000,), name="X")
+    T = te.compute((100_000,), lambda i: X[i] * 2.0, name="T")
+    E = te.compute((100_000,), lambda i: te.exp(X[i]), name="E")
+    Y = te.compute((100_000,), lambda i: T[i] + T[99_999 - i] + E[i] * E[99_999 - i], name="Y")
+    f = te.build(Y)
+    x = np.random.default_rng(0).random(100_000, dtype=np.float32)
+    want = 2 * x + 2 * x[::-1] + np.exp(x) * np.exp(x)[::-1]
+    np.testing.assert_allclose(f(x), want, rtol=1e-5)
+    assert f.impl.pool_bytes() == 400_000 + 4  # E's buffer, and one element for T's
+    np.testing.assert_allclose(f(x), want, rtol=1e-5)

@@ -389,6 +389,27 @@ def test_a_sum_whose_value_is_compared_is_added_in_written_order():
     assert np.array_equal(g[best], np.ones((3, 32), np.float32)) and g.sum() == 96
 
 
+@pytest.mark.parametrize("n", [33, 47, 65])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_compared_sum_in_a_tensor_of_its_own_is_added_in_written_order(n, dtype):
+    # found by the fuzzer's big sizes: M = max_r 0.5 * sum_k X[k, k]^2, the sum not
+    # using r, is hoisted into a tensor of its own (M_sum) that the tie test reads;
+    # M_sum was summed in vector lanes (n > 16 lanes), M in order: where the two
+    # roundings differ no point ties and dX was 0
+    X = te.placeholder((n, n), dtype, "X")
+    r, k = te.reduce_axis((1, 66), name="r"), te.reduce_axis(n, name="k")
+    M = te.compute((), lambda: te.max(0.5 * te.sum(X[k, k] * X[k, k], axis=k), axis=r),
+                   name="M", dtype=dtype)
+    (dX,) = te.differentiate(M, [X])
+    for seed in range(4):  # magnitudes far apart: the order of the terms shows
+        rng = np.random.default_rng(seed)
+        x = (rng.uniform(-1.5, 1.5, (n, n)) * 10.0 ** rng.integers(-3, 4, (n, n))).astype(dtype)
+        f, (m, g) = agree([M, dX], [X], x)
+        # every r ties: their shares add up to the slope of 0.5 * sum(x_kk^2)
+        assert_same(g, np.diag(np.diag(x)))
+    assert "M_sum" in f.schedule  # the sum has a tensor of its own
+
+
 @pytest.mark.parametrize("n", [64, 257, 300, 512, 1000])
 @pytest.mark.parametrize("op", ["max", "min"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

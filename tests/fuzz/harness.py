@@ -12,8 +12,9 @@ them in *one* C build (the C compiler is the expensive part). A failure raises
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Optional
 
 import numpy as np
 
@@ -34,6 +35,9 @@ class Case:
     second_order: bool
     seed: int
     source: str = ""
+    #: a float32 program's float64 twin ``(Y, inputs)``: numpy's float32 error is measured
+    #: against it where C and numpy differ (see :func:`_compare_forward`)
+    exact: Optional[tuple] = None
     #: 0: the VJPs against central differences at every input element; k > 0: along k
     #: random directions per input (large inputs: :func:`directional_differences`)
     directions: int = 0
@@ -113,8 +117,16 @@ def _fail(case: Case, what: str, detail: str):
                          f"{case.source}")
 
 
-def _compare_forward(case: Case, got, want, what: str = "forward"):
-    """C's values against numpy's, elementwise (``what``: the check a failure names)."""
+def _compare_forward(case: Case, got, want, what: str = "forward", spread=None):
+    """C's values against numpy's, elementwise (``what``: the check a failure names).
+
+    ``spread()`` (if given, asked only when the values are further apart than the
+    tolerance) is how far numpy's float32 values are from the same program's in
+    float64, elementwise: a program that amplifies rounding (a recurrence adding a
+    quarter of its previous row's sum, 15x per two steps) has no float32 digits to
+    agree on there, whatever the order its sums are added in; such elements may
+    differ by :data:`SPREAD` times that much more.
+    """
     if got.shape != want.shape or got.dtype != want.dtype:
         _fail(case, what, f"C gives {got.dtype}{got.shape}, numpy {want.dtype}{want.shape}")
     if not np.array_equal(np.isnan(got), np.isnan(want)):
@@ -125,9 +137,22 @@ def _compare_forward(case: Case, got, want, what: str = "forward"):
     scale = max(1.0, float(np.abs(want[finite]).max())) if finite.any() else 1.0
     tol = 1e-9 if want.dtype == np.float64 else 2e-4
     err = np.abs(got[finite] - want[finite])
-    if err.size and err.max() > tol * scale:
-        _fail(case, what, f"C differs from numpy by {err.max():.3g} (scale {scale:.3g})"
-                               f"\nC:     {got!r}\nnumpy: {want!r}")
+    if not err.size or err.max() <= tol * scale:
+        return
+    extra = ""
+    sp = spread() if spread is not None else None
+    if sp is not None:
+        sp = sp[finite]
+        if not (err > tol * scale + SPREAD * sp).any():
+            return
+        extra = f"; numpy's float32 values are up to {sp.max():.3g} from float64's"
+    _fail(case, what, f"C differs from numpy by {err.max():.3g} (scale {scale:.3g}){extra}"
+                      f"\nC:     {got!r}\nnumpy: {want!r}")
+
+
+#: how many times numpy's own rounding error (its float32 values against float64's) C's
+#: float32 values may be off by, beyond the tolerance
+SPREAD = 4
 
 
 def central_differences(fn, arrays, k):
@@ -255,6 +280,30 @@ def _compare_full_tape(cases, where, f_c, res_c, outputs, inputs, arrays) -> Non
                   f"full tape: {want!r}")
 
 
+def _rounding_error(case: Case, got_np):
+    """``spread(j)``: how far numpy's value of output j (Y, then its VJPs) is from its
+    float64 twin's, elementwise (computed once, when first asked; None without a twin)."""
+    done = []
+
+    def spread(j):
+        if case.exact is None:
+            return None
+        if not done:
+            Y, inputs = case.exact
+            twin = Case(case.label, Y, list(inputs),
+                        [a.astype(np.float64) if a.dtype.kind == "f" else a for a in case.arrays],
+                        False, case.seed)
+            prepare(twin)
+            ins, arrs = _all_inputs(twin)
+            if twin.H is not None:  # the same head
+                arrs[next(k for k, t in enumerate(ins) if t is twin.H)] = case.h.astype(np.float64)
+            want = te.build([twin.Y, *twin.grads], ins, backend="numpy")(*arrs)
+            want = want if isinstance(want, tuple) else (want,)
+            done.extend(np.abs(np.asarray(g, np.float64) - w) for g, w in zip(got_np, want))
+        return done[j]
+    return spread
+
+
 def run_cases(cases, backend: str = "c", upto: str = "second", observe=None) -> None:
     """Build every case's outputs and gradients in one build per backend, and check them.
 
@@ -292,13 +341,15 @@ def run_cases(cases, backend: str = "c", upto: str = "second", observe=None) -> 
     for case, start in zip(cases, where):
         ng = len(case.grads)
         y_c, y_np = res_c[start], res_np[start]
-        _staged("forward", _compare_forward, case, y_c, y_np)
+        spread = _rounding_error(case, res_np[start:start + 1 + ng])
+        _staged("forward", _compare_forward, case, y_c, y_np, "forward", partial(spread, 0))
         if last < 2 or not ng or not np.isfinite(y_np).all():
             continue
         if case.Y.dtype != "float64":  # float32: the backends against each other
             for j in range(ng):
                 _staged("vjp", _compare_forward, case, res_c[start + 1 + j],
-                        res_np[start + 1 + j], f"VJP of {case.inputs[case.float_idx[j]].name}")
+                        res_np[start + 1 + j], f"VJP of {case.inputs[case.float_idx[j]].name}",
+                        partial(spread, 1 + j))
             continue
         ins, arrs = _all_inputs(case)
         fl = te.build(case.L, inputs=ins, backend="numpy")
@@ -315,15 +366,18 @@ def run_cases(cases, backend: str = "c", upto: str = "second", observe=None) -> 
                 res_np[start + 1 + ng:start + 1 + 2 * ng], fl2, arrs)
 
 
-def check(Y, inputs, arrays, second_order=False, seed=0, backend="c", directions=0) -> None:
+def check(Y, inputs, arrays, second_order=False, seed=0, backend="c", directions=0,
+          exact=None) -> None:
     """Check one program a user wrote: forward C vs numpy; VJPs (float64) vs central differences.
 
     ``second_order=True`` also differentiates ``sum(dX * V)`` again; ``directions=k``
-    checks the VJPs along k random directions per input instead of at every element.
+    checks the VJPs along k random directions per input instead of at every element;
+    ``exact=(Y64, inputs64)``, a float32 program's float64 twin, measures numpy's float32
+    rounding error where C and numpy differ (:func:`_compare_forward`).
     """
     arrays = [np.asarray(a) for a in arrays]
-    run_cases([Case("Y", Y, list(inputs), arrays, second_order, seed, directions=directions)],
-              backend=backend)
+    run_cases([Case("Y", Y, list(inputs), arrays, second_order, seed, directions=directions,
+                    exact=exact)], backend=backend)
 
 
 def make_arrays(prog: Program, rng=None):
@@ -351,13 +405,29 @@ def make_arrays(prog: Program, rng=None):
 DIRECTIONS = 3
 
 
+def twin(prog: Program) -> Program:
+    """A float32 program in float64 (its values without float32's rounding).
+
+    >>> from .programs import Input
+    >>> twin(Program("float32", None, (Input("X0", (2,), "float", 0),), ())).dtype
+    'float64'
+    """
+    return replace(prog, dtype="float64")
+
+
 def reproducer(prog: Program) -> str:
     """A pytest function reproducing ``prog``'s checks, to paste into tests/fuzz/test_corpus.py.
 
     A big-profile program's arrays are drawn as :func:`make_arrays` draws them (thousands
-    of elements are no literal to paste)."""
+    of elements are no literal to paste); a float32 program's float64 :func:`twin` is
+    defined too (names prefixed ``e_``)."""
     body = "\n    ".join(to_source(prog).splitlines())
     names = ", ".join(i.name for i in prog.inputs)
+    exact = ""
+    if prog.dtype == "float32":
+        body += "\n    " + "\n    ".join(to_source(twin(prog), "e_").splitlines())
+        exact = (f", exact=(e_{prog.output.name}, "
+                 f"[{', '.join('e_' + i.name for i in prog.inputs)}])")
     if prog.sizes == "big":
         lines = [f"rng = np.random.default_rng({prog.seed})"]
         for inp in prog.inputs:
@@ -370,12 +440,12 @@ def reproducer(prog: Program) -> str:
         return (f"def test_fuzz_{prog.seed}():\n    {body}\n    {data}\n"
                 f"    check({prog.output.name}, [{names}], [{arrs}],\n"
                 f"          second_order={prog.second_order}, seed={prog.seed}, "
-                f"directions={DIRECTIONS})\n")
+                f"directions={DIRECTIONS}{exact})\n")
     arrays = make_arrays(prog)
     lits = ",\n        ".join(f"np.array({a.tolist()!r}, dtype={str(a.dtype)!r})" for a in arrays)
     return (f"def test_fuzz_{prog.seed}():\n    {body}\n"
             f"    check({prog.output.name}, [{names}], [\n        {lits}],\n"
-            f"          second_order={prog.second_order}, seed={prog.seed})\n")
+            f"          second_order={prog.second_order}, seed={prog.seed}{exact})\n")
 
 
 def check_programs(progs, upto: str = "second", observe=None) -> None:
@@ -387,9 +457,14 @@ def check_programs(progs, upto: str = "second", observe=None) -> None:
         prefix = f"p{j}_" if len(progs) > 1 else ""
         ns = build(prog, prefix)
         inputs = [ns[prefix + i.name] for i in prog.inputs]
+        exact = None
+        if prog.dtype == "float32":
+            e = build(twin(prog), prefix + "e_")
+            exact = (e[prefix + "e_" + prog.output.name],
+                     [e[prefix + "e_" + i.name] for i in prog.inputs])
         cases.append(Case(prefix, ns[prefix + prog.output.name], inputs, make_arrays(prog),
                           prog.second_order, prog.seed, source=reproducer(prog),
-                          directions=DIRECTIONS if prog.sizes == "big" else 0))
+                          directions=DIRECTIONS if prog.sizes == "big" else 0, exact=exact))
     try:
         run_cases(cases, upto=upto, observe=observe)
     except AssertionError:

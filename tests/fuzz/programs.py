@@ -562,14 +562,22 @@ def gen_leaf(draw, ctx: _Ctx):
     return gen_read(draw, ctx)
 
 
-def _new_raxis(draw, ctx: _Ctx, size=None):
-    """A new reduce axis (``size``: its extent, from 0; else drawn)."""
+def _box(ctx: _Ctx, beside=()) -> int:
+    """Points of the box around a new reduce axis: the definition's, times the reduce
+    axes bound there and ``beside`` (the big profile keeps it within WORK)."""
+    return ctx.points * _prod(_extent(ctx.ranges[a], ctx.n_val) for a in ctx.bound + list(beside))
+
+
+def _new_raxis(draw, ctx: _Ctx, size=None, beside=()):
+    """A new reduce axis (``size``: its extent, from 0; else drawn; ``beside``: axes of
+    the same reduction, in its box)."""
     name = f"k{ctx.next_axis}"
     ctx.next_axis += 1
     if size is not None:
         lo, hi = 0, size
         rng = (0, 0, size - 1, 0)
-    elif ctx.has_n and draw(st.integers(0, 4)) == 0:
+    elif ctx.has_n and draw(st.integers(0, 4)) == 0 and (
+            ctx.sizes != "big" or ctx.n_val * _box(ctx, beside) <= WORK):
         lo, hi = 0, SYM
         rng = (0, 0, -1, 1)
     else:
@@ -577,8 +585,7 @@ def _new_raxis(draw, ctx: _Ctx, size=None):
         if ctx.sizes == "big":
             # the box of the reduction nest (the definition's points times every
             # reduce axis bound around it) stays within WORK
-            box = ctx.points * _prod(_extent(ctx.ranges[a], ctx.n_val) for a in ctx.bound)
-            size = _draw_size(draw, max(1, WORK // box), ctx.pool)
+            size = _draw_size(draw, max(1, WORK // _box(ctx, beside)), ctx.pool)
             lo = 0 if size in ctx.pool else lo  # k over a whole axis of that size
             hi = lo + size
         else:
@@ -594,11 +601,14 @@ def gen_reduce(draw, ctx: _Ctx, depth: int):
     axes, los = [], []
     for _ in range(draw(st.integers(1, 2))):
         free = [a for a, _, _ in ctx.raxes if a not in ctx.bound and a not in axes]
+        if ctx.sizes == "big":  # a shared axis keeps the nest within WORK too
+            box = _box(ctx, axes)
+            free = [a for a in free if box * _extent(ctx.ranges[a], ctx.n_val) <= WORK]
         if free and draw(st.integers(0, 2)) == 0:   # share an axis with an earlier reduction
             a = _pick(draw, free)
             lo = next(lo for n, lo, _ in ctx.raxes if n == a)
         else:
-            a, lo = _new_raxis(draw, ctx)
+            a, lo = _new_raxis(draw, ctx, beside=axes)
         axes.append(a)
         los.append(lo)
     ctx.bound.extend(axes)
@@ -625,7 +635,7 @@ def gen_contraction(draw, ctx: _Ctx, depth: int):
     where they fit (a matrix product, a batched dot, a weighted sum: what the code
     generator tiles into rows, jams and register tiles), maybe masked, under an
     epilogue; a plain reduction where no dimension fits the work budget."""
-    box = ctx.points * _prod(_extent(ctx.ranges[a], ctx.n_val) for a in ctx.bound)
+    box = _box(ctx)
     floats = sorted(n for n, t in ctx.tensors.items() if t.kind == "float")
     dims = [(n, j) for n in floats for j, d in enumerate(ctx.tensors[n].shape)
             if d != SYM and 1 < d <= WORK // box]

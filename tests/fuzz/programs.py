@@ -643,14 +643,34 @@ def gen_contraction(draw, ctx: _Ctx, depth: int):
         return gen_reduce(draw, ctx, depth)
     a, pa = _pick(draw, dims)
     size = ctx.tensors[a].shape[pa]
+    own = [x for x in ctx.own if ctx.ranges[x][1] == ctx.ranges[x][3] == 0]
+    conv = own and box * 5 <= WORK and draw(st.integers(0, 2)) == 0
+    if conv:
+        # a convolution: A read at s*i + k - P (strided, padded: guarded or clamped),
+        # over a few taps k (the shapes of padded copies, residue splits and tap sums)
+        size = draw(st.integers(2, 5))
     k, _ = _new_raxis(draw, ctx, size)
     ctx.bound.append(k)
     ctx.align += 1
     try:
-        left = _read_with(draw, ctx, a, {pa: k})
+        if conv:
+            s, pad = _pick(draw, [1, 1, 2]), draw(st.integers(0, 2))
+            at = ("add", ("mul", s, ("ax", _pick(draw, own))) if s > 1 else ("ax", _pick(draw, own)),
+                  ("add", ("ax", k), ("c", -pad)))
+            guards = []
+            idx = tuple(_make_valid(draw, ctx, at, d, guards) if j == pa else
+                        _aligned(draw, ctx, d) or _make_valid(draw, ctx, gen_index(draw, ctx), d,
+                                                              guards)
+                        for j, d in enumerate(ctx.tensors[a].shape))
+            left = ("read", a, idx, tuple(guards))
+        else:
+            left = _read_with(draw, ctx, a, {pa: k})
         other = [(n, j) for n in floats for j, d in enumerate(ctx.tensors[n].shape) if d == size]
-        b, pb = _pick(draw, other)
-        right = _read_with(draw, ctx, b, {pb: k}) if draw(st.integers(0, 3)) else gen_read(draw, ctx)
+        if other and draw(st.integers(0, 3)):
+            b, pb = _pick(draw, other)
+            right = _read_with(draw, ctx, b, {pb: k})
+        else:
+            right = gen_read(draw, ctx)
         where = gen_cond(draw, ctx, 0) if draw(st.integers(0, 3)) == 0 else None
     finally:
         ctx.align -= 1
@@ -733,7 +753,7 @@ def _draw_size(draw, cap: int, pool=()) -> int:
     (:data:`EDGES`), anywhere in 5..70 or one of ``pool`` (sizes the program has: reads
     along axes of the same size need no clamp, so contractions and plain gathers, the
     shapes the code generator tiles, are drawn too); shrinks towards 1."""
-    kind = _pick(draw, ["small", "edge", "range"] + (["same", "same"] if pool else []))
+    kind = _pick(draw, ["small", "edge", "range"] + (["same"] * 3 if pool else []))
     if kind == "same":
         size = _pick(draw, sorted(set(pool)))
     elif kind == "small":
@@ -838,7 +858,9 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
             ctx.own = axes
             ctx.ranges = {a: (0, 0, -1, 1) if d == SYM else (0, 0, d - 1, 0)
                           for a, d in zip(axes, shape)}
-            chain = draw(st.integers(1, 400))
+            # (big: at most 40 links; at these sizes a link costs ~0.4 s to build, and
+            # the depth of a chain is what the small profile tests)
+            chain = draw(st.integers(1, 40 if big else 400))
             prev = ("read", "@P", tuple(("ax", a) for a in axes), ())
             body = ("bin", "add", ("bin", "mul", ("const", 0.9), ("un", "tanh", prev)),
                     ("bin", "mul", ("const", 0.1), gen_expr(draw, ctx, 1)))

@@ -9,11 +9,12 @@ import importlib
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
 
 import tensorexpr as te
 
 from . import harness, programs as progmod, runner
+from .coverage import Coverage
 from .harness import Case, central_differences, check, check_programs, make_arrays, reproducer
 from .programs import SYM, build, programs, to_source
 
@@ -28,12 +29,20 @@ def test_random_programs(progs):
     check_programs(progs)
 
 
-@settings(max_examples=2, **_CI)
-@given(runner.batches(2, sizes="big"))
-def test_random_big_programs(progs):
-    """The big size profile, bounded for CI: its C builds take the tiled, vectorized and
-    split strategies; VJPs along random directions, float32 VJPs C vs numpy."""
-    check_programs(progs)
+def test_random_big_programs():
+    """The big size profile, bounded for CI (a fixed seed: the first examples of a
+    derandomized run are the simplest programs, of a few points): forward C vs numpy,
+    VJPs along random directions, float32 VJPs C vs numpy; its C builds take the
+    strategies of long axes."""
+    cov = Coverage()
+
+    @hseed(4)
+    @settings(max_examples=3, phases=[Phase.generate], **{**_CI, "derandomize": False})
+    @given(runner.batches(2, sizes="big"))
+    def run(progs):
+        check_programs(progs, observe=cov.observe)
+    run()
+    assert cov.builds == 3 and {"rows", "jam", "taps", "split", "blocks"} & set(cov.counts)
 
 
 def _boxes(e, box=1):
@@ -61,7 +70,7 @@ def test_the_big_profile_crosses_the_thresholds_within_its_budgets():
     """Big programs have sizes at and around vector widths and long axes, and stay
     within their budgets: a tensor of at most POINTS points, a reduction nest of at most
     WORK (a program runs in milliseconds)."""
-    sample = _sample(200, "big")
+    sample = _sample(150, "big")
     sizes = set()
     for p in sample:
         n = p.n or 0

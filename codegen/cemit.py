@@ -434,12 +434,23 @@ class _Emitter:
         wide = dt == "int64"
         infix = _INFIX.get(op)
         if infix is not None:  # (first: the most frequent; no case below is one of them)
-            sym, prec = infix
-            sa, sb = self.ex(args[0]), self.ex(args[1])
-            left = _wrap(sa, prec)
-            if op in ("add", "sub", "mul") and wide and not (sa[2] or sb[2]):
-                left = f"(int64_t){_wrap(sa, _UNARY)}"  # compute in 64 bits, not in int
-            return f"{left} {sym} {_wrap(sb, prec + 1)}", prec, wide
+            # down the left operands in a loop, not by recursion: a gradient adds a term
+            # per use of a tensor (a chain of hundreds of layers reading one weight), a
+            # chain deeper than Python's stack
+            spine = [(op, args, dt)]
+            while type(spine[-1][1][0]) is Op and spine[-1][1][0].op in _INFIX:
+                x = spine[-1][1][0]
+                spine.append((x.op, x.args, x.dtype))
+            sa = self.ex(spine[-1][1][0])
+            for o, (_, b), d in reversed(spine):
+                sym, prec = _INFIX[o]
+                wide = d == "int64"
+                sb = self.ex(b)
+                left = _wrap(sa, prec)
+                if o in ("add", "sub", "mul") and wide and not (sa[2] or sb[2]):
+                    left = f"(int64_t){_wrap(sa, _UNARY)}"  # compute in 64 bits, not in int
+                sa = (f"{left} {sym} {_wrap(sb, prec + 1)}", prec, wide)
+            return sa
         adt = args[0].dtype
         isf = adt in ("float32", "float64")
         if op == "cast":

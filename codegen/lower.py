@@ -477,7 +477,11 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         # (``t`` may itself be a piece: its own shift and its parent's buffer carry over)
         base = self.shifts.get(t.uid, (0,) * t.ndim)
         d = d % t.ndim
+        compared = any(id(x) in self.compared for x in walk(t.body, unique=True))
         for sub, lo in piecewise.piece_tensors(t, cut, d):
+            if compared:  # a piece's sums are the compared sums, for part of the points
+                self.compared |= {id(x) for x in walk(sub.body, unique=True)
+                                  if isinstance(x, Reduce) and x.op == "sum"}
             self.buf[sub.uid] = self.buf[t.uid]
             self.dims[sub.uid] = self.dims[t.uid]
             self.shifts[sub.uid] = base[:d] + (base[d] + lo,) + base[d + 1:]

@@ -107,9 +107,11 @@ def where_form(red: Reduce) -> Tuple[Expr, Optional[Expr]]:
 def compared_sums(roots: Sequence[Expr]) -> set:
     """The ids of the float sums in ``roots`` whose value is compared: inside a
     comparison's or an elementwise max's/min's operands, or a max's/min's body or
-    where. The gradient of an extremum tests ``body == forward value`` bit for bit
+    where, or in the body of a tensor read there (and so on through its reads). The
+    gradient of an extremum tests ``body == forward value`` bit for bit
     (``passes.differentiate``'s tie counts), recomputing such a sum in other loops
-    (a tie count, a gather) than the forward's: both must add its terms in the same
+    (a tie count, a gather) than the forward's, or in a tensor of its own (the sum
+    inside a max of a sum, extracted: ``M_sum``): both must add its terms in the same
     order, so these are lowered in the order written (``lower_expr``), whatever the
     loops around them.
 
@@ -121,14 +123,24 @@ def compared_sums(roots: Sequence[Expr]) -> set:
     >>> S = te.compute((4,), lambda i: te.sum(X[i, k], axis=k) * 2.0, name="S")
     >>> len(compared_sums([M.body])), len(compared_sums([S.body]))
     (1, 0)
+    >>> T = te.compute((), lambda: te.sum(te.select(S[r] * 0.5 == M[()], 1.0, 0.0), axis=r))
+    >>> compared_sums([T.body]) == {id(S.body.a)}   # S's sum, read in a comparison
+    True
     """
     out: set = set()
-    for root in roots:
-        flag: Dict[int, bool] = {}
+    todo = [(root, False) for root in roots]
+    bodies: set = set()  # the tensors whose whole body is compared, queued once
+    while todo:
+        root, whole = todo.pop()
+        flag: Dict[int, bool] = {id(root): whole}
         for x in reversed(postorder(root)):  # every parent before its children
             f = flag.get(id(x), False)
             if f and isinstance(x, Reduce) and x.op == "sum" and is_float(x.dtype):
                 out.add(id(x))
+            if (f and isinstance(x, Read) and isinstance(x.tensor, Compute)
+                    and x.tensor.body is not None and id(x.tensor) not in bodies):
+                bodies.add(id(x.tensor))
+                todo.append((x.tensor.body, True))
             inside = f or (isinstance(x, Binary) and (x.op in BINARY_CMP or x.op in ("max", "min"))
                            or isinstance(x, Reduce) and x.op in ("max", "min"))
             for c in children(x):

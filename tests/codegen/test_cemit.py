@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 import tensorexpr as te
 from codegen import compiler
 from codegen.cemit import ENTRY, emit, sanitize
-from codegen.loopast import Buffer, Kernel, Lit, Op, Store, Var
+from codegen.loopast import Buffer, Decl, Kernel, Lit, Op, Store, Var
 
 from .util import FLOOR_OPERANDS, python_floor_div_mod, same_bits
 
@@ -191,3 +191,21 @@ def test_equal_literals_of_other_types_or_signs_keep_their_own_text():
     assert out[0] == 0.1 and out[1] == float(np.float32(0.1)) and out[0] != out[1]
     assert np.signbit(out[2]) and not np.signbit(out[3]) and np.signbit(out[8])
     assert list(out[4:7]) == [1.0, 1.0, 1.0] and np.isnan(out[7])
+
+
+def test_a_long_chain_of_additions_is_emitted_without_recursion():
+    # found by the fuzzer's big profile: the gradient of a weight read by each of 200
+    # chained layers adds 200 terms, one left-deep expression; its emission recursed
+    # twice per term and overflowed Python's stack (RecursionError) in a build
+    n = 3000
+    x = Var("x", "int64")
+    total = x
+    for k in range(1, n):
+        total = Op("sub" if k % 2 else "add", (total, Op("mul", (Lit(k, "int64"), x), "int64")),
+                   "int64")
+    k = Kernel("test", (), (Buffer("b0", "int64", False, "out"),),
+               (Decl(x, Lit(2, "int64")), Store("b0", Lit(0, "int64"), total)))
+    src = emit(k)
+    assert "x - 1 * x + 2 * x - 3 * x" in src   # left to right, no parentheses
+    want = 2 * (1 + sum(-j if j % 2 else j for j in range(1, n)))
+    assert _run(k, 1, np.int64)[0] == want

@@ -389,6 +389,41 @@ def test_a_sum_whose_value_is_compared_is_added_in_written_order():
     assert np.array_equal(g[best], np.ones((3, 32), np.float32)) and g.sum() == 96
 
 
+@pytest.mark.parametrize("n", [33, 47, 65])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_compared_sum_in_a_tensor_of_its_own_is_added_in_written_order(n, dtype):
+    # found by the fuzzer's big sizes: M = max_r 0.5 * sum_k X[k, k]^2, the sum not
+    # using r, is hoisted into a tensor of its own (M_sum) that the tie test reads;
+    # M_sum was summed in vector lanes (n > 16 lanes), M in order: where the two
+    # roundings differ no point ties and dX was 0
+    X = te.placeholder((n, n), dtype, "X")
+    r, k = te.reduce_axis((1, 66), name="r"), te.reduce_axis(n, name="k")
+    M = te.compute((), lambda: te.max(0.5 * te.sum(X[k, k] * X[k, k], axis=k), axis=r),
+                   name="M", dtype=dtype)
+    (dX,) = te.differentiate(M, [X])
+    for seed in range(4):  # magnitudes far apart: the order of the terms shows
+        rng = np.random.default_rng(seed)
+        x = (rng.uniform(-1.5, 1.5, (n, n)) * 10.0 ** rng.integers(-3, 4, (n, n))).astype(dtype)
+        f, (m, g) = agree([M, dX], [X], x)
+        # every r ties: their shares add up to the slope of 0.5 * sum(x_kk^2)
+        assert_same(g, np.diag(np.diag(x)))
+    assert "M_sum" in f.schedule  # the sum has a tensor of its own
+
+
+def test_a_compared_sum_cut_into_pieces_keeps_written_order():
+    # found by the fuzzer's big sizes: the extracted sum M_sum (r in [0, 3) reads row r,
+    # r in [3, 7) row 2) is cut into pieces, new tensors each lowered by taps (partial
+    # sums per tap: another order than the max's); no point tied and dX was 0. The
+    # pieces' sums are compared sums too, and taps declines those
+    X = te.placeholder((3, 25), dtype="float32", name="X")
+    r, k = te.reduce_axis((0, 7), name="r"), te.reduce_axis((0, 25), name="k")
+    M = te.compute((1, 1), lambda i, j: te.max(te.select(i < 0, -1.0, te.sum(
+        X[i, k] * X[te.minimum(r, 2), k], axis=k)), axis=r), name="M", dtype="float32")
+    (dX,) = te.differentiate(M, [X])
+    x = np.random.default_rng(0).uniform(-1.5, 1.5, (3, 25)).astype(np.float32)
+    agree([M, dX], [X], x)
+
+
 @pytest.mark.parametrize("n", [64, 257, 300, 512, 1000])
 @pytest.mark.parametrize("op", ["max", "min"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

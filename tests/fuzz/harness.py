@@ -12,8 +12,9 @@ them in *one* C build (the C compiler is the expensive part). A failure raises
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Optional
 
 import numpy as np
 
@@ -34,6 +35,12 @@ class Case:
     second_order: bool
     seed: int
     source: str = ""
+    #: a float32 program's float64 twin ``(Y, inputs)``: numpy's float32 error is measured
+    #: against it where C and numpy differ (see :func:`_compare_forward`)
+    exact: Optional[tuple] = None
+    #: 0: the VJPs against central differences at every input element; k > 0: along k
+    #: random directions per input (large inputs: :func:`directional_differences`)
+    directions: int = 0
     # filled by prepare()
     float_idx: list = field(default_factory=list)
     H: object = None
@@ -69,18 +76,25 @@ def _sizes(inputs, arrays) -> dict:
 
 
 def prepare(case: Case) -> None:
-    """Differentiate: L = sum(H * Y), its VJPs, and (on a sample) sum(dX * V)'s VJPs."""
+    """Differentiate: L = sum(H * Y), its VJPs, and (on a sample) sum(dX * V)'s VJPs.
+
+    A float32 program's VJPs (w.r.t. its float32 inputs) are compared between the
+    backends only; float64 ones against central differences too.
+    """
     rng = np.random.default_rng(case.seed + 1)
     sizes = _sizes(case.inputs, case.arrays)
-    case.float_idx = [k for k, t in enumerate(case.inputs) if t.dtype == "float64"]
-    if case.Y.dtype != "float64" or not case.float_idx:
+    dtype = case.Y.dtype
+    if dtype not in ("float64", "float32"):
         return
-    case.H = te.placeholder(case.Y.shape, dtype="float64", name=f"{case.label}H")
-    case.h = rng.standard_normal(_concrete(case.Y.shape, sizes))
+    case.float_idx = [k for k, t in enumerate(case.inputs) if t.dtype == dtype]
+    if not case.float_idx:
+        return
+    case.H = te.placeholder(case.Y.shape, dtype=dtype, name=f"{case.label}H")
+    case.h = rng.standard_normal(_concrete(case.Y.shape, sizes)).astype(dtype)
     case.L = _sum_all(case.Y, case.H)
     wrt = [case.inputs[k] for k in case.float_idx]
     case.grads = tuple(te.differentiate(case.L, wrt))
-    if case.second_order:
+    if case.second_order and dtype == "float64":
         case.V = [te.placeholder(g.shape, dtype="float64", name=f"{case.label}V{j}")
                   for j, g in enumerate(case.grads)]
         case.v = [rng.standard_normal(_concrete(g.shape, sizes)) for g in case.grads]
@@ -103,20 +117,42 @@ def _fail(case: Case, what: str, detail: str):
                          f"{case.source}")
 
 
-def _compare_forward(case: Case, got, want):
+def _compare_forward(case: Case, got, want, what: str = "forward", spread=None):
+    """C's values against numpy's, elementwise (``what``: the check a failure names).
+
+    ``spread()`` (if given, asked only when the values are further apart than the
+    tolerance) is how far numpy's float32 values are from the same program's in
+    float64, elementwise: a program that amplifies rounding (a recurrence adding a
+    quarter of its previous row's sum, 15x per two steps) has no float32 digits to
+    agree on there, whatever the order its sums are added in; such elements may
+    differ by :data:`SPREAD` times that much more.
+    """
     if got.shape != want.shape or got.dtype != want.dtype:
-        _fail(case, "forward", f"C gives {got.dtype}{got.shape}, numpy {want.dtype}{want.shape}")
+        _fail(case, what, f"C gives {got.dtype}{got.shape}, numpy {want.dtype}{want.shape}")
     if not np.array_equal(np.isnan(got), np.isnan(want)):
-        _fail(case, "forward", f"NaN patterns differ\nC:     {got!r}\nnumpy: {want!r}")
+        _fail(case, what, f"NaN patterns differ\nC:     {got!r}\nnumpy: {want!r}")
     finite = np.isfinite(want)
     if not np.array_equal(finite, np.isfinite(got)) or not np.array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)]):
-        _fail(case, "forward", f"infinities differ\nC:     {got!r}\nnumpy: {want!r}")
+        _fail(case, what, f"infinities differ\nC:     {got!r}\nnumpy: {want!r}")
     scale = max(1.0, float(np.abs(want[finite]).max())) if finite.any() else 1.0
     tol = 1e-9 if want.dtype == np.float64 else 2e-4
     err = np.abs(got[finite] - want[finite])
-    if err.size and err.max() > tol * scale:
-        _fail(case, "forward", f"C differs from numpy by {err.max():.3g} (scale {scale:.3g})"
-                               f"\nC:     {got!r}\nnumpy: {want!r}")
+    if not err.size or err.max() <= tol * scale:
+        return
+    extra = ""
+    sp = spread() if spread is not None else None
+    if sp is not None:
+        sp = sp[finite]
+        if not (err > tol * scale + SPREAD * sp).any():
+            return
+        extra = f"; numpy's float32 values are up to {sp.max():.3g} from float64's"
+    _fail(case, what, f"C differs from numpy by {err.max():.3g} (scale {scale:.3g}){extra}"
+                      f"\nC:     {got!r}\nnumpy: {want!r}")
+
+
+#: how many times numpy's own rounding error (its float32 values against float64's) C's
+#: float32 values may be off by, beyond the tolerance
+SPREAD = 4
 
 
 def central_differences(fn, arrays, k):
@@ -130,16 +166,43 @@ def central_differences(fn, arrays, k):
     (True, True)
     """
     a = arrays[k]
+
+    def units():
+        for idx in np.ndindex(a.shape):
+            e = np.zeros(a.shape)
+            e[idx] = 1.0
+            yield idx, e
+    return _differences(fn, arrays, k, a.shape, units)
+
+
+def directional_differences(fn, arrays, k, directions):
+    """Central differences of scalar ``fn`` along each of ``directions`` (arrays shaped as
+    ``arrays[k]``), at two steps: (one derivative per direction, smooth mask), as
+    :func:`central_differences` (which is this along every unit vector). A large input
+    takes a few directions instead of one per element: ``<grad, v>`` is compared with
+    the derivative along ``v``.
+
+    >>> x = np.array([1.0, 2.0])
+    >>> fd, ok = directional_differences(lambda x: (x ** 2).sum(), [x], 0, [np.array([1.0, -1.0])])
+    >>> np.allclose(fd, [2.0 - 4.0]), bool(ok.all())
+    (True, True)
+    """
+    return _differences(fn, arrays, k, (len(directions),),
+                        lambda: (((j,), v) for j, v in enumerate(directions)))
+
+
+def _differences(fn, arrays, k, shape, directions):
+    """(derivatives along ``directions()``, pairs (index into ``shape``, direction);
+    where the two steps of :data:`EPS` agree)."""
+    a = arrays[k]
     fds = []
     for eps in EPS:
-        out = np.zeros(a.shape)
-        for idx in np.ndindex(a.shape):
+        out = np.zeros(shape)
+        for idx, v in directions():
             plus = list(arrays)
             minus = list(arrays)
-            plus[k] = a.copy()
-            minus[k] = a.copy()
-            plus[k][idx] += eps
-            minus[k][idx] -= eps
+            plus[k] = a + eps * v
+            minus[k] = a - eps * v
             out[idx] = (float(fn(*plus)) - float(fn(*minus))) / (2 * eps)
         fds.append(out)
     fd, fd2 = fds
@@ -149,21 +212,36 @@ def central_differences(fn, arrays, k):
 
 
 def _compare_grads(case: Case, what: str, got_c, got_np, fd_fn, fd_arrays):
+    rng = np.random.default_rng(case.seed + 2)
     for j, k in enumerate(case.float_idx):
         name = case.inputs[k].name
         gc, gn = np.asarray(got_c[j]), np.asarray(got_np[j])
-        fd, ok = central_differences(fd_fn, fd_arrays, k)
+        want = fd_arrays[k].shape
+        if case.directions:
+            vs = [rng.standard_normal(want) for _ in range(case.directions)]
+            fd, ok = directional_differences(fd_fn, fd_arrays, k, vs)
+            along = " along random directions"
+
+            def project(g):
+                return np.array([np.sum(g * v) for v in vs])
+        else:
+            fd, ok = central_differences(fd_fn, fd_arrays, k)
+            along = ""
+
+            def project(g):
+                return g
         scale = max(1.0, float(np.abs(fd[ok]).max())) if ok.any() else 1.0
         tol = 1e-5 * scale
         for backend, g in (("C", gc), ("numpy", gn)):
-            if g.shape != fd.shape:
+            if g.shape != want:
                 _fail(case, what, f"{backend} gradient of {name} has shape {g.shape}, "
-                                  f"not {fd.shape}")
-            bad = ok & ~(np.abs(g - fd) <= tol + 1e-5 * np.abs(fd))
+                                  f"not {want}")
+            dg = project(g)
+            bad = ok & ~(np.abs(dg - fd) <= tol + 1e-5 * np.abs(fd))
             if bad.any():
                 _fail(case, what, f"{backend} gradient of {name} differs from central "
-                                  f"differences at {np.argwhere(bad)[0].tolist()}\n"
-                                  f"{backend}: {g!r}\nfd: {fd!r}\nsmooth: {ok!r}")
+                                  f"differences{along} at {np.argwhere(bad)[0].tolist()}\n"
+                                  f"{backend}: {dg!r}\nfd: {fd!r}\nsmooth: {ok!r}")
         bad = ~(np.abs(gc - gn) <= 1e-7 * max(1.0, float(np.abs(gn[np.isfinite(gn)]).max()
                                                        if np.isfinite(gn).any() else 1.0)))
         bad &= ~(np.isnan(gc) & np.isnan(gn))
@@ -202,11 +280,36 @@ def _compare_full_tape(cases, where, f_c, res_c, outputs, inputs, arrays) -> Non
                   f"full tape: {want!r}")
 
 
-def run_cases(cases, backend: str = "c", upto: str = "second") -> None:
+def _rounding_error(case: Case, got_np):
+    """``spread(j)``: how far numpy's value of output j (Y, then its VJPs) is from its
+    float64 twin's, elementwise (computed once, when first asked; None without a twin)."""
+    done = []
+
+    def spread(j):
+        if case.exact is None:
+            return None
+        if not done:
+            Y, inputs = case.exact
+            twin = Case(case.label, Y, list(inputs),
+                        [a.astype(np.float64) if a.dtype.kind == "f" else a for a in case.arrays],
+                        False, case.seed)
+            prepare(twin)
+            ins, arrs = _all_inputs(twin)
+            if twin.H is not None:  # the same head
+                arrs[next(k for k, t in enumerate(ins) if t is twin.H)] = case.h.astype(np.float64)
+            want = te.build([twin.Y, *twin.grads], ins, backend="numpy")(*arrs)
+            want = want if isinstance(want, tuple) else (want,)
+            done.extend(np.abs(np.asarray(g, np.float64) - w) for g, w in zip(got_np, want))
+        return done[j]
+    return spread
+
+
+def run_cases(cases, backend: str = "c", upto: str = "second", observe=None) -> None:
     """Build every case's outputs and gradients in one build per backend, and check them.
 
     ``upto`` stops after a stage of :data:`STAGES` (shrinking a build failure needs no
-    central differences).
+    central differences); ``observe`` (if given) is called with the C build (to count
+    its schedule decisions: ``tests.fuzz.coverage``).
     """
     last = STAGES.index(upto)
     outputs, inputs, arrays, where = [], [], [], []
@@ -226,6 +329,8 @@ def run_cases(cases, backend: str = "c", upto: str = "second") -> None:
     f_c = _staged("build", partial(te.build, options=te.ScheduleOptions(checkpoint=mode)),
                   outputs, inputs, backend)
     f_np = _staged("build", te.build, outputs, inputs, "numpy")
+    if observe is not None and backend == "c":
+        observe(f_c)
     if last < 1:
         return
     res_c, res_np = _staged("forward", f_c, *arrays), _staged("forward", f_np, *arrays)
@@ -236,8 +341,15 @@ def run_cases(cases, backend: str = "c", upto: str = "second") -> None:
     for case, start in zip(cases, where):
         ng = len(case.grads)
         y_c, y_np = res_c[start], res_np[start]
-        _staged("forward", _compare_forward, case, y_c, y_np)
+        spread = _rounding_error(case, res_np[start:start + 1 + ng])
+        _staged("forward", _compare_forward, case, y_c, y_np, "forward", partial(spread, 0))
         if last < 2 or not ng or not np.isfinite(y_np).all():
+            continue
+        if case.Y.dtype != "float64":  # float32: the backends against each other
+            for j in range(ng):
+                _staged("vjp", _compare_forward, case, res_c[start + 1 + j],
+                        res_np[start + 1 + j], f"VJP of {case.inputs[case.float_idx[j]].name}",
+                        partial(spread, 1 + j))
             continue
         ins, arrs = _all_inputs(case)
         fl = te.build(case.L, inputs=ins, backend="numpy")
@@ -254,13 +366,18 @@ def run_cases(cases, backend: str = "c", upto: str = "second") -> None:
                 res_np[start + 1 + ng:start + 1 + 2 * ng], fl2, arrs)
 
 
-def check(Y, inputs, arrays, second_order=False, seed=0, backend="c") -> None:
+def check(Y, inputs, arrays, second_order=False, seed=0, backend="c", directions=0,
+          exact=None) -> None:
     """Check one program a user wrote: forward C vs numpy; VJPs (float64) vs central differences.
 
-    ``second_order=True`` also differentiates ``sum(dX * V)`` again.
+    ``second_order=True`` also differentiates ``sum(dX * V)`` again; ``directions=k``
+    checks the VJPs along k random directions per input instead of at every element;
+    ``exact=(Y64, inputs64)``, a float32 program's float64 twin, measures numpy's float32
+    rounding error where C and numpy differ (:func:`_compare_forward`).
     """
     arrays = [np.asarray(a) for a in arrays]
-    run_cases([Case("Y", Y, list(inputs), arrays, second_order, seed)], backend=backend)
+    run_cases([Case("Y", Y, list(inputs), arrays, second_order, seed, directions=directions,
+                    exact=exact)], backend=backend)
 
 
 def make_arrays(prog: Program, rng=None):
@@ -283,28 +400,73 @@ def make_arrays(prog: Program, rng=None):
     return arrays
 
 
+#: random directions per input of a big-profile program's VJP check (too many elements
+#: for central differences at each)
+DIRECTIONS = 3
+
+
+def twin(prog: Program) -> Program:
+    """A float32 program in float64 (its values without float32's rounding).
+
+    >>> from .programs import Input
+    >>> twin(Program("float32", None, (Input("X0", (2,), "float", 0),), ())).dtype
+    'float64'
+    """
+    return replace(prog, dtype="float64")
+
+
 def reproducer(prog: Program) -> str:
-    """A pytest function reproducing ``prog``'s checks, to paste into tests/fuzz/test_corpus.py."""
-    arrays = make_arrays(prog)
-    lits = ",\n        ".join(f"np.array({a.tolist()!r}, dtype={str(a.dtype)!r})" for a in arrays)
+    """A pytest function reproducing ``prog``'s checks, to paste into tests/fuzz/test_corpus.py.
+
+    A big-profile program's arrays are drawn as :func:`make_arrays` draws them (thousands
+    of elements are no literal to paste); a float32 program's float64 :func:`twin` is
+    defined too (names prefixed ``e_``)."""
     body = "\n    ".join(to_source(prog).splitlines())
     names = ", ".join(i.name for i in prog.inputs)
+    exact = ""
+    if prog.dtype == "float32":
+        body += "\n    " + "\n    ".join(to_source(twin(prog), "e_").splitlines())
+        exact = (f", exact=(e_{prog.output.name}, "
+                 f"[{', '.join('e_' + i.name for i in prog.inputs)}])")
+    if prog.sizes == "big":
+        lines = [f"rng = np.random.default_rng({prog.seed})"]
+        for inp in prog.inputs:
+            shape = tuple(prog.n if d == SYM else d for d in inp.shape)
+            lines.append(f"{inp.name}_ = rng.uniform(-1.5, 1.5, {shape!r}).astype({prog.dtype!r})"
+                         if inp.kind == "float" else
+                         f"{inp.name}_ = rng.integers(0, {inp.vmax}, {shape!r}).astype(np.int32)")
+        data = "\n    ".join(lines)
+        arrs = ", ".join(f"{i.name}_" for i in prog.inputs)
+        return (f"def test_fuzz_{prog.seed}():\n    {body}\n    {data}\n"
+                f"    check({prog.output.name}, [{names}], [{arrs}],\n"
+                f"          second_order={prog.second_order}, seed={prog.seed}, "
+                f"directions={DIRECTIONS}{exact})\n")
+    arrays = make_arrays(prog)
+    lits = ",\n        ".join(f"np.array({a.tolist()!r}, dtype={str(a.dtype)!r})" for a in arrays)
     return (f"def test_fuzz_{prog.seed}():\n    {body}\n"
             f"    check({prog.output.name}, [{names}], [\n        {lits}],\n"
-            f"          second_order={prog.second_order}, seed={prog.seed})\n")
+            f"          second_order={prog.second_order}, seed={prog.seed}{exact})\n")
 
 
-def check_programs(progs, upto: str = "second") -> None:
-    """Check several generated programs with one C build (names prefixed p0_, p1_, ...)."""
+def check_programs(progs, upto: str = "second", observe=None) -> None:
+    """Check several generated programs with one C build (names prefixed p0_, p1_, ...);
+    big-profile ones along :data:`DIRECTIONS` random directions (``observe``: see
+    :func:`run_cases`)."""
     cases = []
     for j, prog in enumerate(progs):
         prefix = f"p{j}_" if len(progs) > 1 else ""
         ns = build(prog, prefix)
         inputs = [ns[prefix + i.name] for i in prog.inputs]
+        exact = None
+        if prog.dtype == "float32":
+            e = build(twin(prog), prefix + "e_")
+            exact = (e[prefix + "e_" + prog.output.name],
+                     [e[prefix + "e_" + i.name] for i in prog.inputs])
         cases.append(Case(prefix, ns[prefix + prog.output.name], inputs, make_arrays(prog),
-                          prog.second_order, prog.seed, source=reproducer(prog)))
+                          prog.second_order, prog.seed, source=reproducer(prog),
+                          directions=DIRECTIONS if prog.sizes == "big" else 0, exact=exact))
     try:
-        run_cases(cases, upto=upto)
+        run_cases(cases, upto=upto, observe=observe)
     except AssertionError:
         raise
     except Exception as exc:  # a te error: keep its type (hypothesis tells bugs apart by it)

@@ -75,13 +75,15 @@ class Def:
 
 @dataclass(frozen=True)
 class Program:
-    """Inputs, definitions (the last one is the output); ``n`` is the symbolic size's value."""
+    """Inputs, definitions (the last one is the output); ``n`` is the symbolic size's value;
+    ``sizes`` the profile its sizes were drawn from (:data:`SIZES`)."""
     dtype: str
     n: Optional[int]
     inputs: Tuple[Input, ...]
     defs: Tuple[Def, ...]
     second_order: bool = False
     seed: int = 0
+    sizes: str = "small"
 
     @property
     def output(self) -> Def:
@@ -379,9 +381,14 @@ def _dmax(d):
 class _Ctx:
     """What a definition being generated can see (mutable while one program is drawn)."""
 
-    def __init__(self, dtype, has_n, tensors, max_depth):
+    def __init__(self, dtype, has_n, tensors, max_depth, sizes="small", n_val=None):
         self.dtype = dtype
         self.has_n = has_n
+        self.sizes = sizes              # the size profile (SIZES)
+        self.n_val = n_val              # the symbolic size's value (for the work budget)
+        self.points = 1                 # points of the definition being drawn (its box)
+        self.pool = []                  # the static sizes drawn so far (big profile)
+        self.align = 0                  # > 0: reads take whole axes wherever one fits
         self.tensors = tensors          # name -> Input-like (shape, kind, vmax)
         self.max_depth = max_depth
         self.ranges = {}                # axis name -> interval
@@ -405,6 +412,8 @@ def gen_index(draw, ctx: _Ctx, depth: int = 1):
     """An index tree over the axes in scope (not yet made valid for any tensor)."""
     scope = ctx.scope()
     kinds = ["axis", "shift", "const", "rev", "lin", "div", "mod", "reflect"]
+    if ctx.sizes == "big":
+        kinds += ["axis", "axis", "axis"]  # reads along whole axes: the tiled shapes
     if depth > 0 and any(t.kind == "index" for t in ctx.tensors.values()):
         kinds.append("data")
     kind = _pick(draw, kinds) if scope else "const"
@@ -487,8 +496,21 @@ def gen_read(draw, ctx: _Ctx):
             B = shape[1]
             return ("read", t, (_make_valid(draw, ctx, ("fdiv", a, B), shape[0], guards),
                                 ("mod", a, B)), tuple(guards))
-    idx = tuple(_make_valid(draw, ctx, gen_index(draw, ctx), d, guards) for d in shape)
+    idx = tuple(_aligned(draw, ctx, d) or _make_valid(draw, ctx, gen_index(draw, ctx), d, guards)
+                for d in shape)
     return ("read", t, idx, tuple(guards))
+
+
+def _aligned(draw, ctx: _Ctx, d):
+    """Big profile, half of the time: an axis in scope that runs over the whole dimension
+    ``d`` (a contraction's or an elementwise read's index, the shapes the code generator
+    tiles and vectorizes), if there is one; else None."""
+    if ctx.sizes != "big" or d == SYM:
+        return None
+    fit = [a for a in ctx.scope() if ctx.ranges[a] == (0, 0, d - 1, 0)]
+    if not fit or not (ctx.align or draw(st.booleans())):
+        return None
+    return ("ax", _pick(draw, fit))
 
 
 def gen_self(draw, ctx: _Ctx, order: int):
@@ -540,15 +562,34 @@ def gen_leaf(draw, ctx: _Ctx):
     return gen_read(draw, ctx)
 
 
-def _new_raxis(draw, ctx: _Ctx):
+def _box(ctx: _Ctx, beside=()) -> int:
+    """Points of the box around a new reduce axis: the definition's, times the reduce
+    axes bound there and ``beside`` (the big profile keeps it within WORK)."""
+    return ctx.points * _prod(_extent(ctx.ranges[a], ctx.n_val) for a in ctx.bound + list(beside))
+
+
+def _new_raxis(draw, ctx: _Ctx, size=None, beside=()):
+    """A new reduce axis (``size``: its extent, from 0; else drawn; ``beside``: axes of
+    the same reduction, in its box)."""
     name = f"k{ctx.next_axis}"
     ctx.next_axis += 1
-    if ctx.has_n and draw(st.integers(0, 4)) == 0:
+    if size is not None:
+        lo, hi = 0, size
+        rng = (0, 0, size - 1, 0)
+    elif ctx.has_n and draw(st.integers(0, 4)) == 0 and (
+            ctx.sizes != "big" or ctx.n_val * _box(ctx, beside) <= WORK):
         lo, hi = 0, SYM
         rng = (0, 0, -1, 1)
     else:
         lo = draw(st.integers(0, 2))
-        hi = lo + draw(st.integers(1, 4))
+        if ctx.sizes == "big":
+            # the box of the reduction nest (the definition's points times every
+            # reduce axis bound around it) stays within WORK
+            size = _draw_size(draw, max(1, WORK // _box(ctx, beside)), ctx.pool)
+            lo = 0 if size in ctx.pool else lo  # k over a whole axis of that size
+            hi = lo + size
+        else:
+            hi = lo + draw(st.integers(1, 4))
         rng = (lo, 0, hi - 1, 0)
     ctx.raxes.append((name, lo, hi))
     ctx.ranges[name] = rng
@@ -560,11 +601,14 @@ def gen_reduce(draw, ctx: _Ctx, depth: int):
     axes, los = [], []
     for _ in range(draw(st.integers(1, 2))):
         free = [a for a, _, _ in ctx.raxes if a not in ctx.bound and a not in axes]
+        if ctx.sizes == "big":  # a shared axis keeps the nest within WORK too
+            box = _box(ctx, axes)
+            free = [a for a in free if box * _extent(ctx.ranges[a], ctx.n_val) <= WORK]
         if free and draw(st.integers(0, 2)) == 0:   # share an axis with an earlier reduction
             a = _pick(draw, free)
             lo = next(lo for n, lo, _ in ctx.raxes if n == a)
         else:
-            a, lo = _new_raxis(draw, ctx)
+            a, lo = _new_raxis(draw, ctx, beside=axes)
         axes.append(a)
         los.append(lo)
     ctx.bound.extend(axes)
@@ -584,11 +628,80 @@ def gen_reduce(draw, ctx: _Ctx, depth: int):
     return ("reduce", op, tuple(axes), where, body)
 
 
+def gen_contraction(draw, ctx: _Ctx, depth: int):
+    """Big profile: a sum over a new axis ``k`` running over a dimension of a tensor ``A``
+    of a product of ``A`` read with ``k`` there and a read (of ``A`` or another tensor)
+    with ``k`` where it has a dimension that long, the other indices along whole axes
+    where they fit (a matrix product, a batched dot, a weighted sum: what the code
+    generator tiles into rows, jams and register tiles), maybe masked, under an
+    epilogue; a plain reduction where no dimension fits the work budget."""
+    box = _box(ctx)
+    floats = sorted(n for n, t in ctx.tensors.items() if t.kind == "float")
+    dims = [(n, j) for n in floats for j, d in enumerate(ctx.tensors[n].shape)
+            if d != SYM and 1 < d <= WORK // box]
+    if not dims:
+        return gen_reduce(draw, ctx, depth)
+    a, pa = _pick(draw, dims)
+    size = ctx.tensors[a].shape[pa]
+    own = [x for x in ctx.own if ctx.ranges[x][1] == ctx.ranges[x][3] == 0]
+    conv = own and box * 5 <= WORK and draw(st.integers(0, 2)) == 0
+    if conv:
+        # a convolution: A read at s*i + k - P (strided, padded: guarded or clamped),
+        # over a few taps k (the shapes of padded copies, residue splits and tap sums)
+        size = draw(st.integers(2, 5))
+    k, _ = _new_raxis(draw, ctx, size)
+    ctx.bound.append(k)
+    ctx.align += 1
+    try:
+        if conv:
+            s, pad = _pick(draw, [1, 1, 2]), draw(st.integers(0, 2))
+            at = ("add", ("mul", s, ("ax", _pick(draw, own))) if s > 1 else ("ax", _pick(draw, own)),
+                  ("add", ("ax", k), ("c", -pad)))
+            guards = []
+            idx = tuple(_make_valid(draw, ctx, at, d, guards) if j == pa else
+                        _aligned(draw, ctx, d) or _make_valid(draw, ctx, gen_index(draw, ctx), d,
+                                                              guards)
+                        for j, d in enumerate(ctx.tensors[a].shape))
+            left = ("read", a, idx, tuple(guards))
+        else:
+            left = _read_with(draw, ctx, a, {pa: k})
+        other = [(n, j) for n in floats for j, d in enumerate(ctx.tensors[n].shape) if d == size]
+        if other and draw(st.integers(0, 3)):
+            b, pb = _pick(draw, other)
+            right = _read_with(draw, ctx, b, {pb: k})
+        else:
+            right = gen_read(draw, ctx)
+        where = gen_cond(draw, ctx, 0) if draw(st.integers(0, 3)) == 0 else None
+    finally:
+        ctx.align -= 1
+        ctx.bound.pop()
+    red = ("reduce", "sum", (k,), where, ("bin", "mul", left, right))
+    epilogue = _pick(draw, ["none", "un", "bias"])
+    if epilogue == "un":
+        return ("un", _pick(draw, ["tanh", "sigmoid", "half", "exp"]), red)
+    if epilogue == "bias":
+        return ("bin", "add", red, gen_leaf(draw, ctx))
+    return red
+
+
+def _read_with(draw, ctx: _Ctx, t: str, fixed: dict):
+    """A read of ``t`` with the axes ``fixed`` (position -> axis name) at those
+    positions, the others as :func:`gen_read` draws them."""
+    guards = []
+    idx = tuple(("ax", fixed[j]) if j in fixed else
+                _aligned(draw, ctx, d) or _make_valid(draw, ctx, gen_index(draw, ctx), d, guards)
+                for j, d in enumerate(ctx.tensors[t].shape))
+    return ("read", t, idx, tuple(guards))
+
+
 def gen_expr(draw, ctx: _Ctx, depth: int):
     """A float expression; shrinks towards a single read."""
     if depth <= 0 or draw(st.integers(0, 3)) == 0:
         return gen_leaf(draw, ctx)
-    kind = _pick(draw, ["un", "bin", "select", "reduce"])
+    kind = _pick(draw, ["un", "bin", "select", "reduce"] + (["contract"] * 2 if ctx.sizes == "big"
+                                                            else []))
+    if kind == "contract":
+        return gen_contraction(draw, ctx, depth)
     if kind == "un":
         return ("un", _pick(draw, list(_UNARY)), gen_expr(draw, ctx, depth - 1))
     if kind == "bin":
@@ -613,16 +726,85 @@ def _reads_tensor(e, name: str) -> bool:
     return False
 
 
-def _dims(draw, has_n, rank, size_max=4):
-    dims = [draw(st.integers(1, size_max)) for _ in range(rank)]
+#: the size profiles: "small" draws every axis from 1..4 (1..3 in rank 3), "big" from
+#: ranges that cross the code generator's thresholds (:func:`_draw_size`) within budgets
+SIZES = ("small", "big")
+#: big profile: points of one tensor, and of one reduction nest (its box)
+POINTS, WORK = 4096, 1 << 16
+#: big profile: sizes just below, at and above multiples of the vector widths (8, 16
+#: lanes) and of the register tiles' rows and columns
+EDGES = (7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33, 47, 48, 49, 63, 64, 65)
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def _extent(r, n_val) -> int:
+    """The number of values of an axis of interval ``r`` (affine in n) when n = ``n_val``."""
+    return max(1, r[2] - r[0] + (r[3] - r[1]) * (n_val or 0) + 1)
+
+
+def _draw_size(draw, cap: int, pool=()) -> int:
+    """A size of the big profile, at most ``cap``: small (1..4), at a vector-width edge
+    (:data:`EDGES`), anywhere in 5..70 or one of ``pool`` (sizes the program has: reads
+    along axes of the same size need no clamp, so contractions and plain gathers, the
+    shapes the code generator tiles, are drawn too); shrinks towards 1."""
+    kind = _pick(draw, ["small", "edge", "range"] + (["same"] * 3 if pool else []))
+    if kind == "same":
+        size = _pick(draw, sorted(set(pool)))
+    elif kind == "small":
+        size = draw(st.integers(1, 4))
+    elif kind == "edge":
+        size = _pick(draw, EDGES)
+    else:
+        size = draw(st.integers(5, 70))
+    return max(1, min(size, cap))
+
+
+def _fit(dims, n_val, points: int = POINTS) -> tuple:
+    """``dims`` with its largest static sizes cut until the tensor has at most ``points``
+    points (n counted as ``n_val``).
+
+    >>> _fit((64, 64, 8), None), _fit((64, "n"), 128)
+    ((8, 64, 8), (32, 'n'))
+    """
+    dims = list(dims)
+    while True:
+        total = _prod(n_val if d == SYM else d for d in dims)
+        static = [j for j, d in enumerate(dims) if d != SYM and d > 1]
+        if total <= points or not static:
+            return tuple(dims)
+        j = max(static, key=lambda j: dims[j])
+        dims[j] = max(1, dims[j] * points // total)
+
+
+def _dims(draw, has_n, rank, size_max=4, sizes="small", n_val=None, pool=None):
+    """A shape of ``rank`` sizes (one may be n); big: within :data:`POINTS`, its sizes
+    added to ``pool``."""
+    if sizes == "big":
+        # one tensor within POINTS: a long axis leaves the others short
+        dims = []
+        for _ in range(rank):
+            dims.append(_draw_size(draw, max(1, POINTS // _prod(dims)), pool))
+        pool.extend(dims)
+    else:
+        dims = [draw(st.integers(1, size_max)) for _ in range(rank)]
     if has_n and rank and draw(st.booleans()):
         dims[draw(st.integers(0, rank - 1))] = SYM
-    return tuple(dims)
+    return _fit(dims, n_val) if sizes == "big" else tuple(dims)
 
 
 @st.composite
-def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: bool = True):
-    """A random valid program (see the module docstring).
+def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: bool = True,
+             sizes: str = "small"):
+    """A random valid program (see the module docstring); ``sizes`` is its size profile
+    (:data:`SIZES`: "big" reaches the code generator's tiles, vector loops and
+    remainders, thread thresholds and strided-gather splits, its tensors and reduction
+    boxes within :data:`POINTS` and :data:`WORK`).
 
     >>> from hypothesis import given, settings
     >>> @settings(max_examples=3, derandomize=True, database=None)
@@ -631,26 +813,38 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
     ...     assert p.dtype == "float64" and build(p)[p.output.name].dtype == "float64"
     >>> t()
     """
+    if sizes not in SIZES:
+        raise ValueError(f"programs(sizes={sizes!r}): the size profiles are {', '.join(SIZES)}")
+    big = sizes == "big"
+    pool = []
     dtype = dtype or _pick(draw, ["float64", "float32"])
     has_n = symbolic and draw(st.integers(0, 3)) == 0
-    n_val = draw(st.integers(1, 4)) if has_n else None
+    n_val = (_draw_size(draw, 70) if big else draw(st.integers(1, 4))) if has_n else None
     inputs = []
     for k in range(draw(st.integers(1, 3))):
         rank = draw(st.integers(0, 3))
-        shape = _dims(draw, has_n, rank, 4 if rank < 3 else 3)
+        shape = _dims(draw, has_n, rank, 4 if rank < 3 else 3, sizes, n_val, pool)
         if has_n and k == 0 and SYM not in shape:
             shape = shape + (SYM,)  # the size is bound from an input's shape
+            shape = _fit(shape, n_val) if big else shape
         inputs.append(Input(f"X{k}", shape, "float", 0))
     if draw(st.integers(0, 2)) == 0:
-        inputs.append(Input("I0", (draw(st.integers(1, 4)),), "index", draw(st.integers(1, 5))))
+        if big:
+            inputs.append(Input("I0", (_draw_size(draw, 70, pool),), "index",
+                                _draw_size(draw, 70, pool)))
+        else:
+            inputs.append(Input("I0", (draw(st.integers(1, 4)),), "index",
+                                draw(st.integers(1, 5))))
     tensors = {i.name: i for i in inputs}
-    ctx = _Ctx(dtype, has_n, tensors, max_depth)
+    ctx = _Ctx(dtype, has_n, tensors, max_depth, sizes, n_val)
+    ctx.pool = pool
     defs = []
     for k in range(draw(st.integers(1, max_defs))):
         rank = draw(st.integers(0, 3))
-        shape = _dims(draw, has_n, rank, 4 if rank < 3 else 3)
+        shape = _dims(draw, has_n, rank, 4 if rank < 3 else 3, sizes, n_val, pool)
         axes = tuple(f"i{j}" for j in range(rank))
         ctx.own, ctx.raxes, ctx.bound = axes, [], []
+        ctx.points = _prod(n_val if d == SYM else d for d in shape)
         ctx.ranges = {a: (0, 0, -1, 1) if d == SYM else (0, 0, d - 1, 0) for a, d in zip(axes, shape)}
         carry = None
         chain = 0
@@ -660,10 +854,13 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
             # (hypothesis draws the ends of a range far more often than 1 in 100)
             shape = defs[-1].shape
             axes = tuple(f"i{j}" for j in range(len(shape)))
+            ctx.points = _prod(n_val if d == SYM else d for d in shape)
             ctx.own = axes
             ctx.ranges = {a: (0, 0, -1, 1) if d == SYM else (0, 0, d - 1, 0)
                           for a, d in zip(axes, shape)}
-            chain = draw(st.integers(1, 400))
+            # (big: at most 40 links; at these sizes a link costs ~0.4 s to build, and
+            # the depth of a chain is what the small profile tests)
+            chain = draw(st.integers(1, 40 if big else 400))
             prev = ("read", "@P", tuple(("ax", a) for a in axes), ())
             body = ("bin", "add", ("bin", "mul", ("const", 0.9), ("un", "tanh", prev)),
                     ("bin", "mul", ("const", 0.1), gen_expr(draw, ctx, 1)))
@@ -717,7 +914,8 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
             body = ("bin", "add", body, ("read", defs[-1].name, read[2], ()))
         defs.append(Def(f"T{len(defs)}", ck[-1].shape, ck[-1].axes, (), body, None))
     second = dtype == "float64" and draw(st.integers(0, 4)) == 0
-    return Program(dtype, n_val, tuple(inputs), tuple(defs), second, draw(st.integers(0, 2**16)))
+    return Program(dtype, n_val, tuple(inputs), tuple(defs), second, draw(st.integers(0, 2**16)),
+                   sizes)
 
 
 # }}}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, Phase, given, seed as hseed, settings, strategies as st
 
+from .coverage import Coverage
 from .harness import check_programs
 from .programs import programs, to_source
 
@@ -46,6 +47,7 @@ class Stats:
     programs: int = 0          # programs checked while exploring
     shrink_programs: int = 0   # programs checked while shrinking failures
     failures: dict = field(default_factory=dict)  # signature -> full message
+    coverage: Coverage = field(default_factory=Coverage)  # schedule decisions explored
 
     def add_failure(self, exc: BaseException) -> bool:
         sig = signature(exc)
@@ -65,8 +67,10 @@ def _leaves(exc):
 
 
 def run(minutes: float = 1.0, max_programs: int = 0, seed: int = 0, batch: int = BATCH,
-        examples_per_round: int = 25, out=None, shrink_seconds: float = 90.0) -> Stats:
-    """Fuzz until ``minutes`` pass or ``max_programs`` (if nonzero) were checked.
+        examples_per_round: int = 25, out=None, shrink_seconds: float = 90.0,
+        sizes: str = "small") -> Stats:
+    """Fuzz until ``minutes`` pass or ``max_programs`` (if nonzero) were checked, with
+    programs of size profile ``sizes`` (``tests.fuzz.programs.SIZES``).
 
     Shrinking a failure rebuilds C for every candidate; after ``shrink_seconds`` every
     further candidate passes, so hypothesis reports the smallest failure found by then.
@@ -108,7 +112,7 @@ def run(minutes: float = 1.0, max_programs: int = 0, seed: int = 0, batch: int =
                 return  # out of time: the rest of this round passes trivially
             stats.programs += len(progs)
             try:
-                check_programs(progs)
+                check_programs(progs, observe=stats.coverage.observe)
             except Exception as exc:
                 sig = signature(exc)
                 # a class already reported is not shrunk again: its time goes to exploring
@@ -119,7 +123,7 @@ def run(minutes: float = 1.0, max_programs: int = 0, seed: int = 0, batch: int =
         phases = [Phase.generate] + ([Phase.shrink] if shrink_seconds > 0 else [])
         test = settings(max_examples=examples_per_round, deadline=None, database=None,
                         phases=phases, suppress_health_check=list(HealthCheck),
-                        report_multiple_bugs=False)(given(batches(batch))(body))
+                        report_multiple_bugs=False)(given(batches(batch, sizes=sizes))(body))
         test = hseed(seed * 100003 + round_no)(test)
         round_no += 1
         try:

@@ -9,11 +9,12 @@ import importlib
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, seed as hseed, settings
 
 import tensorexpr as te
 
 from . import harness, programs as progmod, runner
+from .coverage import Coverage
 from .harness import Case, central_differences, check, check_programs, make_arrays, reproducer
 from .programs import SYM, build, programs, to_source
 
@@ -26,6 +27,101 @@ _CI = dict(deadline=None, derandomize=True, database=None,
 def test_random_programs(progs):
     """A bounded, reproducible run: forward C vs numpy, VJPs and second order vs fd."""
     check_programs(progs)
+
+
+def test_random_big_programs():
+    """The big size profile, bounded for CI (a fixed seed: the first examples of a
+    derandomized run are the simplest programs, of a few points): forward C vs numpy,
+    VJPs along random directions, float32 VJPs C vs numpy; its C builds take the
+    strategies of long axes."""
+    cov = Coverage()
+
+    @hseed(4)
+    @settings(max_examples=3, phases=[Phase.generate], **{**_CI, "derandomize": False})
+    @given(runner.batches(2, sizes="big"))
+    def run(progs):
+        check_programs(progs, observe=cov.observe)
+    run()
+    assert cov.builds == 3 and {"rows", "jam", "taps", "split", "blocks"} & set(cov.counts)
+
+
+def _boxes(e, box=1):
+    """The points of every reduction nest of an expression tree (a box: the reduce axes
+    bound around it, times ``box``)."""
+    if not isinstance(e, tuple):
+        return []
+    if e and e[0] == "reduce":
+        inner = box * _prod(_AXES[a] for a in e[2])
+        return [inner] + _boxes(e[3], inner) + _boxes(e[4], inner)
+    return [b for x in e for b in _boxes(x, box)]
+
+
+_AXES = {}
+
+
+def _prod(xs):
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def test_the_big_profile_crosses_the_thresholds_within_its_budgets():
+    """Big programs have sizes at and around vector widths and long axes, and stay
+    within their budgets: a tensor of at most POINTS points, a reduction nest of at most
+    WORK (a program runs in milliseconds)."""
+    sample = _sample(150, "big")
+    sizes = set()
+    for p in sample:
+        n = p.n or 0
+        # a checkpointed recurrence's carry is made 3 steps longer (as is the output
+        # added to read it)
+        longer = {d.shape for d in p.defs if d.checkpoints}
+        for t in list(p.inputs) + list(p.defs):
+            shape = [n if d == SYM else d for d in t.shape]
+            sizes.update(shape)
+            slack = 3 * _prod(shape) if t.shape in longer else 0
+            assert _prod(shape) <= progmod.POINTS + slack, (t, p)
+        for d in p.defs:
+            points = _prod(n if x == SYM else x for x in d.shape)
+            _AXES.clear()
+            _AXES.update({a: (n if hi == SYM else hi) - lo for a, lo, hi in d.raxes})
+            for box in _boxes(d.body, points):
+                # a recurrence's sum over its previous step's other axis is that axis long
+                assert box <= progmod.WORK or d.carry is not None, (box, to_source(p))
+    assert {8, 9, 15, 16, 17, 33, 64, 65} <= sizes and max(sizes) >= 60, sorted(sizes)
+    assert any("te.sum((" in to_source(p) and ") * (" in to_source(p) for p in sample)
+
+
+def test_directions_catch_a_wrong_gradient():
+    """Along random directions (large inputs), a gradient off in one element is caught."""
+    X = te.placeholder((40, 17), dtype="float64", name="X")
+    Y = te.compute((40, 17), lambda i, j: te.tanh(X[i, j]) * X[i, j], name="Y")
+    x = np.random.default_rng(1).uniform(-1.5, 1.5, (40, 17))
+    case = Case("", Y, [X], [x], False, 0, source="Y", directions=3)
+    harness.prepare(case)
+    fl = te.build(case.L, inputs=[X, case.H], backend="numpy")
+    good = te.build(case.grads[0], inputs=[X, case.H], backend="numpy")(x, case.h)
+    harness._compare_grads(case, "VJP", [good], [good], fl, [x, case.h])
+    bad = good.copy()
+    bad[7, 3] += 1e-2
+    with pytest.raises(AssertionError, match="along random directions"):
+        harness._compare_grads(case, "VJP", [bad], [good], fl, [x, case.h])
+
+
+def test_a_big_reproducer_draws_its_arrays():
+    """A big program's reproducer draws its arrays as make_arrays does (no literals of
+    thousands of numbers) and checks along random directions."""
+    P = progmod
+    prog = P.Program("float64", None, (P.Input("X0", (33, 17), "float", 0),), (
+        P.Def("T0", (33,), ("i0",), (("k0", 0, 17),), (
+            "reduce", "sum", ("k0",), None,
+            ("read", "X0", (("ax", "i0"), ("ax", "k0")), ())), None),), False, 5, "big")
+    src = reproducer(prog)
+    assert "default_rng(5)" in src and "directions=3" in src and len(src) < 1000
+    ns = {"np": np, "te": te, "check": check}
+    exec(src, ns)
+    ns["test_fuzz_5"]()
 
 
 @settings(max_examples=100, **_CI)
@@ -69,18 +165,18 @@ def test_the_generator_covers_the_language():
     assert any(d.carry not in (None, 0) for p in _sample(300) for d in p.defs)
 
 
-def _sample(n, _cache={}):
+def _sample(n, sizes="small", _cache={}):
     """``n`` programs hypothesis generates with the CI settings (kept: drawing takes time)."""
-    if n not in _cache:
+    if (n, sizes) not in _cache:
         out = []
 
         @settings(max_examples=n, **_CI)
-        @given(programs())
+        @given(programs(sizes=sizes))
         def collect(p):
             out.append(p)
         collect()
-        _cache[n] = out
-    return _cache[n]
+        _cache[n, sizes] = out
+    return _cache[n, sizes]
 
 
 def test_central_differences_mark_kinks():
@@ -113,6 +209,41 @@ def test_a_wrong_forward_value_is_caught():
         harness._compare_forward(case, np.array([1.0, 1.0 + 1e-6]), np.array([1.0, 1.0]))
     with pytest.raises(AssertionError, match="NaN patterns differ"):
         harness._compare_forward(case, np.array([1.0, np.nan]), np.array([1.0, 1.0]))
+
+
+def _amplifying(dtype):
+    """A recurrence adding a quarter of its previous-but-one row's sum (62 terms): about
+    15x per two steps, so float32 rounding reaches the first digit by step 14."""
+    X = te.placeholder((54,), dtype=dtype, name="X")
+    k, m = te.reduce_axis((0, 54), name="k"), te.reduce_axis((0, 62), name="m")
+    R = te.recurrence((16, 62), lambda S, t, r: te.sin(
+        te.sum(X[k] * X[k], axis=k) - 1.5 + 0.5 * te.select(t >= 1, S[t - 1, r], 0.0)
+        + 0.25 * te.sum(te.select(t >= 2, S[t - 2, m], 0.0), axis=m)), name="R", dtype=dtype)
+    return R, X
+
+
+def test_an_amplifying_float32_program_agrees_within_numpys_own_rounding_error():
+    """Found by the big profile: such a float32 program's C and numpy values differ by
+    up to 0.3 in its last rows (its sums added in another order), less than numpy's
+    float32 differs from float64 there (1.3): C agrees within (SPREAD times) numpy's
+    own float32 error, measured against the float64 twin, and is checked at the usual
+    tolerance where that error is small."""
+    R, X = _amplifying("float32")
+    R64, X64 = _amplifying("float64")
+    x = np.random.default_rng(582).uniform(-1.5, 1.5, 54).astype(np.float32)
+    got, want = te.build(R, [X])(x), te.build(R, [X], backend="numpy")(x)
+    exact = te.build(R64, [X64], backend="numpy")(x.astype(np.float64))
+    err = np.abs(want - exact)
+    assert err[0].max() < 1e-6 and err[-1].max() > 0.1 and np.abs(got - want).max() > 2e-4 * 17
+    case = Case("", R, [X], [x], False, 0)
+    with pytest.raises(AssertionError, match="C differs from numpy"):  # without the twin
+        harness._compare_forward(case, got, want)
+    harness._compare_forward(case, got, want, spread=lambda: err)
+    bad = got.copy()
+    bad[1, 5] += 0.01  # where float32 is still accurate
+    with pytest.raises(AssertionError, match="from float64's"):
+        harness._compare_forward(case, bad, want, spread=lambda: err)
+    check(R, [X], [x], exact=(R64, [X64]))
 
 
 def test_a_checkpointed_gradient_is_compared_with_its_full_tape():
@@ -196,7 +327,7 @@ def test_cli_runs_and_reports_throughput(capsys, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["tests.fuzz.programs", "tests.fuzz.harness",
-                                  "tests.fuzz.runner"])
+                                  "tests.fuzz.runner", "tests.fuzz.coverage"])
 def test_doctests(name):
     result = doctest.testmod(importlib.import_module(name))
     assert result.attempted > 0 and result.failed == 0

@@ -39,6 +39,7 @@ given as None is part of the key (the lowering then uses its own bound).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -63,6 +64,8 @@ class Template:
     allocated: Dict[str, Tuple[int, int]]
     choices: List
     notes: List[Tuple[str, object]]
+    #: the buffers of its slots (``codegen.alike``), renamed to the caller's by a replay
+    slots: Tuple[str, ...] = ()
 
 
 class Replays:
@@ -72,9 +75,13 @@ class Replays:
         self.lw = lw
         self.kept: Dict[tuple, Optional[Template]] = {}
 
-    def get(self, key, lower: Callable[..., List], **holes) -> List:
+    def get(self, key, lower: Callable[..., List], slots: Tuple[str, ...] = (),
+            **holes) -> List:
         """``lower(**holes)``: lowered once per ``key`` (with the holes that are None
-        as part of it), replayed after that."""
+        as part of it), replayed after that. ``slots``: the buffers of the tensors
+        ``key`` abstracts (``codegen.alike``), in its order: a replay's are renamed to
+        them; a lowering that names another buffer, a tensor in its prose, or records a
+        choice is not replayed."""
         if not ENABLED:
             return lower(**holes)
         key = (key,) + tuple((n, h is None) for n, h in sorted(holes.items()))
@@ -82,14 +89,16 @@ class Replays:
             t = self.kept[key]
             if t is None:  # not replayable
                 return lower(**holes)
-            return self._replay(t, holes)
+            return self._replay(t, holes, slots)
         markers = {n: None if h is None else Var(f"\0{n}", INDEX_DTYPE) for n, h in holes.items()}
-        t, stmts = self._capture(lambda: lower(**markers))
+        t, stmts = self._capture(lambda: lower(**markers), slots)
         self.kept[key] = t
         fill = {f"\0{n}": h for n, h in holes.items() if h is not None}
+        if not fill:  # (the template's own nodes: immutable, shared with its replays)
+            return stmts
         return [_rename(s, {}, fill, {}) for s in stmts]
 
-    def _capture(self, lower) -> Tuple[Optional[Template], List]:
+    def _capture(self, lower, slots: Tuple[str, ...] = ()) -> Tuple[Optional[Template], List]:
         lw, rec = self.lw, self.lw.record
         before = dict(lw.counters)
         nsites, nchoices = len(lw.sites), len(rec.choices)
@@ -105,11 +114,33 @@ class Replays:
         allocated = {p: (before.get(p, 0), n - before.get(p, 0)) for p, n in lw.counters.items()
                      if n != before.get(p, 0)}
         outer = [(name, value) for at, name, value in notes if at < nchoices]
-        return Template(stmts, allocated, rec.choices[nchoices:], outer), stmts
+        if slots and not self._abstracted(stmts, slots, allocated, len(rec.choices) - nchoices):
+            return None, stmts
+        return Template(stmts, allocated, rec.choices[nchoices:], outer, tuple(slots)), stmts
 
-    def _replay(self, t: Template, holes) -> List:
+    def _abstracted(self, stmts, slots, allocated, choices: int) -> bool:
+        """Does a lowering keyed modulo its tensors and sizes (``slots``) depend on them
+        only through the names of ``slots``: no other buffer named, no tensor nor size
+        named in its prose (a comment, a loop's note), no choice recorded (a choice names
+        its tensor), no name it allocated spelled like a slot or a buffer?"""
+        if choices:
+            return False
+        names: set = set()
+        prose: List[str] = []
+        _names(tuple(stmts), names, prose)
+        bufs = {b.name for b in self.lw.buf.values()}
+        if (names & bufs) - set(slots):
+            return False
+        if any(f"{p}{first + k}" in bufs or f"{p}{first + k}" in slots
+               for p, (first, n) in allocated.items() for k in range(n)):
+            return False
+        named = ({t.name for t in self.lw.tensors} | {t.name for t in self.lw.sig.order}
+                 | set(self.lw.sizes))
+        return not any(w in named for text in prose for w in _WORD.findall(text))
+
+    def _replay(self, t: Template, holes, slots: Tuple[str, ...] = ()) -> List:
         lw, rec = self.lw, self.lw.record
-        names: Dict[str, str] = {}
+        names: Dict[str, str] = {a: b for a, b in zip(t.slots, slots) if a != b}
         for p, (first, n) in t.allocated.items():
             base = lw.counters.get(p, 0)
             for k in range(n):
@@ -122,6 +153,35 @@ class Replays:
         fill = {f"\0{n}": h for n, h in holes.items() if h is not None}
         memo: Dict[object, object] = {}
         return [_rename(s, names, fill, memo) for s in t.stmts]
+
+
+#: a word of prose (a name it may hold)
+_WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+def _names(x, names: set, prose: List[str]) -> None:
+    """Collect the names ``x`` (a loop-AST node, tuple or value) holds into ``names``
+    (what :func:`_rename` would rename) and its prose into ``prose``."""
+    cls = type(x)
+    if cls is Var:
+        names.add(x.name)
+        return
+    if cls in _LEAVES:
+        return
+    if cls is tuple:
+        for y in x:
+            _names(y, names, prose)
+        return
+    if cls is str:
+        names.add(x)
+        return
+    d = x.__dict__
+    for f, walk in _FIELDS.get(cls) or _fields(cls):
+        v = d[f]
+        if walk:
+            _names(v, names, prose)
+        elif type(v) is str and (cls, f) in _PROSE:
+            prose.append(v)
 
 
 #: per loop-AST class, ``((field, may hold a name?), ...)``: prose, element types and

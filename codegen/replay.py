@@ -66,6 +66,8 @@ class Template:
     notes: List[Tuple[str, object]]
     #: the buffers of its slots (``codegen.alike``), renamed to the caller's by a replay
     slots: Tuple[str, ...] = ()
+    #: its nodes as rebuild steps (:func:`_compile`), made at its first replay
+    plan: Optional[tuple] = None
 
 
 class Replays:
@@ -151,8 +153,9 @@ class Replays:
         for name, value in t.notes:
             rec.note(name, value)
         fill = {f"\0{n}": h for n, h in holes.items() if h is not None}
-        memo: Dict[object, object] = {}
-        return [_rename(s, names, fill, memo) for s in t.stmts]
+        if t.plan is None:
+            t.plan = _compile(t.stmts)
+        return _rebuild(t.plan, names, fill)
 
 
 #: a word of prose (a name it may hold)
@@ -182,6 +185,114 @@ def _names(x, names: set, prose: List[str]) -> None:
             _names(v, names, prose)
         elif type(v) is str and (cls, f) in _PROSE:
             prose.append(v)
+
+
+# {{{ replay by a plan: each node of the template once, children first
+
+# how a step finds a field's new value: kept, a name renamed, a node rebuilt before (by
+# index), a tuple of such nodes, or a tuple of anything (:func:`_value`)
+_NAME, _NODE, _NODES, _MIXED = range(1, 5)  # (0: a value kept as it is)
+
+
+def _compile(stmts) -> tuple:
+    """``(steps, roots)``: the nodes under ``stmts`` (each once, by identity) in postorder
+    as rebuild steps, ``(Var, var)`` or ``(cls, fields kept, ((field, how, what), ...))``,
+    and the statements as indices. What :func:`_rename` walks for each replay, walked
+    once per template: a replay then runs the steps (:func:`_rebuild`)."""
+    ids: Dict[int, int] = {}
+    steps: list = []
+
+    def ref(x):
+        cls = type(x)
+        if cls in _LEAVES:
+            return None
+        if cls is str:
+            return (_NAME, x)
+        if cls is tuple:
+            parts = [ref(y) for y in x]
+            if parts and all(p is not None and p[0] == _NODE for p in parts):
+                return (_NODES, tuple(p[1] for p in parts))
+            return (_MIXED, tuple((0, y) if p is None else p for y, p in zip(x, parts)))
+        k = ids.get(id(x))
+        if k is not None:
+            return (_NODE, k)
+        if cls is Var:
+            step = (Var, x)
+        else:
+            d = x.__dict__
+            kept, subs = {}, []
+            for f, walk in _FIELDS.get(cls) or _fields(cls):
+                v = d[f]
+                kept[f] = v
+                if walk:
+                    r = ref(v)
+                    if r is not None:
+                        subs.append((f,) + r)
+            step = (cls, kept, tuple(subs))
+        ids[id(x)] = len(steps)
+        steps.append(step)
+        return (_NODE, len(steps) - 1)
+
+    roots = [ref(s) for s in stmts]
+    assert all(r is not None and r[0] == _NODE for r in roots), "a statement is a node"
+    return tuple(steps), tuple(r[1] for r in roots)
+
+
+def _rebuild(plan: tuple, names: Dict[str, str], fill: Dict[str, object]) -> List:
+    """The statements of :func:`_compile`'s ``plan`` with the variables of ``names``
+    renamed and the markers of ``fill`` replaced: what :func:`_rename` gives (each node
+    made once, each renamed variable once per name and type)."""
+    steps, roots = plan
+    out: list = []
+    made: Dict[tuple, Var] = {}
+    new_object = object.__new__
+    set_dict = object.__setattr__
+    for step in steps:
+        cls = step[0]
+        if cls is Var:
+            x = step[1]
+            name = x.name
+            if name in fill:
+                got = fill[name]
+            else:
+                new = names.get(name)
+                if new is None:
+                    got = x
+                else:
+                    got = made.get((name, x.dtype))
+                    if got is None:
+                        got = made[(name, x.dtype)] = Var(new, x.dtype)
+            out.append(got)
+            continue
+        od = dict(step[1])
+        for f, how, what in step[2]:
+            if how == _NODE:
+                od[f] = out[what]
+            elif how == _NODES:
+                od[f] = tuple([out[k] for k in what])
+            elif how == _NAME:
+                od[f] = names.get(what, what)
+            else:
+                od[f] = _value((_MIXED, what), out, names)
+        o = new_object(cls)
+        set_dict(o, "__dict__", od)  # (frozen dataclasses without __post_init__)
+        out.append(o)
+    return [out[k] for k in roots]
+
+
+def _value(r, out: list, names: Dict[str, str]):
+    how, what = r
+    if how == 0:
+        return what
+    if how == _NODE:
+        return out[what]
+    if how == _NODES:
+        return tuple([out[k] for k in what])
+    if how == _NAME:
+        return names.get(what, what)
+    return tuple([_value(p, out, names) for p in what])
+
+# }}}
 
 
 #: per loop-AST class, ``((field, may hold a name?), ...)``: prose, element types and

@@ -107,3 +107,27 @@ def test_a_renamed_variable_keeps_its_type():
     a, b = Var("k0", "int64"), Var("k0", "int32")
     got = replay._rename((a, b, a), {"k0": "k5"}, {}, {})
     assert got == (Var("k5", "int64"), Var("k5", "int32"), Var("k5", "int64"))
+
+
+def test_a_replay_by_plan_rebuilds_what_renaming_gives():
+    # (codegen.replay._compile and _rebuild: the template walked once, then its steps)
+    from codegen.loopast import Accumulate, Decl, If, Load, Op
+    i, t = Var("i0", "int64"), Var("t3", "float32")
+    shared = Op("add", (i, Lit(1, "int64")), "int64")
+    body = Block((Decl(t, Load("b2", shared, "float32")),
+                  Accumulate(t, "sum", Load("b2", shared, "float32")),
+                  If(Op("lt", (Var("\0hi", "int64"), i), "bool"),
+                     Block((Store("b1", shared, t),)), None)))
+    loop = For(i, Lit(0, "int64"), Var("\0hi", "int64"), 1, body, note="i0 stays prose",
+               reduction=(("sum", t),))
+    stmts = [loop, Store("b1", Lit(0, "int64"), Var("i0", "int32"))]
+    names = {"i0": "i7", "t3": "t9", "b2": "b5"}
+    fill = {"\0hi": Var("n0", "int64")}
+    got = replay._rebuild(replay._compile(stmts), names, fill)
+    want = [replay._rename(s, names, fill, {}) for s in stmts]
+    assert got == want
+    assert got[0].note == "i0 stays prose" and got[0].reduction == (("sum", Var("t9", "float32")),)
+    assert got[1].value == Var("i7", "int32")  # renamed with its own type
+    # a node shared in the template is one node in the replay too
+    inner = got[0].body.stmts
+    assert inner[0].init.offset is inner[1].value.offset

@@ -184,20 +184,3 @@ def test_sizes_are_told_apart():
     rng = np.random.default_rng(4)
     agree([A, B, C], [x, y, z, W1, W2], *[rng.standard_normal(s).astype(np.float32) for s in
                                            ((6, 16), (4, 16), (3, 16), (16, 16), (16, 16))])
-
-
-def test_a_lowering_naming_a_tensor_in_its_prose_is_not_replayed():
-    # a replay keeps the template's comments: one naming a tensor would name the wrong one
-    A = te.placeholder((4,), name="A")
-    B = te.compute((4,), lambda i: A[i] * 2.0, name="B")
-    lw = Lowerer(Signature([B], [A]))
-    r = replay.Replays(lw)
-    from codegen.loopast import Block, Comment
-    calls = []
-
-    def nest():
-        calls.append(1)
-        return [Block((Comment("are the values of A finite?"),))]
-    r.get("k", nest, slots=("b0",))
-    r.get("k", nest, slots=("b0",))
-    assert len(calls) == 2

@@ -9,7 +9,7 @@ import pytest
 import tensorexpr as te
 from benchmarks.recurrence_cells import te_program
 from codegen import replay
-from codegen.loopast import Block, For, Lit, Store, Var
+from codegen.loopast import Block, Comment, For, Lit, Store, Var
 from codegen.lower import Lowerer
 from codegen.pipeline import generate
 from codegen.program import Site
@@ -58,11 +58,16 @@ def test_replays_happen():
     assert counts["lowered"] < counts["asked"]
 
 
-def test_a_lowering_recording_a_site_is_lowered_again():
+def _doubling():
+    """``(lowerer, its replays, B)`` of ``B = 2 A``."""
     A = te.placeholder((4,), name="A")
     B = te.compute((4,), lambda i: A[i] * 2.0, name="B")
     lw = Lowerer(Signature([B], [A]))
-    r = replay.Replays(lw)
+    return lw, replay.Replays(lw), B
+
+
+def test_a_lowering_recording_a_site_is_lowered_again():
+    lw, r, B = _doubling()
     calls = []
 
     def nest(lo):
@@ -75,6 +80,22 @@ def test_a_lowering_recording_a_site_is_lowered_again():
     assert len(calls) == 2 and len(lw.sites) == 2
     assert (first[0].var.name, second[0].var.name) == ("i0", "i1")
     assert first[0].lo == Lit(0, "int64") and second[0].lo == Var("k", "int64")
+
+
+def test_a_lowering_keyed_modulo_its_tensors_naming_one_in_its_prose_is_lowered_again():
+    # (codegen.alike) a replay keeps the template's comments: one naming a tensor would
+    # name the template's tensor, not the caller's
+    lw, r, _ = _doubling()
+    calls = []
+
+    def nest():
+        calls.append(1)
+        return [Block((Comment("are the values of A finite?"),))]
+    r.get("k", nest, slots=("b0",))
+    r.get("k", nest, slots=("b0",))
+    assert len(calls) == 2
+    r.get("same", lambda: [Comment("no name in it")], slots=("b0",))
+    assert r.kept[("same",)] is not None  # (the one above is refused for its prose only)
 
 
 def test_replay_renames_every_allocated_name_and_repeats_the_choices():

@@ -16,25 +16,17 @@ from codegen.pipeline import generate
 from codegen.schedule import Options
 from codegen.signature import Signature
 
-from .util import agree
+from .util import agree, both_ways
 
 CELLS = [("lstm", 13, 3), ("gru", 13, 3), ("rnn", 9, 2), ("lstm", 6, 8)]
-
-
-def _both(sig, options, monkeypatch):
-    out = []
-    for on in (True, False):
-        monkeypatch.setattr(alike, "ENABLED", on)
-        _, source, schedule = generate(sig, options, name="g")
-        out.append((source, str(schedule)))
-    return out
 
 
 @pytest.mark.parametrize("mode", [False, True, "segments"])
 @pytest.mark.parametrize("cell,T,k", CELLS)
 def test_cells_lowered_alike_give_the_c_of_lowering_each(cell, T, k, mode, monkeypatch):
     ins, grads = te_program(cell, T, 2, 8, 4, k)
-    (a, sa), (b, sb) = _both(Signature(grads, ins), Options(checkpoint=mode), monkeypatch)
+    (a, sa), (b, sb) = both_ways(Signature(grads, ins), Options(checkpoint=mode), monkeypatch,
+                                     alike)
     assert sa == sb
     assert a == b
 

@@ -66,8 +66,10 @@ class Template:
     notes: List[Tuple[str, object]]
     #: the buffers of its slots (``codegen.alike``), renamed to the caller's by a replay
     slots: Tuple[str, ...] = ()
-    #: its nodes as rebuild steps (:func:`_compile`), made at its first replay
+    #: its nodes as rebuild steps (:func:`_compile`), made at its second replay (a
+    #: template replayed once is walked once either way)
     plan: Optional[tuple] = None
+    replays: int = 0
 
 
 class Replays:
@@ -153,7 +155,11 @@ class Replays:
         for name, value in t.notes:
             rec.note(name, value)
         fill = {f"\0{n}": h for n, h in holes.items() if h is not None}
+        t.replays += 1
         if t.plan is None:
+            if t.replays == 1:
+                memo: Dict[object, object] = {}
+                return [_rename(s, names, fill, memo) for s in t.stmts]
             t.plan = _compile(t.stmts)
         return _rebuild(t.plan, names, fill)
 

@@ -90,6 +90,7 @@ from .loopast import (Block, Buffer, CExpr, Comment, Decl, For, Kernel, Lit, Op,
                       simd_safe)
 from .patterns import TRANSPOSE_BLOCK, compared_sums, inlinable
 from .program import Program, Site
+from .replay import Replays
 from .schedule import DEFAULT, Options, Recorder
 from .scope import Scope
 from .gather_rows import GatherRowsLowering
@@ -137,6 +138,8 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         self.options = options
         #: the choices of this lowering (``codegen.schedule``)
         self.record = Recorder(options)
+        #: the lowerings of tensors alike but for their names, kept for replay (``codegen.alike``)
+        self.alike = Replays(self)
         self.counters: Dict[str, int] = {}
         self.sites: List[Site] = []
         self.tensors: List[Tensor] = list(sig.inputs) + list(

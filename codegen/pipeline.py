@@ -43,6 +43,7 @@ import time
 from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Tuple
 
+from tensorexpr.collector import paused
 from tensorexpr.ir import Placeholder
 
 from . import background, c_backend, compiler, runtime, views
@@ -312,9 +313,12 @@ def generate(sig, options: Options = DEFAULT, name: Optional[str] = None):
     stats["lowered"] += 1
     title = name if name is not None else ", ".join(t.name for t in sig.outputs)
     t0 = time.perf_counter()
-    program, schedule = lower(sig, options, title)
-    t1 = time.perf_counter()
-    source = emit(program.kernel)                                   # 8. emission
+    # (tensorexpr.collector: the objects of a lowering live to its end, no garbage to
+    # look for among them)
+    with paused():
+        program, schedule = lower(sig, options, title)
+        t1 = time.perf_counter()
+        source = emit(program.kernel)                               # 8. emission
     stats["lower_s"] += t1 - t0
     stats["emit_s"] += time.perf_counter() - t1
     return program, source, schedule

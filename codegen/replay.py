@@ -39,6 +39,7 @@ given as None is part of the key (the lowering then uses its own bound).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -63,6 +64,12 @@ class Template:
     allocated: Dict[str, Tuple[int, int]]
     choices: List
     notes: List[Tuple[str, object]]
+    #: the buffers of its slots (``codegen.alike``), renamed to the caller's by a replay
+    slots: Tuple[str, ...] = ()
+    #: its nodes as rebuild steps (:func:`_compile`), made at its second replay (a
+    #: template replayed once is walked once either way)
+    plan: Optional[tuple] = None
+    replays: int = 0
 
 
 class Replays:
@@ -72,9 +79,13 @@ class Replays:
         self.lw = lw
         self.kept: Dict[tuple, Optional[Template]] = {}
 
-    def get(self, key, lower: Callable[..., List], **holes) -> List:
+    def get(self, key, lower: Callable[..., List], slots: Tuple[str, ...] = (),
+            **holes) -> List:
         """``lower(**holes)``: lowered once per ``key`` (with the holes that are None
-        as part of it), replayed after that."""
+        as part of it), replayed after that. ``slots``: the buffers of the tensors
+        ``key`` abstracts (``codegen.alike``), in its order: a replay's are renamed to
+        them; a lowering that names another buffer, a tensor in its prose, or records a
+        choice is not replayed."""
         if not ENABLED:
             return lower(**holes)
         key = (key,) + tuple((n, h is None) for n, h in sorted(holes.items()))
@@ -82,14 +93,16 @@ class Replays:
             t = self.kept[key]
             if t is None:  # not replayable
                 return lower(**holes)
-            return self._replay(t, holes)
+            return self._replay(t, holes, slots)
         markers = {n: None if h is None else Var(f"\0{n}", INDEX_DTYPE) for n, h in holes.items()}
-        t, stmts = self._capture(lambda: lower(**markers))
+        t, stmts = self._capture(lambda: lower(**markers), slots)
         self.kept[key] = t
         fill = {f"\0{n}": h for n, h in holes.items() if h is not None}
+        if not fill:  # (the template's own nodes: immutable, shared with its replays)
+            return stmts
         return [_rename(s, {}, fill, {}) for s in stmts]
 
-    def _capture(self, lower) -> Tuple[Optional[Template], List]:
+    def _capture(self, lower, slots: Tuple[str, ...] = ()) -> Tuple[Optional[Template], List]:
         lw, rec = self.lw, self.lw.record
         before = dict(lw.counters)
         nsites, nchoices = len(lw.sites), len(rec.choices)
@@ -105,11 +118,33 @@ class Replays:
         allocated = {p: (before.get(p, 0), n - before.get(p, 0)) for p, n in lw.counters.items()
                      if n != before.get(p, 0)}
         outer = [(name, value) for at, name, value in notes if at < nchoices]
-        return Template(stmts, allocated, rec.choices[nchoices:], outer), stmts
+        if slots and not self._abstracted(stmts, slots, allocated, len(rec.choices) - nchoices):
+            return None, stmts
+        return Template(stmts, allocated, rec.choices[nchoices:], outer, tuple(slots)), stmts
 
-    def _replay(self, t: Template, holes) -> List:
+    def _abstracted(self, stmts, slots, allocated, choices: int) -> bool:
+        """Does a lowering keyed modulo its tensors and sizes (``slots``) depend on them
+        only through the names of ``slots``: no other buffer named, no tensor nor size
+        named in its prose (a comment, a loop's note), no choice recorded (a choice names
+        its tensor), no name it allocated spelled like a slot or a buffer?"""
+        if choices:
+            return False
+        names: set = set()
+        prose: List[str] = []
+        _names(tuple(stmts), names, prose)
+        bufs = {b.name for b in self.lw.buf.values()}
+        if (names & bufs) - set(slots):
+            return False
+        if any(f"{p}{first + k}" in bufs or f"{p}{first + k}" in slots
+               for p, (first, n) in allocated.items() for k in range(n)):
+            return False
+        named = ({t.name for t in self.lw.tensors} | {t.name for t in self.lw.sig.order}
+                 | set(self.lw.sizes))
+        return not any(w in named for text in prose for w in _WORD.findall(text))
+
+    def _replay(self, t: Template, holes, slots: Tuple[str, ...] = ()) -> List:
         lw, rec = self.lw, self.lw.record
-        names: Dict[str, str] = {}
+        names: Dict[str, str] = {a: b for a, b in zip(t.slots, slots) if a != b}
         for p, (first, n) in t.allocated.items():
             base = lw.counters.get(p, 0)
             for k in range(n):
@@ -120,8 +155,150 @@ class Replays:
         for name, value in t.notes:
             rec.note(name, value)
         fill = {f"\0{n}": h for n, h in holes.items() if h is not None}
-        memo: Dict[object, object] = {}
-        return [_rename(s, names, fill, memo) for s in t.stmts]
+        t.replays += 1
+        if t.plan is None:
+            if t.replays == 1:
+                memo: Dict[object, object] = {}
+                return [_rename(s, names, fill, memo) for s in t.stmts]
+            t.plan = _compile(t.stmts)
+        return _rebuild(t.plan, names, fill)
+
+
+#: a word of prose (a name it may hold)
+_WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+def _names(x, names: set, prose: List[str]) -> None:
+    """Collect the names ``x`` (a loop-AST node, tuple or value) holds into ``names``
+    (what :func:`_rename` would rename) and its prose into ``prose``."""
+    cls = type(x)
+    if cls is Var:
+        names.add(x.name)
+        return
+    if cls in _LEAVES:
+        return
+    if cls is tuple:
+        for y in x:
+            _names(y, names, prose)
+        return
+    if cls is str:
+        names.add(x)
+        return
+    d = x.__dict__
+    for f, walk in _FIELDS.get(cls) or _fields(cls):
+        v = d[f]
+        if walk:
+            _names(v, names, prose)
+        elif type(v) is str and (cls, f) in _PROSE:
+            prose.append(v)
+
+
+# {{{ replay by a plan: each node of the template once, children first
+
+# how a step finds a field's new value: kept, a name renamed, a node rebuilt before (by
+# index), a tuple of such nodes, or a tuple of anything (:func:`_value`)
+_NAME, _NODE, _NODES, _MIXED = range(1, 5)  # (0: a value kept as it is)
+
+
+def _compile(stmts) -> tuple:
+    """``(steps, roots)``: the nodes under ``stmts`` (each once, by identity) in postorder
+    as rebuild steps, ``(Var, var)`` or ``(cls, fields kept, ((field, how, what), ...))``,
+    and the statements as indices. What :func:`_rename` walks for each replay, walked
+    once per template: a replay then runs the steps (:func:`_rebuild`)."""
+    ids: Dict[int, int] = {}
+    steps: list = []
+
+    def ref(x):
+        cls = type(x)
+        if cls in _LEAVES:
+            return None
+        if cls is str:
+            return (_NAME, x)
+        if cls is tuple:
+            parts = [ref(y) for y in x]
+            if parts and all(p is not None and p[0] == _NODE for p in parts):
+                return (_NODES, tuple(p[1] for p in parts))
+            return (_MIXED, tuple((0, y) if p is None else p for y, p in zip(x, parts)))
+        k = ids.get(id(x))
+        if k is not None:
+            return (_NODE, k)
+        if cls is Var:
+            step = (Var, x)
+        else:
+            d = x.__dict__
+            kept, subs = {}, []
+            for f, walk in _FIELDS.get(cls) or _fields(cls):
+                v = d[f]
+                kept[f] = v
+                if walk:
+                    r = ref(v)
+                    if r is not None:
+                        subs.append((f,) + r)
+            step = (cls, kept, tuple(subs))
+        ids[id(x)] = len(steps)
+        steps.append(step)
+        return (_NODE, len(steps) - 1)
+
+    roots = [ref(s) for s in stmts]
+    assert all(r is not None and r[0] == _NODE for r in roots), "a statement is a node"
+    return tuple(steps), tuple(r[1] for r in roots)
+
+
+def _rebuild(plan: tuple, names: Dict[str, str], fill: Dict[str, object]) -> List:
+    """The statements of :func:`_compile`'s ``plan`` with the variables of ``names``
+    renamed and the markers of ``fill`` replaced: what :func:`_rename` gives (each node
+    made once, each renamed variable once per name and type)."""
+    steps, roots = plan
+    out: list = []
+    made: Dict[tuple, Var] = {}
+    new_object = object.__new__
+    set_dict = object.__setattr__
+    for step in steps:
+        cls = step[0]
+        if cls is Var:
+            x = step[1]
+            name = x.name
+            if name in fill:
+                got = fill[name]
+            else:
+                new = names.get(name)
+                if new is None:
+                    got = x
+                else:
+                    got = made.get((name, x.dtype))
+                    if got is None:
+                        got = made[(name, x.dtype)] = Var(new, x.dtype)
+            out.append(got)
+            continue
+        od = dict(step[1])
+        for f, how, what in step[2]:
+            if how == _NODE:
+                od[f] = out[what]
+            elif how == _NODES:
+                od[f] = tuple([out[k] for k in what])
+            elif how == _NAME:
+                od[f] = names.get(what, what)
+            else:
+                od[f] = _value((_MIXED, what), out, names)
+        o = new_object(cls)
+        set_dict(o, "__dict__", od)  # (frozen dataclasses without __post_init__)
+        out.append(o)
+    return [out[k] for k in roots]
+
+
+def _value(r, out: list, names: Dict[str, str]):
+    how, what = r
+    if how == 0:
+        return what
+    if how == _NODE:
+        return out[what]
+    if how == _NODES:
+        return tuple([out[k] for k in what])
+    if how == _NAME:
+        return names.get(what, what)
+    return tuple([_value(p, out, names) for p in what])
+
+# }}}
 
 
 #: per loop-AST class, ``((field, may hold a name?), ...)``: prose, element types and

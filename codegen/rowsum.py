@@ -16,7 +16,7 @@ from tensorexpr import polyhedral
 from tensorexpr.ir import Axis, Binary, Compute, Const, Expr, Reduce, fresh_uid, walk
 from tensorexpr.transform import const_value
 
-from . import rowsum_masked, rowsum_registers, rowsum_residues, rowsum_tiles, target
+from . import alike, rowsum_masked, rowsum_registers, rowsum_residues, rowsum_tiles, target
 from .cexpr import I64, add, all_of, cast, fold, identity, mul, zero
 from .loopast import (Accumulate, Block, CExpr, Decl, For, If, Lit, Load, Local, Op, Stmt, Store,
                       Var, mark_inner_simd, simd_safe)
@@ -115,6 +115,15 @@ class RowSumLowering:
                 self.record.note("residues of", f"{sp.orig.axes[-1].name} // {sp.s}")
                 self.same_buffer(sp.tensor, t)
                 return self.compute_rows(sp.tensor, sp.red, sp)
+            # a tensor alike one lowered before but for its tensors (an LSTM's gates):
+            # that lowering again, with its own buffers and names (codegen.alike)
+            got = alike.shape(self, t, red)
+            if got is not None:
+                return self.alike.get(("rows", got[0]), lambda: self._lower_rows(t, red, None),
+                                      slots=got[1])
+        return self._lower_rows(t, red, sp)
+
+    def _lower_rows(self, t: Compute, red: Reduce, sp) -> List[Stmt]:
         axes = list(t.axes)
         j = axes[-1]
         outer = axes[:-1]

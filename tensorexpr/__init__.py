@@ -39,8 +39,10 @@ def differentiate(output, inputs=None, head=None, override=None, jacobian=False)
     >>> dX.shape
     (3,)
     """
+    from .collector import paused
     from .differentiate_cache import differentiate as cached
-    return cached(output, inputs=inputs, head=head, override=override, jacobian=jacobian)
+    with paused():  # (tensorexpr.collector: what it allocates lives to its end)
+        return cached(output, inputs=inputs, head=head, override=override, jacobian=jacobian)
 
 
 __all__.append("differentiate")

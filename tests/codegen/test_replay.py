@@ -9,30 +9,24 @@ import pytest
 import tensorexpr as te
 from benchmarks.recurrence_cells import te_program
 from codegen import replay
-from codegen.loopast import Block, For, Lit, Store, Var
+from codegen.loopast import Block, Comment, For, Lit, Store, Var
 from codegen.lower import Lowerer
 from codegen.pipeline import generate
 from codegen.program import Site
 from codegen.schedule import Options
 from codegen.signature import Signature
 
+from .util import both_ways
+
 CELLS = [("lstm", 13, 3), ("gru", 13, 3), ("rnn", 9, 2), ("lstm", 6, 8), ("gru", 64, 8)]
-
-
-def _both(sig, options, monkeypatch):
-    out = []
-    for on in (True, False):
-        monkeypatch.setattr(replay, "ENABLED", on)
-        _, source, schedule = generate(sig, options, name="g")
-        out.append((source, str(schedule)))
-    return out
 
 
 @pytest.mark.parametrize("mode", [True, "segments"])
 @pytest.mark.parametrize("cell,T,k", CELLS)
 def test_replayed_cells_are_lowered_again_exactly(cell, T, k, mode, monkeypatch):
     ins, grads = te_program(cell, T, 2, 8, 4, k)
-    (a, sa), (b, sb) = _both(Signature(grads, ins), Options(checkpoint=mode), monkeypatch)
+    (a, sa), (b, sb) = both_ways(Signature(grads, ins), Options(checkpoint=mode), monkeypatch,
+                                     replay)
     assert sa == sb
     assert a == b
 
@@ -58,11 +52,16 @@ def test_replays_happen():
     assert counts["lowered"] < counts["asked"]
 
 
-def test_a_lowering_recording_a_site_is_lowered_again():
+def _doubling():
+    """``(lowerer, its replays, B)`` of ``B = 2 A``."""
     A = te.placeholder((4,), name="A")
     B = te.compute((4,), lambda i: A[i] * 2.0, name="B")
     lw = Lowerer(Signature([B], [A]))
-    r = replay.Replays(lw)
+    return lw, replay.Replays(lw), B
+
+
+def test_a_lowering_recording_a_site_is_lowered_again():
+    lw, r, B = _doubling()
     calls = []
 
     def nest(lo):
@@ -75,6 +74,22 @@ def test_a_lowering_recording_a_site_is_lowered_again():
     assert len(calls) == 2 and len(lw.sites) == 2
     assert (first[0].var.name, second[0].var.name) == ("i0", "i1")
     assert first[0].lo == Lit(0, "int64") and second[0].lo == Var("k", "int64")
+
+
+def test_a_lowering_keyed_modulo_its_tensors_naming_one_in_its_prose_is_lowered_again():
+    # (codegen.alike) a replay keeps the template's comments: one naming a tensor would
+    # name the template's tensor, not the caller's
+    lw, r, _ = _doubling()
+    calls = []
+
+    def nest():
+        calls.append(1)
+        return [Block((Comment("are the values of A finite?"),))]
+    r.get("k", nest, slots=("b0",))
+    r.get("k", nest, slots=("b0",))
+    assert len(calls) == 2
+    r.get("same", lambda: [Comment("no name in it")], slots=("b0",))
+    assert r.kept[("same",)] is not None  # (the one above is refused for its prose only)
 
 
 def test_replay_renames_every_allocated_name_and_repeats_the_choices():
@@ -107,3 +122,27 @@ def test_a_renamed_variable_keeps_its_type():
     a, b = Var("k0", "int64"), Var("k0", "int32")
     got = replay._rename((a, b, a), {"k0": "k5"}, {}, {})
     assert got == (Var("k5", "int64"), Var("k5", "int32"), Var("k5", "int64"))
+
+
+def test_a_replay_by_plan_rebuilds_what_renaming_gives():
+    # (codegen.replay._compile and _rebuild: the template walked once, then its steps)
+    from codegen.loopast import Accumulate, Decl, If, Load, Op
+    i, t = Var("i0", "int64"), Var("t3", "float32")
+    shared = Op("add", (i, Lit(1, "int64")), "int64")
+    body = Block((Decl(t, Load("b2", shared, "float32")),
+                  Accumulate(t, "sum", Load("b2", shared, "float32")),
+                  If(Op("lt", (Var("\0hi", "int64"), i), "bool"),
+                     Block((Store("b1", shared, t),)), None)))
+    loop = For(i, Lit(0, "int64"), Var("\0hi", "int64"), 1, body, note="i0 stays prose",
+               reduction=(("sum", t),))
+    stmts = [loop, Store("b1", Lit(0, "int64"), Var("i0", "int32"))]
+    names = {"i0": "i7", "t3": "t9", "b2": "b5"}
+    fill = {"\0hi": Var("n0", "int64")}
+    got = replay._rebuild(replay._compile(stmts), names, fill)
+    want = [replay._rename(s, names, fill, {}) for s in stmts]
+    assert got == want
+    assert got[0].note == "i0 stays prose" and got[0].reduction == (("sum", Var("t9", "float32")),)
+    assert got[1].value == Var("i7", "int32")  # renamed with its own type
+    # a node shared in the template is one node in the replay too
+    inner = got[0].body.stmts
+    assert inner[0].init.offset is inner[1].value.offset

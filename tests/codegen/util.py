@@ -83,3 +83,16 @@ def same_bits(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     """Where ``got`` and ``want`` are the same value: equal with the same sign, or both NaN."""
     same_sign = np.signbit(got) == np.signbit(want)
     return (np.isnan(got) & np.isnan(want)) | ((got == want) & same_sign)
+
+
+def both_ways(sig, options, monkeypatch, module):
+    """``[(C source, schedule text)]`` of ``sig`` generated with ``module.ENABLED`` on, then
+    off (a sharing of lowerings, ``codegen.replay`` or ``codegen.alike``, against lowering
+    each again)."""
+    from codegen.pipeline import generate
+    out = []
+    for on in (True, False):
+        monkeypatch.setattr(module, "ENABLED", on)
+        _, source, schedule = generate(sig, options, name="g")
+        out.append((source, str(schedule)))
+    return out

@@ -100,6 +100,10 @@ class Plan:
     before: Tuple[int, ...]
     #: the padded dimensions of the copy (R's), outermost first
     padded: Tuple[int, ...] = ()
+    #: the axes of ``t`` the padded dimensions move with (what :func:`replan` keeps)
+    positions: Tuple[int, ...] = ()
+    #: the tensor the copy is made of (``R``)
+    source: Optional[Tensor] = None
 
     def note(self) -> str:
         """The copy's buffer note in the generated C (what its padding is)."""
@@ -187,8 +191,11 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
 
 
 def _plan(t: Compute, red: Reduce, positions: Tuple[int, ...], stored,
-          params: Sequence[str]) -> Optional[Plan]:
-    """:func:`plan` padding ``t``'s axes at ``positions`` (one or two)."""
+          params: Sequence[str], extent: Optional[Sequence[int]] = None,
+          copy: Optional[Compute] = None) -> Optional[Plan]:
+    """:func:`plan` padding ``t``'s axes at ``positions`` (one or two); with ``extent``,
+    a copy that long along each padded dimension (at least what ``t`` needs, with the
+    same zeros before: :func:`replan`), the tensor ``copy`` if given."""
     s = len(positions)
     sp = [t.axes[k] for k in positions]   # the padded axes: (y, x) or (x,)
     if any(const_value(a.lo) != 0 for a in sp):
@@ -242,6 +249,12 @@ def _plan(t: Compute, red: Reduce, positions: Tuple[int, ...], stored,
     if flat_rows:
         # one more row, where a read past the end of the last row runs into zeros
         widths = [widths[0] + 1, S]
+    if extent is not None:
+        # a copy shared with other sums: longer, never shorter, and rows of S if flat
+        if (len(extent) != len(widths) or any(e < w for e, w in zip(extent, widths))
+                or (flat_rows and extent[-1] != S)):
+            return None
+        widths = list(extent)
     if math.prod(widths) > MAX_GROWTH * math.prod(sizes):
         return None
     # the domain: the tests on the padded axes must say exactly "the read is inside R"
@@ -278,6 +291,12 @@ def _plan(t: Compute, red: Reduce, positions: Tuple[int, ...], stored,
                   for k, d in enumerate(R.tensor.dims))
     fill = Compute(name, cdims, R.dtype, fresh_uid(), t.origin, axes=ca,
                    body=Select(ok, src, Const(0.0, R.dtype), R.dtype))
+    if copy is not None:
+        # the same elements: the same body up to the names of the axes
+        if copy.dims != fill.dims or substitute(copy.body, dict(zip(copy.axes, fill.axes))
+                                                ) != fill.body:
+            return None
+        fill = copy
     if not flat_rows:
         # a "valid" convolution over the copy, run as a forward convolution is; the
         # tests on the outer padded axis alone stay (exact: they skip the taps of
@@ -288,7 +307,8 @@ def _plan(t: Compute, red: Reduce, positions: Tuple[int, ...], stored,
         new = Reduce("sum", _term(body, R, moved, w, red.dtype), red.axes,
                      conj(kept + rows_only), red.dtype)
         total = Compute(t.name, t.dims, t.dtype, fresh_uid(), t.origin, axes=t.axes, body=new)
-        return Plan(t, fill, fill, total, w, tuple(before), tuple(pdims))
+        return Plan(t, fill, fill, total, w, tuple(before), tuple(pdims), tuple(positions),
+                    R.tensor)
     (y, x), (ri, ci), (top, left) = sp, idx, before
     rows, Hy = widths[0], const_value(y.hi)
     flat = Compute(name, R.tensor.dims[:-2] + (Const(rows * S, I64),), R.dtype, fresh_uid(),
@@ -321,7 +341,8 @@ def _plan(t: Compute, red: Reduce, positions: Tuple[int, ...], stored,
                  red.dtype)
     total = Compute(t.name, t.dims[:-2] + tuple(a.hi for a in out_axes), t.dtype, fresh_uid(),
                     t.origin, axes=t.axes[:-2] + out_axes, body=new)
-    return Plan(t, fill, flat, total, w, tuple(before), tuple(pdims))
+    return Plan(t, fill, flat, total, w, tuple(before), tuple(pdims), tuple(positions),
+                R.tensor)
 
 
 def _term(body: Binary, R: Read, moved: Read, w: Read, dtype: str) -> Binary:
@@ -340,6 +361,32 @@ def _relax(c: Expr, y: Axis, y0: Expr, y1: Expr, axes: Sequence[Axis]) -> Option
     if form is None:
         return None
     return substitute(c, {y: y1 if form[1][list(axes).index(y)] > 0 else y0})
+
+
+def replan(p: Plan, extent: Sequence[int], copy: Optional[Compute] = None,
+           params: Sequence[str] = ()) -> Optional[Plan]:
+    """``p``'s sum over a copy of ``extent`` elements along each padded dimension (at
+    least ``p``'s, the same zeros before; rows as long for a flat sum), the tensor
+    ``copy`` when given (one copy read by several sums: ``codegen.padcopy_share``); None
+    if ``p``'s sum cannot read such a copy.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((2, 4, 30), name="X"); V = te.placeholder((3, 4, 5), name="V")
+    >>> c, k = te.reduce_axis(4), te.reduce_axis(5)
+    >>> Y = te.compute((2, 3, 30), lambda n, g, i: te.sum(
+    ...     X[n, c, i + k - 2] * V[g, c, k], axis=[c, k],
+    ...     where=(i + k - 2 >= 0) & (i + k - 2 < 30)), name="Y")
+    >>> p = plan(Y, Y.body)
+    >>> q = replan(p, (40,))
+    >>> q.fill.shape, q.sum.shape, q.before
+    ((2, 4, 40), (2, 3, 30), (2,))
+    >>> replan(p, (33,)) is None   # shorter than the sum reads
+    True
+    """
+    red = row_reduce(p.t)
+    weight = p.weight.tensor.uid
+    return _plan(p.t, red, p.positions, lambda r: r.tensor.uid == weight, params,
+                 tuple(extent), copy)
 
 
 def rewrite(sig, computed: Sequence[Tensor], inline: set, options
@@ -398,12 +445,15 @@ def lower(lowerer, t: Compute, red: Reduce, p: Plan) -> List[Stmt]:
     lowerer.dims[p.flat.uid] = p.flat.dims
     lowerer.buf[p.sum.uid] = lowerer.buf[t.uid]
     lowerer.dims[p.sum.uid] = p.sum.dims
-    fill = lowerer.compute(p.fill)
+    # a copy several sums read (codegen.padcopy_share) is made by the first one: they
+    # check the same weights, so they all take the version that reads it, or none does
+    fill = lowerer.compute(p.fill) if p.fill.uid not in lowerer.copies_made else []
+    lowerer.copies_made.add(p.fill.uid)
     lowerer.record.choose(p.sum.name, "rows", (("version", "finite weights"),))
     fast = lowerer.compute_rows(p.sum, p.sum.body)
     lowerer.record.done()
     wbuf = lowerer.buf[p.weight.tensor.uid]
-    fin = lowerer.fresh("fin", wbuf.dtype)
+    fin = lowerer.finite_flag(wbuf.name)
     checks = lowerer.finite_checks({wbuf.name: fin})
     ok = Op("eq", (fin, fin), "bool")
     return checks + [If(ok, Block(tuple(fill) + tuple(fast)), Block(tuple(slow)))]

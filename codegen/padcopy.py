@@ -192,10 +192,12 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
 
 def _plan(t: Compute, red: Reduce, positions: Tuple[int, ...], stored,
           params: Sequence[str], extent: Optional[Sequence[int]] = None,
-          copy: Optional[Compute] = None) -> Optional[Plan]:
-    """:func:`plan` padding ``t``'s axes at ``positions`` (one or two); with ``extent``,
-    a copy that long along each padded dimension (at least what ``t`` needs, with the
-    same zeros before: :func:`replan`), the tensor ``copy`` if given."""
+          copy: Optional[Compute] = None, zeros: Optional[Sequence[int]] = None,
+          flat: Optional[bool] = None) -> Optional[Plan]:
+    """:func:`plan` padding ``t``'s axes at ``positions`` (one or two); with ``extent``
+    and ``zeros``, a copy that long along each padded dimension with that many zeros
+    before ``R`` (at least what ``t`` needs: :func:`replan`), the tensor ``copy`` if
+    given, a flat sum or not as ``flat`` says."""
     s = len(positions)
     sp = [t.axes[k] for k in positions]   # the padded axes: (y, x) or (x,)
     if any(const_value(a.lo) != 0 for a in sp):
@@ -239,6 +241,11 @@ def _plan(t: Compute, red: Reduce, positions: Tuple[int, ...], stored,
     if all(0 <= lo and hi < n for (lo, hi), n in zip(spans, sizes)):
         return None   # every read is inside R (a "valid" sum, a matmul): nothing to pad
     before = [max(0, -lo) for lo, _ in spans]
+    if zeros is not None:
+        # a copy shared with other sums: as many zeros before as they need, or more
+        if len(zeros) != len(before) or any(z < b for z, b in zip(zeros, before)):
+            return None
+        before = list(zeros)
     widths = [max(b + n, b + hi + 1) for b, n, (_, hi) in zip(before, sizes, spans)]
     S = const_value(sp[-1].hi)
     # 2-D: flat positions need the copy's rows as long as the output's; else (a padded
@@ -249,6 +256,8 @@ def _plan(t: Compute, red: Reduce, positions: Tuple[int, ...], stored,
     if flat_rows:
         # one more row, where a read past the end of the last row runs into zeros
         widths = [widths[0] + 1, S]
+    if flat is not None and flat != flat_rows:
+        return None   # a shared copy would change the sum's layout
     if extent is not None:
         # a copy shared with other sums: longer, never shorter, and rows of S if flat
         if (len(extent) != len(widths) or any(e < w for e, w in zip(extent, widths))
@@ -364,11 +373,13 @@ def _relax(c: Expr, y: Axis, y0: Expr, y1: Expr, axes: Sequence[Axis]) -> Option
 
 
 def replan(p: Plan, extent: Sequence[int], copy: Optional[Compute] = None,
-           params: Sequence[str] = ()) -> Optional[Plan]:
-    """``p``'s sum over a copy of ``extent`` elements along each padded dimension (at
-    least ``p``'s, the same zeros before; rows as long for a flat sum), the tensor
-    ``copy`` when given (one copy read by several sums: ``codegen.padcopy_share``); None
-    if ``p``'s sum cannot read such a copy.
+           params: Sequence[str] = (), zeros: Optional[Sequence[int]] = None
+           ) -> Optional[Plan]:
+    """``p``'s sum over a copy of ``extent`` elements along each padded dimension with
+    ``zeros`` before ``R``'s elements (default ``p.before``; at least ``p``'s, rows as
+    long for a flat sum), the tensor ``copy`` when given (one copy read by several sums:
+    ``codegen.padcopy_share``); None if ``p``'s sum cannot read such a copy as it read
+    its own (flat or not).
 
     >>> import tensorexpr as te
     >>> X = te.placeholder((2, 4, 30), name="X"); V = te.placeholder((3, 4, 5), name="V")
@@ -382,11 +393,15 @@ def replan(p: Plan, extent: Sequence[int], copy: Optional[Compute] = None,
     ((2, 4, 40), (2, 3, 30), (2,))
     >>> replan(p, (33,)) is None   # shorter than the sum reads
     True
+    >>> q = replan(p, (40,), zeros=(5,))   # 5 zeros before X's elements, not 2
+    >>> q.before, q.fill.shape
+    ((5,), (2, 4, 40))
     """
     red = row_reduce(p.t)
     weight = p.weight.tensor.uid
     return _plan(p.t, red, p.positions, lambda r: r.tensor.uid == weight, params,
-                 tuple(extent), copy)
+                 tuple(extent), copy, tuple(p.before if zeros is None else zeros),
+                 p.flat is not p.fill)
 
 
 def rewrite(sig, computed: Sequence[Tensor], inline: set, options

@@ -4,13 +4,15 @@ Several sums of one program may each gather the same tensor over a zero-padded c
 of it (``codegen.padcopy``): the residue classes of a strided convolution's input
 gradient (``codegen.residue_classes``: four classes of ``dX`` gather the same ``H``),
 the input gradients of several convolutions of one ``H``. Each copy is a pass over the
-tensor, and its own parallel loop. Their copies differ only in their extents when
-they have the same zeros before the tensor's elements (the classes of a stride-2
-gradient: 19, 18, 18 and 17 rows of 17): one copy as long as the longest along each
-padded dimension then serves them all. A sum reads its elements where it read them
-before (the same zeros before), and never past its own extent; a flat sum (rows of
-the output's length ``S``, ``padcopy.Plan.flat``) needs rows of ``S``, so it shares
-only a copy with rows of ``S``.
+tensor, and its own parallel loop. One copy of their union box serves them all: as
+many zeros before the tensor's elements as the sum that needs most, and after them as
+many as the sum reading furthest (the classes of a stride-2 gradient: 19, 18, 18 and
+17 rows of 17; of a transposed convolution: 1 or 0 zero rows and columns before, 17
+by 17). A sum reads each element where the union box puts it (``padcopy.replan``),
+the same values; a flat sum (rows of the output's length ``S``,
+``padcopy.Plan.flat``) needs rows of ``S``, so it shares only a copy with rows of
+``S``. When some sum cannot read the union box, the sums with the same zeros before
+share one copy.
 
 Which sums share is decided here, before lowering, as data: :func:`share` gives the
 program's plans (``padcopy.replan`` over the shared copies) and a line per shared
@@ -56,17 +58,18 @@ def share(scratch: Sequence[Tuple[object, str]], plans: Dict[int, Plan],
     lines: List[str] = []
     old_to_new: Dict[int, Plan] = {}
     for members in _candidates(plans.values()):
-        extent = tuple(max(w) for w in zip(*(_widths(p) for p in members)))
-        first = replan(members[0], extent, None, params)
-        done = [first] + [replan(p, extent, first.fill, params) for p in members[1:]] \
-            if first is not None else [None]
-        if any(q is None for q in done):
-            continue   # too large a copy (padcopy.MAX_GROWTH), or a sum that cannot read it
-        for p, q in zip(members, done):
-            out[p.t.uid] = q
-            old_to_new[p.fill.uid] = q
-        lines.append(f"{first.fill.name}[{', '.join(map(str, extent))}] read by "
-                     f"{', '.join(p.t.name for p in members)}")
+        done = _shared(members, params)
+        # a sum that cannot read their union box: those with the same zeros before
+        found = [(members, done)] if done is not None else [
+            (part, d) for part in _by_zeros(members) if len(part) > 1
+            for d in [_shared(part, params)] if d is not None]
+        for part, done in found:
+            for p, q in zip(part, done):
+                out[p.t.uid] = q
+                old_to_new[p.fill.uid] = q
+            extent = _widths(done[0])
+            lines.append(f"{done[0].fill.name}[{', '.join(map(str, extent))}] read by "
+                         f"{', '.join(p.t.name for p in part)}")
     new_scratch: List[Tuple[object, str]] = []
     seen = set()
     for t, note in scratch:
@@ -79,6 +82,29 @@ def share(scratch: Sequence[Tuple[object, str]], plans: Dict[int, Plan],
     return new_scratch, out, lines
 
 
+def _shared(part: List[Plan], params: Sequence[str]):
+    """The plans of ``part`` over one copy (their union box), or None."""
+    zeros = tuple(max(z) for z in zip(*(p.before for p in part)))
+    # each sum's elements after its zeros, then as many zeros before as the most needs
+    extent = tuple(max(w) for w in zip(*(
+        tuple(w - b + z for w, b, z in zip(_widths(p), p.before, zeros)) for p in part)))
+    if any(p.flat is not p.fill for p in part):   # rows as long as the flat sums' rows
+        extent = extent[:-1] + (max(_widths(p)[-1] for p in part),)
+    first = replan(part[0], extent, None, params, zeros)
+    if first is None:
+        return None
+    done = [first] + [replan(p, extent, first.fill, params, zeros) for p in part[1:]]
+    return None if any(q is None for q in done) else done
+
+
+def _by_zeros(members: List[Plan]) -> List[List[Plan]]:
+    """``members`` by their zeros before."""
+    out: Dict[tuple, List[Plan]] = {}
+    for p in members:
+        out.setdefault(p.before, []).append(p)
+    return list(out.values())
+
+
 def _widths(p: Plan) -> Tuple[int, ...]:
     """The copy's extent along each of its padded dimensions."""
     return tuple(const_value(p.fill.dims[k]) for k in p.padded)
@@ -86,11 +112,11 @@ def _widths(p: Plan) -> Tuple[int, ...]:
 
 def _candidates(plans) -> List[List[Plan]]:
     """Groups of two or more plans (in program order) that one copy may serve: the
-    same tensor, padded dimensions, zeros before and weights; a flat sum only with
-    copies whose rows are as long as its own."""
+    same tensor, padded dimensions and weights; a flat sum only with copies whose rows
+    are as long as its own."""
     by_key: Dict[tuple, List[Plan]] = {}
     for p in plans:
-        key = (p.source.uid, p.padded, p.before, p.weight.tensor.uid, p.fill.dtype)
+        key = (p.source.uid, p.padded, p.weight.tensor.uid, p.fill.dtype)
         by_key.setdefault(key, []).append(p)
     out = []
     for members in by_key.values():

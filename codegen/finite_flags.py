@@ -10,6 +10,9 @@ version for non-finite weights tests it again inside): an input does not change
 while the kernel runs, so while lowering a program each input buffer gets one flag
 (``Lowerer.finite_flag``) and :func:`hoist` keeps one scan of it, first in the
 kernel, where every test of the flag sees it. A flag scanned once stays where it is.
+The flag never changes: a test of it inside a branch of the same test is decided
+(the version for non-finite weights of a masked row sum, inside the version for
+non-finite weights of a padded copy's sum, keeps its exact loops alone).
 
 The flag then is a scalar computed before everything else: the versioned nests
 testing it can share one parallel region (``codegen.regions``), every thread taking
@@ -31,7 +34,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Dict, List, Sequence, Tuple
 
-from .loopast import Block, For, If, Region, Stmt
+from .loopast import Block, For, If, Op, Region, Stmt
 
 
 def hoist(body: List[Stmt], scans: Dict[str, Sequence[Tuple[Stmt, ...]]]) -> List[Stmt]:
@@ -43,18 +46,30 @@ def hoist(body: List[Stmt], scans: Dict[str, Sequence[Tuple[Stmt, ...]]]) -> Lis
         return body
     drop = {id(s) for v in many for pair in v for s in pair}
     first = [s for v in many for s in v[0]]
-    return [Block(tuple(first))] + [_without(s, drop) for s in body]
+    flags = {pair[0].var for v in many for pair in v}
+    return [Block(tuple(first))] + [_without(s, drop, flags, {}) for s in body]
 
 
-def _without(s: Stmt, drop: set) -> Stmt:
-    """``s`` without the statements whose ids are in ``drop``."""
+def _without(s: Stmt, drop: set, flags: set, known: dict) -> Stmt:
+    """``s`` without the statements whose ids are in ``drop``, and with the tests of
+    ``flags`` (``fin == fin``) that an enclosing ``if`` on the same test decided
+    (``known``: test -> its value there) replaced by their branch: a version for
+    non-finite weights that tests them again inside."""
     match s:
         case Block(items):
-            return Block(tuple(_without(x, drop) for x in items if id(x) not in drop))
+            return Block(tuple(_without(x, drop, flags, known) for x in items
+                               if id(x) not in drop))
+        case If(c, then, orelse) if c in known:
+            taken = then if known[c] else orelse
+            return Block(()) if taken is None else _without(taken, drop, flags, known)
         case If(c, then, orelse):
-            return If(c, _without(then, drop), None if orelse is None else _without(orelse, drop))
+            decided = isinstance(c, Op) and c.op == "eq" and c.args[0] == c.args[1] \
+                and c.args[0] in flags
+            inner = (lambda v: {**known, c: v}) if decided else (lambda v: known)
+            return If(c, _without(then, drop, flags, inner(True)),
+                      None if orelse is None else _without(orelse, drop, flags, inner(False)))
         case For():
-            return replace(s, body=_without(s.body, drop))
+            return replace(s, body=_without(s.body, drop, flags, known))
         case Region(body, _):
-            return replace(s, body=_without(body, drop))
+            return replace(s, body=_without(body, drop, flags, known))
     return s

@@ -194,7 +194,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         loop over slabs where their members' strategies allow it (decided from the
         strategy table before lowering them), the others alone."""
         body: List[Stmt] = []
-        self.flags = {}   # an input's finiteness scanned once (codegen.finite_flags)
+        self.flags, self.scans = {}, {}   # an input's finiteness scanned once (finite_flags)
         computed = self.lowered
         fixed = set(self.adjoint_sums) | set(self.steps)
         groups = fuse.plan(computed, self.inline, fixed) if self.options.fuse else \

@@ -46,8 +46,11 @@ tests on ``y`` alone, exact, they skip the taps of zero rows).
 The terms added outside the original domain are ``0 * w``: +0 or -0 when the
 weight ``w`` is finite, which changes no sum (a sum that starts at +0 is never
 -0); with an infinite or NaN weight they would add NaN. So the weights' buffer
-is checked once per call (``lower.Lowerer._finite_checks``) and the original
-sum runs when it holds a non-finite value. Sums keep their terms' values; only
+is checked once per call (``Lowerer.finite_checks``; an input once per kernel,
+``codegen.finite_flags``) and the original sum runs when it holds a non-finite
+value. Sums that read the same tensor over copies that differ only in their
+extents or zeros before share one copy of the union box (``codegen.padcopy_share``,
+:func:`replan`). Sums keep their terms' values; only
 their order and the zero terms change (the reassociation ir.py allows for sums).
 
 :func:`plan` says when this applies: a float sum that is the whole body of a
@@ -382,20 +385,21 @@ def replan(p: Plan, extent: Sequence[int], copy: Optional[Compute] = None,
     its own (flat or not).
 
     >>> import tensorexpr as te
-    >>> X = te.placeholder((2, 4, 30), name="X"); V = te.placeholder((3, 4, 5), name="V")
-    >>> c, k = te.reduce_axis(4), te.reduce_axis(5)
-    >>> Y = te.compute((2, 3, 30), lambda n, g, i: te.sum(
-    ...     X[n, c, i + k - 2] * V[g, c, k], axis=[c, k],
-    ...     where=(i + k - 2 >= 0) & (i + k - 2 < 30)), name="Y")
-    >>> p = plan(Y, Y.body)
-    >>> q = replan(p, (40,))
-    >>> q.fill.shape, q.sum.shape, q.before
-    ((2, 4, 40), (2, 3, 30), (2,))
-    >>> replan(p, (33,)) is None   # shorter than the sum reads
+    >>> H = te.placeholder((1, 2, 20), name="H"); W = te.placeholder((3, 2, 3), name="W")
+    >>> f, k = te.reduce_axis(2), te.reduce_axis(3)
+    >>> dX = te.compute((1, 3, 22), lambda n, c, x: te.sum(
+    ...     H[n, f, x - k] * W[c, f, k], axis=[f, k], where=(x - k >= 0) & (x - k < 20)),
+    ...     name="dX")
+    >>> p = plan(dX, dX.body)
+    >>> p.fill.shape, p.before
+    ((1, 2, 24), (2,))
+    >>> replan(p, (30,)).fill.shape
+    (1, 2, 30)
+    >>> replan(p, (23,)) is None   # shorter than the sum reads
     True
-    >>> q = replan(p, (40,), zeros=(5,))   # 5 zeros before X's elements, not 2
+    >>> q = replan(p, (30,), zeros=(5,))   # 5 zeros before H's elements, not 2
     >>> q.before, q.fill.shape
-    ((5,), (2, 4, 40))
+    ((5,), (1, 2, 30))
     """
     red = row_reduce(p.t)
     weight = p.weight.tensor.uid

@@ -28,7 +28,8 @@ part that decides and lowers (steps 3-7), :func:`generate` adds the C text.
    one ``Options.force`` names), lowered to the loop AST (``codegen.loopast``);
    every choice is recorded in a :class:`~codegen.schedule.Schedule`;
 7. **loop-AST passes**: consecutive parallel nests share one parallel region
-   (``codegen.regions``); large outputs written once get non-temporal stores
+   (``codegen.regions``; nests under an ``if`` on a flag set before them too, such as
+   an input's finiteness, scanned once per kernel: ``codegen.finite_flags``); large outputs written once get non-temporal stores
    (``codegen.streaming``; ``Options.streaming``);
 8. **emission**: the loop AST as C (``codegen.cemit``);
 9. **compile and load**: the system compiler, the on-disk cache, the ctypes

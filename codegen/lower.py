@@ -84,7 +84,8 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Placeholder, Read
                            Tensor, fresh_uid, tensor_exprs, walk)
 from tensorexpr.transform import const_value, free_axes
 
-from . import fuse, padcopy, piecewise, residue_loops, strategies, tapsum, target
+from . import (finite_flags, fuse, padcopy, piecewise, residue_loops, strategies, tapsum,
+               target)
 from .cexpr import I64, add, cast, mul, ring_row
 from .loopast import (Block, Buffer, CExpr, Comment, Decl, For, Kernel, Lit, Op, Stmt, Store, Var,
                       simd_safe)
@@ -152,6 +153,12 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         self.padded = dict(padded or {})
         self.steps = dict(steps or {})
         self.adjoint_sums = dict(adjoint_sums or {})
+        #: uids of the padded copies computed so far (one several sums read is made once)
+        self.copies_made: set = set()
+        #: input buffer -> its finiteness flag, shared by the kernel (None: a flag per
+        #: check); the scans made of each (``codegen.finite_flags``)
+        self.flags: Optional[Dict[str, Var]] = None
+        self.scans: Dict[str, list] = {}
         self.buf: Dict[int, Buffer] = {}
         self.dims: Dict[int, Tuple[Expr, ...]] = {}
         #: tensor uid -> per-axis offsets: a part of another tensor's buffer (a piece of
@@ -190,6 +197,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         loop over slabs where their members' strategies allow it (decided from the
         strategy table before lowering them), the others alone."""
         body: List[Stmt] = []
+        self.flags, self.scans = {}, {}   # an input's finiteness scanned once (finite_flags)
         computed = self.lowered
         fixed = set(self.adjoint_sums) | set(self.steps)
         groups = fuse.plan(computed, self.inline, fixed) if self.options.fuse else \
@@ -209,6 +217,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
             if blocker is not None:
                 self.record.unfused.append((names, blocker.name))
             body.extend(self.lower_alone(group))
+        body = finite_flags.hoist(body, self.scans)
         kernel = Kernel(self.title, tuple((v, n) for n, v in self.sizes.items()),
                         tuple(self.buf[t.uid] for t in self.tensors), tuple(body))
         return Program(kernel, self.tensors, self.sites)

@@ -21,13 +21,15 @@ part that decides and lowers (steps 3-7), :func:`generate` adds the C text.
    by residues and read residue-packed copies (``codegen.residues``;
    ``Options.residues``); dot-product sums read transposed or zero-padded copies
    of their operands, placed in the program as tensors of their own
-   (``codegen.layout``; ``Options.copies``);
+   (``codegen.layout``; ``Options.copies``), one padded copy of an operand for all
+   the sums that can read it (``codegen.padcopy_share``);
 6. **schedule and lowering**: row-fusion groups (``codegen.fuse``), then each
    tensor by the first strategy of ``codegen.strategies`` that applies (or the
    one ``Options.force`` names), lowered to the loop AST (``codegen.loopast``);
    every choice is recorded in a :class:`~codegen.schedule.Schedule`;
 7. **loop-AST passes**: consecutive parallel nests share one parallel region
-   (``codegen.regions``); large outputs written once get non-temporal stores
+   (``codegen.regions``; nests under an ``if`` on a flag set before them too, such as
+   an input's finiteness, scanned once per kernel: ``codegen.finite_flags``); large outputs written once get non-temporal stores
    (``codegen.streaming``; ``Options.streaming``);
 8. **emission**: the loop AST as C (``codegen.cemit``);
 9. **compile and load**: the system compiler, the on-disk cache, the ctypes
@@ -155,8 +157,8 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     B: blocks (axis=0)
     """
     # imported here, not above: a cache hit (step 2) never loads the lowering, nor isl
-    from . import (adjoint_sums, checkpoint, copies, layout, padcopy, recurrence_steps, regions,
-                   residues)
+    from . import (adjoint_sums, checkpoint, copies, layout, padcopy, padcopy_share,
+                   recurrence_steps, regions, residues)
     from .lower import Lowerer
     from .patterns import inlinable
     from .streaming import rewrite as stream
@@ -193,7 +195,7 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
         lw.record.copies.extend(t.name for t in transposed + made)
         program = checkpoint.RingProgram(lw, rings).program()
     else:
-        scratch, padded, split, classes = [], {}, [], []
+        scratch, padded, split, classes, shared = [], {}, [], [], []
         # 5. program rewrites (not where sums are added a step at a time, nor where
         # tensors run by steps: their plans hold the tensors as written, the order a
         # checkpointed build follows)
@@ -202,12 +204,15 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
         if options.copies and not rows:
             computed = layout.plan(computed, inline)
             scratch, padded = padcopy.rewrite(sig, computed, inline, options)
+            # one copy per operand for the sums that can share it
+            scratch, padded, shared = padcopy_share.share(scratch, padded, sig.size_names)
         lw = Lowerer(sig, title, options, computed, scratch + step_sums + terms, padded, steps,
                      sums)
         lw.record.copies.extend([t.name for t in computed if copies.is_copy(t)] +
                                 [t.name for t, _ in scratch])
         lw.record.residues.extend(split)
         lw.record.classes.extend(classes)
+        lw.record.shared.extend(shared)
         program = lw.program()                                       # 6. schedule, lowering
     lw.record.hoisted.extend(hoisted)
     lw.record.full_tape.extend(checkpoint.full_tapes(sig, rings, options))

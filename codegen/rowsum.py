@@ -261,7 +261,7 @@ class RowSumLowering:
                 if needs:
                     for b in sorted(needs):
                         if b not in finite:
-                            finite[b] = self.fresh("fin", self.buffer_dtype(b))
+                            finite[b] = self.finite_flag(b)
                     ok = all_of([Op("eq", (finite[b], finite[b]), "bool") for b in sorted(needs)])
                     nest = [If(ok, Block(tuple(fast)), Block(tuple(nest)))]
             # the accumulators in vector registers where every term vectorizes
@@ -377,9 +377,23 @@ class RowSumLowering:
     def buffer_dtype(self, name: str) -> str:
         return next(b.dtype for b in self.buf.values() if b.name == name)
 
+    def finite_flag(self, name: str) -> Var:
+        """The variable :meth:`finite_checks` sets for buffer ``name``: while
+        ``self.flags`` is a dict (``Lowerer.program``), one per input buffer for the
+        whole kernel (an input does not change: ``codegen.finite_flags`` scans it once),
+        else a new one."""
+        b = next(b for b in self.buf.values() if b.name == name)
+        if self.flags is None or not b.readonly:
+            return self.fresh("fin", b.dtype)
+        if name not in self.flags:
+            self.flags[name] = self.fresh("fin", b.dtype)
+        return self.flags[name]
+
     def finite_checks(self, finite: Dict[str, Var]) -> List[Stmt]:
         """``fin = sum(b[z] * 0)`` for each buffer ``b`` of ``finite``: +-0 if every
-        element is finite, NaN otherwise (so ``fin == fin`` tests it), in vector lanes."""
+        element is finite, NaN otherwise (so ``fin == fin`` tests it), in vector lanes.
+        The scans of a flag shared by the kernel (:meth:`finite_flag`) are recorded in
+        ``self.scans``."""
         out: List[Stmt] = []
         for name, v in finite.items():
             t = next(t for t in self.tensors if self.buf[t.uid].name == name)
@@ -392,4 +406,6 @@ class RowSumLowering:
                 v, "sum", Op("mul", (Load(name, z, v.dtype), zero(v.dtype)), v.dtype)),)),
                 note=f"are the values of {t.name} finite?", simd=True,
                 reduction=(("sum", v),)))
+            if self.flags is not None and self.flags.get(name) is v:
+                self.scans.setdefault(name, []).append(tuple(out[-2:]))
         return out

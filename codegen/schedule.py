@@ -149,6 +149,8 @@ class Schedule:
     streamed: Tuple[str, ...] = ()
     #: a line per sum split into residue classes of its output (``codegen.residue_classes``)
     classes: Tuple[str, ...] = ()
+    #: a line per zero-padded copy several sums read (``codegen.padcopy_share``)
+    shared: Tuple[str, ...] = ()
 
     def __getitem__(self, name: str) -> Choice:
         for c in self.choices:
@@ -178,6 +180,7 @@ class Schedule:
         lines += [f"not fused: {' + '.join(g)} ({m}'s strategy does not run the slab "
                   f"outermost)" for g, m in self.unfused]
         lines += [f"copy: {c}" for c in self.copies]
+        lines += [f"shared copy: {c}" for c in self.shared]
         lines += [f"checkpointed: {c}" for c in self.checkpoint]
         lines += [f"full tape: {c}" for c in self.full_tape]
         lines += [f"hoisted: {c}" for c in self.hoisted]
@@ -211,6 +214,7 @@ class Recorder:
         self.full_tape: list = []
         self.streamed: list = []
         self.classes: list = []
+        self.shared: list = []
         self._open: list = []  # the choices in progress (a strategy lowers other tensors)
         #: while not None, every note as ``(index of its choice or -1, name, value)``:
         #: what a lowering replayed (``codegen.replay``) notes again
@@ -256,4 +260,5 @@ class Recorder:
         return Schedule(tuple(self.choices), tuple(self.groups), tuple(self.copies),
                         tuple(self.checkpoint), tuple(self.hoisted), self.options,
                         tuple(self.slabs), tuple(self.unfused), tuple(self.residues),
-                        tuple(self.full_tape), tuple(self.streamed), tuple(self.classes))
+                        tuple(self.full_tape), tuple(self.streamed), tuple(self.classes),
+                        tuple(self.shared))

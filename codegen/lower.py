@@ -187,6 +187,31 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         ExprLowering.__init__(self)
         self.compared = compared_sums([e for t in self.tensors for e in tensor_exprs(t)])
 
+    def holds_compared(self, t: Tensor) -> bool:
+        """Does ``t``'s body hold a sum whose value is compared (``patterns.compared_sums``):
+        one each of its lowerings adds in the order written?
+
+        >>> import tensorexpr as te
+        >>> from codegen.signature import Signature
+        >>> X = te.placeholder((4, 3), name="X")
+        >>> k, r = te.reduce_axis(3, name="k"), te.reduce_axis(4, name="r")
+        >>> M = te.compute((), lambda: te.max(te.sum(X[r, k], axis=k), axis=r), name="M")
+        >>> S = te.compute((4,), lambda i: te.sum(X[i, k], axis=k), name="S")
+        >>> lw = Lowerer(Signature([M, S], [X]))
+        >>> lw.holds_compared(M), lw.holds_compared(S)
+        (True, False)
+        """
+        body = getattr(t, "body", None)
+        return body is not None and any(id(x) in self.compared for x in walk(body, unique=True))
+
+    def derived(self, t: Tensor, new: Tensor) -> None:
+        """``new`` computes (some of) ``t``'s points, rewritten (a piece, a residue split):
+        if ``t`` holds a compared sum, ``new``'s sums are compared sums too, so that every
+        strategy lowering it keeps their written order."""
+        if self.holds_compared(t):
+            self.compared |= {id(x) for x in walk(new.body, unique=True)
+                              if isinstance(x, Reduce) and x.op == "sum"}
+
     def fresh(self, prefix: str, dtype: str) -> Var:
         k = self.counters.get(prefix, 0)
         self.counters[prefix] = k + 1
@@ -489,11 +514,8 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         # (``t`` may itself be a piece: its own shift and its parent's buffer carry over)
         base = self.shifts.get(t.uid, (0,) * t.ndim)
         d = d % t.ndim
-        compared = any(id(x) in self.compared for x in walk(t.body, unique=True))
         for sub, lo in piecewise.piece_tensors(t, cut, d):
-            if compared:  # a piece's sums are the compared sums, for part of the points
-                self.compared |= {id(x) for x in walk(sub.body, unique=True)
-                                  if isinstance(x, Reduce) and x.op == "sum"}
+            self.derived(t, sub)
             self.buf[sub.uid] = self.buf[t.uid]
             self.dims[sub.uid] = self.dims[t.uid]
             self.shifts[sub.uid] = base[:d] + (base[d] + lo,) + base[d + 1:]

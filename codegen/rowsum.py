@@ -114,6 +114,7 @@ class RowSumLowering:
             if sp is not None:
                 self.record.note("residues of", f"{sp.orig.axes[-1].name} // {sp.s}")
                 self.same_buffer(sp.tensor, t)
+                self.derived(t, sp.tensor)
                 return self.compute_rows(sp.tensor, sp.red, sp)
             # a tensor alike one lowered before but for its tensors (an LSTM's gates):
             # that lowering again, with its own buffers and names (codegen.alike)
@@ -185,10 +186,12 @@ class RowSumLowering:
         # convolution) start each pass at another offset of the accumulator, whose loads
         # would straddle the previous pass's stores (no store forwarding). A short p gets
         # one accumulator per value (each pass then meets its own previous offsets),
-        # combined at the end: a reassociation of the reduction, as ir.py allows.
+        # combined at the end: a reassociation of the reduction, as ir.py allows (not for
+        # a compared sum, added in written order: patterns.compared_sums).
         phase, phases = None, 1
+        reassociate = not self.holds_compared(t)
         for c in polyhedral.conjuncts(red.where):
-            if phase is None and uses(c, {j.uid}):
+            if reassociate and phase is None and uses(c, {j.uid}):
                 for ax in red.axes:
                     lo_, hi_ = const_value(ax.lo), const_value(ax.hi)
                     if (uses(c, {ax.uid}) and lo_ is not None and hi_ is not None

@@ -124,7 +124,8 @@ def compared_sums(roots: Sequence[Expr]) -> set:
     >>> len(compared_sums([M.body])), len(compared_sums([S.body]))
     (1, 0)
     >>> T = te.compute((), lambda: te.sum(te.select(S[r] * 0.5 == M[()], 1.0, 0.0), axis=r))
-    >>> compared_sums([T.body]) == {id(S.body.a)}   # S's sum, read in a comparison
+    >>> # S's sum, read in a comparison, and through M the sum M's max compares
+    >>> compared_sums([T.body]) == {id(S.body.a), id(s)}
     True
     """
     out: set = set()

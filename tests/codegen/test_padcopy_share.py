@@ -27,7 +27,7 @@ def scans(source: str, name: str) -> int:
     return source.count(f"are the values of {name} finite?")
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(ncw=st.booleans(), s=st.integers(2, 3), k=st.integers(2, 5), pad=st.integers(0, 2),
        dil=st.integers(1, 2), h=st.integers(11, 20), w=st.integers(11, 20),
        spoil=st.booleans(), dtype=st.sampled_from(["float32", "float64"]))

@@ -72,6 +72,19 @@ def build(sig, options: Options = DEFAULT, name: Optional[str] = None, wait: boo
     >>> impl([np.arange(3, dtype=np.float32)], {})[0], str(schedule())
     (array([0., 2., 4.], dtype=float32), 'B: loops')
     """
+    # (tensorexpr.collector: a build's objects live to its end, no garbage to look for
+    # among them; not while waiting for the compiler: the caller's other threads run)
+    with paused():
+        impl, source, schedule = _started(sig, options, name, wait)
+    if wait:
+        impl = resolved(impl)
+    return impl, source, schedule
+
+
+def _started(sig, options: Options, name: Optional[str], wait: bool
+              ) -> Tuple[Callable[..., List], str, Callable[[], Schedule]]:
+    """:func:`build` but for waiting: the compiler may be running on a thread, or
+    (``wait``) run by the first call's thread (:func:`resolved`'s)."""
     found = views.find(sig.outputs, sig.inputs)                      # 1. views
     if found:
         rest = [t for k, t in enumerate(sig.outputs) if k not in found]
@@ -79,7 +92,7 @@ def build(sig, options: Options = DEFAULT, name: Optional[str] = None, wait: boo
         if not rest:
             return (views.WithViews(len(sig.outputs), found, None), note,
                     lambda: Schedule(options=options))
-        impl, source, schedule = build(Signature(rest, sig.inputs), options, name, wait)
+        impl, source, schedule = _started(Signature(rest, sig.inputs), options, name, wait)
         return views.WithViews(len(sig.outputs), found, impl), note + source, schedule
     comp = compiler.find_compiler()
     entry = c_backend.entry_path(sig, comp, options)                  # 2. cache
@@ -91,7 +104,7 @@ def build(sig, options: Options = DEFAULT, name: Optional[str] = None, wait: boo
     if building is not None:  # the same program, still compiling: shares that compile
         c_backend.stats["build_hits"] += 1
         job, layout, source, schedule = building
-        return _pending(job, layout, sig, source, comp, wait), source, lambda: schedule
+        return _pending(job, layout, sig, source, comp), source, lambda: schedule
     if entry is not None:
         hit = c_backend.load_entry(entry, sig)
         if hit is not None:
@@ -112,15 +125,32 @@ def build(sig, options: Options = DEFAULT, name: Optional[str] = None, wait: boo
             with _building_lock:
                 _building.pop(entry, None)
         job.then(recorded)
-    return _pending(job, layout, sig, source, comp, wait), source, lambda: schedule
+    return _pending(job, layout, sig, source, comp), source, lambda: schedule
 
 
-def _pending(job, layout, sig, source: str, comp, wait: bool):
-    """The kernel function of ``job``'s library: loaded now if ``wait``, else at the
-    first call (compiled once more if the library does not load)."""
-    impl = background.PendingKernel(job, layout, sig,
+def _pending(job, layout, sig, source: str, comp):
+    """The kernel function of ``job``'s library, loaded at the first call (compiled once
+    more if the library does not load)."""
+    return background.PendingKernel(job, layout, sig,
                                     lambda: compiler.compile_shared(source, comp))
-    return impl.resolve() if wait else impl
+
+
+def resolved(impl):
+    """``impl`` (what :func:`build` makes) with its kernel compiled and loaded now: a
+    compiler error is raised here, not at the first call.
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((3,), name="A")
+    >>> B = te.compute((3,), lambda i: A[i] * 2.0, name="B")
+    >>> impl, _, _ = build(Signature([B], [A]), wait=False)
+    >>> type(resolved(impl)).__name__
+    'KernelFunction'
+    """
+    if isinstance(impl, background.PendingKernel):
+        return impl.resolve()
+    if isinstance(impl, views.WithViews) and impl.rest is not None:
+        return impl.with_rest(resolved(impl.rest))
+    return impl
 
 
 def source_text(sig, options: Options = DEFAULT, name: Optional[str] = None) -> str:

@@ -233,12 +233,9 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
         from codegen import pipeline
         from codegen.schedule import DEFAULT, Options
 
-        from . import collector
         if options is not None and not isinstance(options, Options):
             raise TypeError(f"options= takes a te.ScheduleOptions, not {type(options).__name__}")
-        with collector.paused():  # (its objects live to its end: no garbage to look for)
-            impl, source, schedule = pipeline.build(sig, options or DEFAULT, name=name,
-                                                    wait=wait)
+        impl, source, schedule = pipeline.build(sig, options or DEFAULT, name=name, wait=wait)
         fn = Function(outs, sig, impl, source, "c", schedule)
     else:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")

@@ -9,17 +9,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tensorexpr as te
-from codegen import gather_rows, threads
+from codegen import gather_rows
 
 from .util import agree, rand, without_comments
 
 
-@pytest.fixture(autouse=True)
-def every_loop_on_threads(monkeypatch):
-    monkeypatch.setenv("TENSOREXPR_PARALLEL_WORK", "1")
-    monkeypatch.setattr(threads, "_value", None)
-    yield
-    threads._value = None
+pytestmark = pytest.mark.usefixtures("every_loop_on_threads")
 
 
 def _embedding(V, D, shape, dtype):

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import List, Set, Tuple
 
-from .loopast import (Accumulate, Assign, Block, Comment, Decl, For, If, Load, Op, Region, Stmt,
-                      Store, flat, total_work)
+from .loopast import (Accumulate, Assign, Block, Call, Comment, Decl, For, If, Load, Op, Region,
+                      Stmt, Store, flat, total_work)
 
 
 def merge(body: List[Stmt]) -> List[Stmt]:
@@ -67,8 +67,11 @@ def _whole_loops(s: Stmt) -> bool:
 
 def _inner_parallel(s) -> bool:
     """Does ``s`` hold a parallel loop (a recurrence's steps)? Inside a region it would
-    be a nested region, which runs on one thread."""
+    be a nested region, which runs on one thread. A call may: its function is not
+    looked into (nor are its accesses, so no region holds it)."""
     match s:
+        case Call():
+            return True
         case Block(stmts):
             return any(_inner_parallel(x) for x in stmts)
         case For():

@@ -149,6 +149,9 @@ class Schedule:
     streamed: Tuple[str, ...] = ()
     #: a line per sum split into residue classes of its output (``codegen.residue_classes``)
     classes: Tuple[str, ...] = ()
+    #: a line per statement list run at several places: emitted once as a C function, or
+    #: why in place (``codegen.step_functions``)
+    functions: Tuple[str, ...] = ()
 
     def __getitem__(self, name: str) -> Choice:
         for c in self.choices:
@@ -184,6 +187,7 @@ class Schedule:
         lines += [f"residues: {c}" for c in self.residues]
         lines += [f"residue classes: {c}" for c in self.classes]
         lines += [f"streamed: {c}" for c in self.streamed]
+        lines += [f"function: {c}" for c in self.functions]
         return "\n".join(lines) or "(nothing lowered: every output is a view of an input)"
 
 
@@ -211,6 +215,7 @@ class Recorder:
         self.full_tape: list = []
         self.streamed: list = []
         self.classes: list = []
+        self.functions: list = []
         self._open: list = []  # the choices in progress (a strategy lowers other tensors)
         #: while not None, every note as ``(index of its choice or -1, name, value)``:
         #: what a lowering replayed (``codegen.replay``) notes again
@@ -256,4 +261,5 @@ class Recorder:
         return Schedule(tuple(self.choices), tuple(self.groups), tuple(self.copies),
                         tuple(self.checkpoint), tuple(self.hoisted), self.options,
                         tuple(self.slabs), tuple(self.unfused), tuple(self.residues),
-                        tuple(self.full_tape), tuple(self.streamed), tuple(self.classes))
+                        tuple(self.full_tape), tuple(self.streamed), tuple(self.classes),
+                        tuple(self.functions))

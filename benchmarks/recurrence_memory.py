@@ -297,7 +297,7 @@ def measure_cell(cell: str, T: int, B: int, H: int, D: int, system: str, mode: s
 
     >>> import os, tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     row = measure_cell("rnn", 3, 1, 2, 2, "te", "revolve:2", os.path.join(tmp, "g.npz"))
+    ...     row = measure_cell("rnn", 8, 1, 2, 2, "te", "revolve:2", os.path.join(tmp, "g.npz"))
     >>> row["checkpointed"], row["buffers"] > 0, row["note"].startswith("h (")
     (True, True, True)
     """

@@ -55,6 +55,8 @@ class Compilation:
         self._error: Optional[BaseException] = None
         self._then: List[Callable[[], None]] = []
         self._finished = job is None  # the callbacks are taken (or there is nothing to do)
+        #: to run by the first caller of result() (``start(..., wait=True)``)
+        self._unstarted = False
         if job is None:
             self._done.set()
 
@@ -96,6 +98,10 @@ class Compilation:
 
     def result(self) -> str:
         """The library's path, once compiled; raises what the compiler raised."""
+        with _lock:
+            run, self._unstarted = self._unstarted, False
+        if run:
+            self._run(inline=True)
         if os.getpid() != self._pid and not self._done.is_set():
             # forked while it compiled: that thread is not in this process (nor, maybe,
             # the event's lock), so this one compiles
@@ -116,8 +122,10 @@ class Compilation:
 def start(source: str, comp: Optional[compiler.Compiler] = None, wait: bool = False
           ) -> Compilation:
     """The compile of ``source`` (``codegen.compiler.compile_shared``'s), started on a
-    thread unless the cache holds its library; ``wait``: run on this thread, done on
-    return (as ``compile_shared``: Ctrl-C stops the compiler and cleans up).
+    thread unless the cache holds its library; ``wait``: run by the first thread that
+    asks for its ``result()``, on that thread (as ``compile_shared``: Ctrl-C stops the
+    compiler and cleans up), not before (a build pauses the cyclic collector while it
+    lowers, not while the compiler runs).
 
     >>> start("int te_kernel(void) { return 7; }").result().endswith(".so")
     True
@@ -133,7 +141,7 @@ def start(source: str, comp: Optional[compiler.Compiler] = None, wait: bool = Fa
         if not wait:
             _pending[path] = c
     if wait:
-        c._run(inline=True)
+        c._unstarted = True
     else:
         threading.Thread(target=c._run, name="tensorexpr-cc", daemon=True).start()
     return c

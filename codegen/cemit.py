@@ -10,6 +10,7 @@ them undefined), and 64-bit integer arithmetic never happens in C's 32-bit
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Dict, List, Set, Tuple
 
 import numpy as np
@@ -198,23 +199,26 @@ _VFMA_BUILTINS = "TE_VFMA_BUILTINS"
 _VECTOR_HELPERS = ("vload", "vstore", "vstream", "splat", "vfma")
 
 
-#: a buffer's declaration in a generated source (``name = (type *)bufs[k];``)
-_BUFFER_DECL = re.compile(r"\b(\w+) = \((?:const )?\w+ \*\)bufs\[(\d+)\];[^\n]*")
-
-
-def referenced_buffers(source: str) -> Set[int]:
-    r"""Indices ``k`` of the ``bufs[k]`` a generated source reads or writes (anywhere but
-    in their declarations): a tensor inlined into its readers has a buffer it never
-    touches, which the runtime need not allocate.
+def referenced_buffers(source: str, names: Dict[str, int]) -> Set[int]:
+    r"""The indices of the buffers ``names`` (C name -> index ``k`` of ``bufs[k]``) that a
+    generated ``source`` reads or writes: a tensor inlined into its readers has a buffer
+    it never touches, which the runtime need not allocate. A buffer is declared at most
+    once (a kernel cut into parts declares in each part only the buffers it uses), so
+    a name found once is its declaration alone.
 
     >>> sorted(referenced_buffers("  float *restrict b1 = (float *)bufs[1];  /* T */\n"
     ...                           "  float *restrict b2 = (float *)bufs[2];  /* Y */\n"
-    ...                           "  b2[0] = 1.0f;"))
+    ...                           "  b2[0] = 1.0f;", {"b1": 1, "b2": 2}))
     [2]
     """
-    names = {m.group(1): int(m.group(2)) for m in _BUFFER_DECL.finditer(source)}
-    words = set(_WORD.findall(_BUFFER_DECL.sub("", source)))
-    return {k for name, k in names.items() if name in words}
+    if not names:
+        return set()
+    # one pass over the source for just these names (a source can be 600 KB)
+    pattern = re.compile(r"\b(?:" + "|".join(
+        re.escape(n) for n in sorted(names, key=len, reverse=True)) + r")\b")
+    found = Counter(pattern.findall(source))
+    return {k for name, k in names.items() if found[name] >= 2}
+
 
 def _vfma_prelude(helpers) -> str:
     """What the vector fmas ``helpers`` (``te_vfma_f32x16``...) need: the builtins that

@@ -84,7 +84,8 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Placeholder, Read
                            Tensor, fresh_uid, tensor_exprs, walk)
 from tensorexpr.transform import const_value, free_axes
 
-from . import fuse, padcopy, piecewise, residue_loops, strategies, tapsum, target
+from . import (finite_flags, fuse, padcopy, piecewise, residue_loops, strategies, tapsum,
+               target)
 from .cexpr import I64, add, cast, mul, ring_row
 from .loopast import (Block, Buffer, CExpr, Comment, Decl, For, Kernel, Lit, Op, Stmt, Store, Var,
                       simd_safe)
@@ -152,6 +153,12 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         self.padded = dict(padded or {})
         self.steps = dict(steps or {})
         self.adjoint_sums = dict(adjoint_sums or {})
+        #: uids of the padded copies computed so far (one several sums read is made once)
+        self.copies_made: set = set()
+        #: input buffer -> its finiteness flag, shared by the kernel (None: a flag per
+        #: check); the scans made of each (``codegen.finite_flags``)
+        self.flags: Optional[Dict[str, Var]] = None
+        self.scans: Dict[str, list] = {}
         self.buf: Dict[int, Buffer] = {}
         self.dims: Dict[int, Tuple[Expr, ...]] = {}
         #: tensor uid -> per-axis offsets: a part of another tensor's buffer (a piece of
@@ -180,6 +187,31 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         ExprLowering.__init__(self)
         self.compared = compared_sums([e for t in self.tensors for e in tensor_exprs(t)])
 
+    def holds_compared(self, t: Tensor) -> bool:
+        """Does ``t``'s body hold a sum whose value is compared (``patterns.compared_sums``):
+        one each of its lowerings adds in the order written?
+
+        >>> import tensorexpr as te
+        >>> from codegen.signature import Signature
+        >>> X = te.placeholder((4, 3), name="X")
+        >>> k, r = te.reduce_axis(3, name="k"), te.reduce_axis(4, name="r")
+        >>> M = te.compute((), lambda: te.max(te.sum(X[r, k], axis=k), axis=r), name="M")
+        >>> S = te.compute((4,), lambda i: te.sum(X[i, k], axis=k), name="S")
+        >>> lw = Lowerer(Signature([M, S], [X]))
+        >>> lw.holds_compared(M), lw.holds_compared(S)
+        (True, False)
+        """
+        body = getattr(t, "body", None)
+        return body is not None and any(id(x) in self.compared for x in walk(body, unique=True))
+
+    def derived(self, t: Tensor, new: Tensor) -> None:
+        """``new`` computes (some of) ``t``'s points, rewritten (a piece, a residue split):
+        if ``t`` holds a compared sum, ``new``'s sums are compared sums too, so that every
+        strategy lowering it keeps their written order."""
+        if self.holds_compared(t):
+            self.compared |= {id(x) for x in walk(new.body, unique=True)
+                              if isinstance(x, Reduce) and x.op == "sum"}
+
     def fresh(self, prefix: str, dtype: str) -> Var:
         k = self.counters.get(prefix, 0)
         self.counters[prefix] = k + 1
@@ -190,6 +222,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         loop over slabs where their members' strategies allow it (decided from the
         strategy table before lowering them), the others alone."""
         body: List[Stmt] = []
+        self.flags, self.scans = {}, {}   # an input's finiteness scanned once (finite_flags)
         computed = self.lowered
         fixed = set(self.adjoint_sums) | set(self.steps)
         groups = fuse.plan(computed, self.inline, fixed) if self.options.fuse else \
@@ -209,6 +242,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
             if blocker is not None:
                 self.record.unfused.append((names, blocker.name))
             body.extend(self.lower_alone(group))
+        body = finite_flags.hoist(body, self.scans)
         kernel = Kernel(self.title, tuple((v, n) for n, v in self.sizes.items()),
                         tuple(self.buf[t.uid] for t in self.tensors), tuple(body))
         return Program(kernel, self.tensors, self.sites)
@@ -480,11 +514,8 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         # (``t`` may itself be a piece: its own shift and its parent's buffer carry over)
         base = self.shifts.get(t.uid, (0,) * t.ndim)
         d = d % t.ndim
-        compared = any(id(x) in self.compared for x in walk(t.body, unique=True))
         for sub, lo in piecewise.piece_tensors(t, cut, d):
-            if compared:  # a piece's sums are the compared sums, for part of the points
-                self.compared |= {id(x) for x in walk(sub.body, unique=True)
-                                  if isinstance(x, Reduce) and x.op == "sum"}
+            self.derived(t, sub)
             self.buf[sub.uid] = self.buf[t.uid]
             self.dims[sub.uid] = self.dims[t.uid]
             self.shifts[sub.uid] = base[:d] + (base[d] + lo,) + base[d + 1:]

@@ -46,8 +46,11 @@ tests on ``y`` alone, exact, they skip the taps of zero rows).
 The terms added outside the original domain are ``0 * w``: +0 or -0 when the
 weight ``w`` is finite, which changes no sum (a sum that starts at +0 is never
 -0); with an infinite or NaN weight they would add NaN. So the weights' buffer
-is checked once per call (``lower.Lowerer._finite_checks``) and the original
-sum runs when it holds a non-finite value. Sums keep their terms' values; only
+is checked once per call (``Lowerer.finite_checks``; an input once per kernel,
+``codegen.finite_flags``) and the original sum runs when it holds a non-finite
+value. Sums that read the same tensor over copies that differ only in their
+extents or zeros before share one copy of the union box (``codegen.padcopy_share``,
+:func:`replan`). Sums keep their terms' values; only
 their order and the zero terms change (the reassociation ir.py allows for sums).
 
 :func:`plan` says when this applies: a float sum that is the whole body of a
@@ -100,6 +103,10 @@ class Plan:
     before: Tuple[int, ...]
     #: the padded dimensions of the copy (R's), outermost first
     padded: Tuple[int, ...] = ()
+    #: the axes of ``t`` the padded dimensions move with (what :func:`replan` keeps)
+    positions: Tuple[int, ...] = ()
+    #: the tensor the copy is made of (``R``)
+    source: Optional[Tensor] = None
 
     def note(self) -> str:
         """The copy's buffer note in the generated C (what its padding is)."""
@@ -187,8 +194,13 @@ def plan(t: Compute, red: Reduce, stored=lambda r: True, params: Sequence[str] =
 
 
 def _plan(t: Compute, red: Reduce, positions: Tuple[int, ...], stored,
-          params: Sequence[str]) -> Optional[Plan]:
-    """:func:`plan` padding ``t``'s axes at ``positions`` (one or two)."""
+          params: Sequence[str], extent: Optional[Sequence[int]] = None,
+          copy: Optional[Compute] = None, zeros: Optional[Sequence[int]] = None,
+          flat: Optional[bool] = None) -> Optional[Plan]:
+    """:func:`plan` padding ``t``'s axes at ``positions`` (one or two); with ``extent``
+    and ``zeros``, a copy that long along each padded dimension with that many zeros
+    before ``R`` (at least what ``t`` needs: :func:`replan`), the tensor ``copy`` if
+    given, a flat sum or not as ``flat`` says."""
     s = len(positions)
     sp = [t.axes[k] for k in positions]   # the padded axes: (y, x) or (x,)
     if any(const_value(a.lo) != 0 for a in sp):
@@ -232,6 +244,11 @@ def _plan(t: Compute, red: Reduce, positions: Tuple[int, ...], stored,
     if all(0 <= lo and hi < n for (lo, hi), n in zip(spans, sizes)):
         return None   # every read is inside R (a "valid" sum, a matmul): nothing to pad
     before = [max(0, -lo) for lo, _ in spans]
+    if zeros is not None:
+        # a copy shared with other sums: as many zeros before as they need, or more
+        if len(zeros) != len(before) or any(z < b for z, b in zip(zeros, before)):
+            return None
+        before = list(zeros)
     widths = [max(b + n, b + hi + 1) for b, n, (_, hi) in zip(before, sizes, spans)]
     S = const_value(sp[-1].hi)
     # 2-D: flat positions need the copy's rows as long as the output's; else (a padded
@@ -242,6 +259,14 @@ def _plan(t: Compute, red: Reduce, positions: Tuple[int, ...], stored,
     if flat_rows:
         # one more row, where a read past the end of the last row runs into zeros
         widths = [widths[0] + 1, S]
+    if flat is not None and flat != flat_rows:
+        return None   # a shared copy would change the sum's layout
+    if extent is not None:
+        # a copy shared with other sums: longer, never shorter, and rows of S if flat
+        if (len(extent) != len(widths) or any(e < w for e, w in zip(extent, widths))
+                or (flat_rows and extent[-1] != S)):
+            return None
+        widths = list(extent)
     if math.prod(widths) > MAX_GROWTH * math.prod(sizes):
         return None
     # the domain: the tests on the padded axes must say exactly "the read is inside R"
@@ -278,6 +303,12 @@ def _plan(t: Compute, red: Reduce, positions: Tuple[int, ...], stored,
                   for k, d in enumerate(R.tensor.dims))
     fill = Compute(name, cdims, R.dtype, fresh_uid(), t.origin, axes=ca,
                    body=Select(ok, src, Const(0.0, R.dtype), R.dtype))
+    if copy is not None:
+        # the same elements: the same body up to the names of the axes
+        if copy.dims != fill.dims or substitute(copy.body, dict(zip(copy.axes, fill.axes))
+                                                ) != fill.body:
+            return None
+        fill = copy
     if not flat_rows:
         # a "valid" convolution over the copy, run as a forward convolution is; the
         # tests on the outer padded axis alone stay (exact: they skip the taps of
@@ -288,7 +319,8 @@ def _plan(t: Compute, red: Reduce, positions: Tuple[int, ...], stored,
         new = Reduce("sum", _term(body, R, moved, w, red.dtype), red.axes,
                      conj(kept + rows_only), red.dtype)
         total = Compute(t.name, t.dims, t.dtype, fresh_uid(), t.origin, axes=t.axes, body=new)
-        return Plan(t, fill, fill, total, w, tuple(before), tuple(pdims))
+        return Plan(t, fill, fill, total, w, tuple(before), tuple(pdims), tuple(positions),
+                    R.tensor)
     (y, x), (ri, ci), (top, left) = sp, idx, before
     rows, Hy = widths[0], const_value(y.hi)
     flat = Compute(name, R.tensor.dims[:-2] + (Const(rows * S, I64),), R.dtype, fresh_uid(),
@@ -321,7 +353,8 @@ def _plan(t: Compute, red: Reduce, positions: Tuple[int, ...], stored,
                  red.dtype)
     total = Compute(t.name, t.dims[:-2] + tuple(a.hi for a in out_axes), t.dtype, fresh_uid(),
                     t.origin, axes=t.axes[:-2] + out_axes, body=new)
-    return Plan(t, fill, flat, total, w, tuple(before), tuple(pdims))
+    return Plan(t, fill, flat, total, w, tuple(before), tuple(pdims), tuple(positions),
+                R.tensor)
 
 
 def _term(body: Binary, R: Read, moved: Read, w: Read, dtype: str) -> Binary:
@@ -340,6 +373,39 @@ def _relax(c: Expr, y: Axis, y0: Expr, y1: Expr, axes: Sequence[Axis]) -> Option
     if form is None:
         return None
     return substitute(c, {y: y1 if form[1][list(axes).index(y)] > 0 else y0})
+
+
+def replan(p: Plan, extent: Sequence[int], copy: Optional[Compute] = None,
+           params: Sequence[str] = (), zeros: Optional[Sequence[int]] = None
+           ) -> Optional[Plan]:
+    """``p``'s sum over a copy of ``extent`` elements along each padded dimension with
+    ``zeros`` before ``R``'s elements (default ``p.before``; at least ``p``'s, rows as
+    long for a flat sum), the tensor ``copy`` when given (one copy read by several sums:
+    ``codegen.padcopy_share``); None if ``p``'s sum cannot read such a copy as it read
+    its own (flat or not).
+
+    >>> import tensorexpr as te
+    >>> H = te.placeholder((1, 2, 20), name="H"); W = te.placeholder((3, 2, 3), name="W")
+    >>> f, k = te.reduce_axis(2), te.reduce_axis(3)
+    >>> dX = te.compute((1, 3, 22), lambda n, c, x: te.sum(
+    ...     H[n, f, x - k] * W[c, f, k], axis=[f, k], where=(x - k >= 0) & (x - k < 20)),
+    ...     name="dX")
+    >>> p = plan(dX, dX.body)
+    >>> p.fill.shape, p.before
+    ((1, 2, 24), (2,))
+    >>> replan(p, (30,)).fill.shape
+    (1, 2, 30)
+    >>> replan(p, (23,)) is None   # shorter than the sum reads
+    True
+    >>> q = replan(p, (30,), zeros=(5,))   # 5 zeros before H's elements, not 2
+    >>> q.before, q.fill.shape
+    ((5,), (1, 2, 30))
+    """
+    red = row_reduce(p.t)
+    weight = p.weight.tensor.uid
+    return _plan(p.t, red, p.positions, lambda r: r.tensor.uid == weight, params,
+                 tuple(extent), copy, tuple(p.before if zeros is None else zeros),
+                 p.flat is not p.fill)
 
 
 def rewrite(sig, computed: Sequence[Tensor], inline: set, options
@@ -398,12 +464,15 @@ def lower(lowerer, t: Compute, red: Reduce, p: Plan) -> List[Stmt]:
     lowerer.dims[p.flat.uid] = p.flat.dims
     lowerer.buf[p.sum.uid] = lowerer.buf[t.uid]
     lowerer.dims[p.sum.uid] = p.sum.dims
-    fill = lowerer.compute(p.fill)
+    # a copy several sums read (codegen.padcopy_share) is made by the first one: they
+    # check the same weights, so they all take the version that reads it, or none does
+    fill = lowerer.compute(p.fill) if p.fill.uid not in lowerer.copies_made else []
+    lowerer.copies_made.add(p.fill.uid)
     lowerer.record.choose(p.sum.name, "rows", (("version", "finite weights"),))
     fast = lowerer.compute_rows(p.sum, p.sum.body)
     lowerer.record.done()
     wbuf = lowerer.buf[p.weight.tensor.uid]
-    fin = lowerer.fresh("fin", wbuf.dtype)
+    fin = lowerer.finite_flag(wbuf.name)
     checks = lowerer.finite_checks({wbuf.name: fin})
     ok = Op("eq", (fin, fin), "bool")
     return checks + [If(ok, Block(tuple(fill) + tuple(fast)), Block(tuple(slow)))]

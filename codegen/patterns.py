@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tensorexpr.ir import (Axis, BINARY_CMP, Binary, Cast, Compute, Const, Expr, Read, Reduce,
-                           Select, SizeVar, Unary, COSTLY_OPS, children, is_float, occurrences,
+from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Read, Reduce, Select,
+                           SizeVar, TIE_TESTS, Unary, COSTLY_OPS, children, is_float, occurrences,
                            postorder, same, tensor_exprs, walk)
 from tensorexpr.transform import const_value, eval_int
 
@@ -105,9 +105,9 @@ def where_form(red: Reduce) -> Tuple[Expr, Optional[Expr]]:
 
 
 def compared_sums(roots: Sequence[Expr]) -> set:
-    """The ids of the float sums in ``roots`` whose value is compared: inside a
-    comparison's or an elementwise max's/min's operands, or a max's/min's body or
-    where, or in the body of a tensor read there (and so on through its reads). The
+    """The ids of the float sums in ``roots`` whose value is compared: inside the
+    operands of an equality test (``ir.TIE_TESTS``), or a max's/min's body or where,
+    or in the body of a tensor read there (and so on through its reads). The
     gradient of an extremum tests ``body == forward value`` bit for bit
     (``passes.differentiate``'s tie counts), recomputing such a sum in other loops
     (a tie count, a gather) than the forward's, or in a tensor of its own (the sum
@@ -124,8 +124,13 @@ def compared_sums(roots: Sequence[Expr]) -> set:
     >>> len(compared_sums([M.body])), len(compared_sums([S.body]))
     (1, 0)
     >>> T = te.compute((), lambda: te.sum(te.select(S[r] * 0.5 == M[()], 1.0, 0.0), axis=r))
-    >>> compared_sums([T.body]) == {id(S.body.a)}   # S's sum, read in a comparison
+    >>> # S's sum, read in a comparison, and through M the sum M's max compares
+    >>> compared_sums([T.body]) == {id(S.body.a), id(s)}
     True
+    >>> # an order test or an elementwise max does not (see ir.TIE_TESTS): a row norm's sum
+    >>> N = te.compute((4,), lambda i: te.maximum(te.sum(X[i, k] * X[i, k], axis=k), 1e-6))
+    >>> len(compared_sums([N.body]))
+    0
     """
     out: set = set()
     todo = [(root, False) for root in roots]
@@ -141,7 +146,7 @@ def compared_sums(roots: Sequence[Expr]) -> set:
                     and x.tensor.body is not None and id(x.tensor) not in bodies):
                 bodies.add(id(x.tensor))
                 todo.append((x.tensor.body, True))
-            inside = f or (isinstance(x, Binary) and (x.op in BINARY_CMP or x.op in ("max", "min"))
+            inside = f or (isinstance(x, Binary) and x.op in TIE_TESTS
                            or isinstance(x, Reduce) and x.op in ("max", "min"))
             for c in children(x):
                 flag[id(c)] = flag.get(id(c), False) or inside

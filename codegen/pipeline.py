@@ -21,13 +21,15 @@ part that decides and lowers (steps 3-7), :func:`generate` adds the C text.
    by residues and read residue-packed copies (``codegen.residues``;
    ``Options.residues``); dot-product sums read transposed or zero-padded copies
    of their operands, placed in the program as tensors of their own
-   (``codegen.layout``; ``Options.copies``);
+   (``codegen.layout``; ``Options.copies``), one padded copy of an operand for all
+   the sums that can read it (``codegen.padcopy_share``);
 6. **schedule and lowering**: row-fusion groups (``codegen.fuse``), then each
    tensor by the first strategy of ``codegen.strategies`` that applies (or the
    one ``Options.force`` names), lowered to the loop AST (``codegen.loopast``);
    every choice is recorded in a :class:`~codegen.schedule.Schedule`;
 7. **loop-AST passes**: consecutive parallel nests share one parallel region
-   (``codegen.regions``); large outputs written once get non-temporal stores
+   (``codegen.regions``; nests under an ``if`` on a flag set before them too, such as
+   an input's finiteness, scanned once per kernel: ``codegen.finite_flags``); large outputs written once get non-temporal stores
    (``codegen.streaming``; ``Options.streaming``);
 8. **emission**: the loop AST as C (``codegen.cemit``);
 9. **compile and load**: the system compiler, the on-disk cache, the ctypes
@@ -70,6 +72,19 @@ def build(sig, options: Options = DEFAULT, name: Optional[str] = None, wait: boo
     >>> impl([np.arange(3, dtype=np.float32)], {})[0], str(schedule())
     (array([0., 2., 4.], dtype=float32), 'B: loops')
     """
+    # (tensorexpr.collector: a build's objects live to its end, no garbage to look for
+    # among them; not while waiting for the compiler: the caller's other threads run)
+    with paused():
+        impl, source, schedule = _started(sig, options, name, wait)
+    if wait:
+        impl = resolved(impl)
+    return impl, source, schedule
+
+
+def _started(sig, options: Options, name: Optional[str], wait: bool
+              ) -> Tuple[Callable[..., List], str, Callable[[], Schedule]]:
+    """:func:`build` but for waiting: the compiler may be running on a thread, or
+    (``wait``) run by the first call's thread (:func:`resolved`'s)."""
     found = views.find(sig.outputs, sig.inputs)                      # 1. views
     if found:
         rest = [t for k, t in enumerate(sig.outputs) if k not in found]
@@ -77,7 +92,7 @@ def build(sig, options: Options = DEFAULT, name: Optional[str] = None, wait: boo
         if not rest:
             return (views.WithViews(len(sig.outputs), found, None), note,
                     lambda: Schedule(options=options))
-        impl, source, schedule = build(Signature(rest, sig.inputs), options, name, wait)
+        impl, source, schedule = _started(Signature(rest, sig.inputs), options, name, wait)
         return views.WithViews(len(sig.outputs), found, impl), note + source, schedule
     comp = compiler.find_compiler()
     entry = c_backend.entry_path(sig, comp, options)                  # 2. cache
@@ -89,7 +104,7 @@ def build(sig, options: Options = DEFAULT, name: Optional[str] = None, wait: boo
     if building is not None:  # the same program, still compiling: shares that compile
         c_backend.stats["build_hits"] += 1
         job, layout, source, schedule = building
-        return _pending(job, layout, sig, source, comp, wait), source, lambda: schedule
+        return _pending(job, layout, sig, source, comp), source, lambda: schedule
     if entry is not None:
         hit = c_backend.load_entry(entry, sig)
         if hit is not None:
@@ -110,15 +125,32 @@ def build(sig, options: Options = DEFAULT, name: Optional[str] = None, wait: boo
             with _building_lock:
                 _building.pop(entry, None)
         job.then(recorded)
-    return _pending(job, layout, sig, source, comp, wait), source, lambda: schedule
+    return _pending(job, layout, sig, source, comp), source, lambda: schedule
 
 
-def _pending(job, layout, sig, source: str, comp, wait: bool):
-    """The kernel function of ``job``'s library: loaded now if ``wait``, else at the
-    first call (compiled once more if the library does not load)."""
-    impl = background.PendingKernel(job, layout, sig,
+def _pending(job, layout, sig, source: str, comp):
+    """The kernel function of ``job``'s library, loaded at the first call (compiled once
+    more if the library does not load)."""
+    return background.PendingKernel(job, layout, sig,
                                     lambda: compiler.compile_shared(source, comp))
-    return impl.resolve() if wait else impl
+
+
+def resolved(impl):
+    """``impl`` (what :func:`build` makes) with its kernel compiled and loaded now: a
+    compiler error is raised here, not at the first call.
+
+    >>> import tensorexpr as te
+    >>> A = te.placeholder((3,), name="A")
+    >>> B = te.compute((3,), lambda i: A[i] * 2.0, name="B")
+    >>> impl, _, _ = build(Signature([B], [A]), wait=False)
+    >>> type(resolved(impl)).__name__
+    'KernelFunction'
+    """
+    if isinstance(impl, background.PendingKernel):
+        return impl.resolve()
+    if isinstance(impl, views.WithViews) and impl.rest is not None:
+        return impl.with_rest(resolved(impl.rest))
+    return impl
 
 
 def source_text(sig, options: Options = DEFAULT, name: Optional[str] = None) -> str:
@@ -155,8 +187,8 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     B: blocks (axis=0)
     """
     # imported here, not above: a cache hit (step 2) never loads the lowering, nor isl
-    from . import (adjoint_sums, checkpoint, copies, layout, padcopy, recurrence_steps, regions,
-                   residues)
+    from . import (adjoint_sums, checkpoint, copies, layout, padcopy, padcopy_share,
+                   recurrence_steps, regions, residues)
     from .lower import Lowerer
     from .patterns import inlinable
     from .streaming import rewrite as stream
@@ -194,7 +226,7 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
         lw.record.copies.extend(t.name for t in transposed + made)
         program = checkpoint.RingProgram(lw, rings).program()
     else:
-        scratch, padded, split, classes = [], {}, [], []
+        scratch, padded, split, classes, shared = [], {}, [], [], []
         # 5. program rewrites (not where sums are added a step at a time, nor where
         # tensors run by steps: their plans hold the tensors as written, the order a
         # checkpointed build follows)
@@ -203,12 +235,15 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
         if options.copies and not rows:
             computed = layout.plan(computed, inline)
             scratch, padded = padcopy.rewrite(sig, computed, inline, options)
+            # one copy per operand for the sums that can share it
+            scratch, padded, shared = padcopy_share.share(scratch, padded, sig.size_names)
         lw = Lowerer(sig, title, options, computed, scratch + step_sums + terms, padded, steps,
                      sums)
         lw.record.copies.extend([t.name for t in computed if copies.is_copy(t)] +
                                 [t.name for t, _ in scratch])
         lw.record.residues.extend(split)
         lw.record.classes.extend(classes)
+        lw.record.shared.extend(shared)
         program = lw.program()                                       # 6. schedule, lowering
     lw.record.hoisted.extend(hoisted)
     lw.record.full_tape.extend(checkpoint.full_tapes(sig, rings, options))

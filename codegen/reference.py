@@ -59,9 +59,11 @@ class _Eval:
         select (another mask) and reductions (other axes) are evaluated by a nested
         call, so Python's stack grows with their nesting, not with ``e``'s depth."""
         key = (id(ctx), depth, id(mask))
-        if key not in self.frames:
+        owner = key not in self.frames
+        if owner:
             self.frames[key] = ({}, ctx, mask)
         memo = self.frames[key][0]
+        uses = _uses(e, memo)
         stack = [e]
         while stack:
             x = stack[-1]
@@ -74,7 +76,21 @@ class _Eval:
                 continue
             stack.pop()
             memo[id(x)] = self._node(x, ctx, depth, mask, memo)
-        return memo[id(e)]
+            # A value computed here is dropped once the last node computed here that
+            # reads it is done: live values are the DAG's width, not its size (a
+            # second-order gradient's body inside a 4-d reduction domain kept
+            # thousands of arrays of 33**4 values: MemoryError). One needed again by a
+            # later call is computed again.
+            for c in _distinct(evaluated_with(x)):
+                left = uses.get(id(c))
+                if left is not None:
+                    uses[id(c)] = left - 1
+                    if left == 1 and c is not e:
+                        memo.pop(id(c), None)
+        out = memo[id(e)]
+        if owner:
+            del self.frames[key]  # (with its mask and context: their values are done)
+        return out
 
     def _node(self, e: Expr, ctx, depth: int, mask, memo) -> np.ndarray:
         """``e``'s values given those of its children in the same context (``memo``)."""
@@ -163,6 +179,29 @@ class _Eval:
         else:
             out = (body.max if e.op == "max" else body.min)(axis=red)
         return np.asarray(out, dtype=_NP[e.dtype])
+
+
+def _distinct(nodes) -> list:
+    """``nodes`` without repeats (by identity), in order."""
+    return list({id(c): c for c in nodes}.values())
+
+
+def _uses(e: Expr, memo: dict) -> Dict[int, int]:
+    """For each node that evaluating ``e`` computes (not in ``memo``) other than ``e``:
+    how many of the nodes it computes read it (``evaluated_with``)."""
+    uses: Dict[int, int] = {}
+    seen = set()
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or id(x) in memo:
+            continue
+        seen.add(id(x))
+        for c in _distinct(evaluated_with(x)):
+            if id(c) not in memo:
+                uses[id(c)] = uses.get(id(c), 0) + 1
+                stack.append(c)
+    return uses
 
 
 def _binary(op: str, x, y):

@@ -11,15 +11,24 @@ next one touches what it wrote or writes what it read (otherwise ``nowait``).
 
 Only nests that are whole loops qualify: a statement outside the loops
 (a scalar accumulator declared before a parallel reduction, a 0-d store) would
-become private to each thread inside a region, so it ends the run of nests.
+become private to each thread inside a region, so it ends the run of nests. An
+``if`` around whole loops qualifies when its condition is *uniform*: it reads no
+memory and only scalars set before the region that nothing in it sets (a
+weights' finiteness flag, ``codegen.finite_flags``): shared, the same for every
+thread, so the whole team takes the same branch and meets the same ``omp for``
+constructs (the versions of ``codegen.padcopy``'s sums, one region for all the
+residue classes of a strided gradient). Across such an ``if`` a nest waits unless
+every nest that may run next (the first of either branch, or the one after the
+``if`` when a branch has none) is independent of it.
 """
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import List, Set, Tuple
+from typing import List, Optional, Set, Tuple
 
+from .cexpr import fold
 from .loopast import (Accumulate, Assign, Block, Call, Comment, Decl, For, If, Load, Op, Region,
-                      Stmt, Store, flat, total_work)
+                      Stmt, Store, flat, loads, total_work, variables)
 
 
 def merge(body: List[Stmt]) -> List[Stmt]:
@@ -34,35 +43,99 @@ def merge(body: List[Stmt]) -> List[Stmt]:
     ...                Block((Store("b2", j, Lit(2.0, "float32")),)), parallel=True),))
     >>> [type(s).__name__ for s in merge([a, b])]
     ['Region']
+
+    Under an ``if`` on a flag set before them, the same:
+
+    >>> from codegen.loopast import If, Op
+    >>> fin = Var("fin", "float32")
+    >>> c = If(Op("eq", (fin, fin), "bool"), a, b)
+    >>> [type(s).__name__ for s in merge([c, a])]
+    ['Region']
     """
     out: List[Stmt] = []
     run: List[Stmt] = []
+    tested: Set[str] = set()    # the variables the run's conditions read
+    assigned: Set[str] = set()  # the variables its statements set
 
     def flush():
-        loops = [s for unit in run for s in flat([unit]) if isinstance(s, For)]
-        if sum(s.parallel for s in loops) >= 2:
+        if sum(s.parallel for s in _loops(run)) >= 2:
             out.append(_region(run))
         else:
             out.extend(run)
         run.clear()
+        tested.clear()
+        assigned.clear()
 
     for s in body:
         if _whole_loops(s):
-            run.append(s)
-        else:
-            flush()
-            out.append(s)
+            t, a = _conditions(s), _assigned(s)
+            if (t | tested) & (a | assigned):
+                flush()
+            if not t & a:
+                run.append(s)
+                tested.update(t)
+                assigned.update(a)
+                continue
+        flush()
+        out.append(s)
     flush()
     return out
 
 
 def _whole_loops(s: Stmt) -> bool:
     parts = flat([s])
-    return (any(isinstance(p, For) for p in parts)
-            and all(isinstance(p, Comment) or (isinstance(p, For) and not p.descending
-                                                and not (p.parallel and p.reduction)
-                                                and not _inner_parallel(p.body))
-                    for p in parts))
+    return any(isinstance(p, For) for p in _loops(parts)) and all(_whole(p) for p in parts)
+
+
+def _whole(p: Stmt) -> bool:
+    """Is ``p`` a comment, a loop nest a team can share, or an ``if`` around such nests
+    whose condition reads no memory?"""
+    match p:
+        case Comment():
+            return True
+        case For():
+            return not p.descending and not (p.parallel and p.reduction) and not _inner_parallel(
+                p.body)
+        case If(c, then, orelse):
+            return not loads(c) and all(_whole(x) for x in flat(
+                [then] + ([orelse] if orelse is not None else [])))
+    return False
+
+
+def _loops(stmts) -> List[For]:
+    """The loop nests of ``stmts`` (blocks opened), those under an ``if`` included."""
+    out: List[For] = []
+    for p in flat(stmts):
+        if isinstance(p, For):
+            out.append(p)
+        elif isinstance(p, If):
+            out += _loops([p.then] + ([p.orelse] if p.orelse is not None else []))
+    return out
+
+
+def _conditions(s: Stmt) -> Set[str]:
+    """The variables the conditions of the ``if`` s of ``s`` (outside its loops) read."""
+    out: Set[str] = set()
+    for p in flat([s]):
+        if isinstance(p, If):
+            out |= variables(p.cond) | _conditions(p.then)
+            if p.orelse is not None:
+                out |= _conditions(p.orelse)
+    return out
+
+
+def _assigned(s) -> Set[str]:
+    """The variables ``s`` declares or sets (loop variables included)."""
+    match s:
+        case Block(stmts):
+            return set().union(*(_assigned(x) for x in stmts)) if stmts else set()
+        case For():
+            return {s.var.name} | _assigned(s.body)
+        case If(_, then, orelse):
+            return _assigned(then) | (_assigned(orelse) if orelse is not None else set())
+        case Decl(var, _) | Assign(var, _) | Accumulate(var, _, _):
+            return {var.name}
+    return set()
 
 
 def _inner_parallel(s) -> bool:
@@ -81,29 +154,82 @@ def _inner_parallel(s) -> bool:
     return False
 
 
+Access = Tuple[Set[str], Set[str]]
+#: what may run after a nest: None (the region's end, or a path that ends it: wait), else
+#: (whether every nest that may run first is a parallel one, their accesses)
+Next = Optional[Tuple[bool, List[Access]]]
+
+
 def _region(run: List[Stmt]) -> Region:
     parts = flat(run)
-    loops = [p for p in parts if isinstance(p, For)]
-    access = [_accesses(p) for p in loops]
-    works = [p.work for p in loops if p.parallel]
-    team = {}
-    pending: List[Tuple[Set[str], Set[str]]] = []  # loops since the last wait
-    for k, p in enumerate(loops):
-        pending.append(access[k])
-        last = k == len(loops) - 1
-        if not p.parallel:
-            team[id(p)] = "single"  # ends in a wait
-            pending = []
-            continue
-        nxt = None if last else access[k + 1]
-        if not last and loops[k + 1].parallel and all(_independent(a, nxt) for a in pending):
-            team[id(p)] = "for nowait"
+    body, _ = _teams(parts, [], None)
+    return Region(Block(tuple(body)), total_work([_work(p) for p in parts]))
+
+
+def _work(p: Stmt):
+    """The work of the parallel loops of ``p`` (an ``if``: the larger branch)."""
+    if isinstance(p, For):
+        return p.work if p.parallel else False
+    if isinstance(p, If):
+        ws = [total_work([_work(x) for x in flat([b])]) for b in (p.then, p.orelse)
+              if b is not None]
+        if any(w is None for w in ws):
+            return None
+        ws = [w for w in ws if w is not False]
+        if len(ws) == 2 and ws[0] != ws[1]:
+            return fold("max", ws[0], ws[1], "int64")
+        return ws[0] if ws else False
+    return False
+
+
+def _teams(parts: List[Stmt], pending: List[Access], after: Next
+           ) -> Tuple[List[Stmt], List[Access]]:
+    """``parts`` with each loop's ``team`` set, given the accesses of the loops since the
+    last wait (``pending``) and what may run after ``parts``; and the loops since the
+    last wait at their end."""
+    out: List[Stmt] = []
+    for k, p in enumerate(parts):
+        if isinstance(p, For):
+            access = _accesses(p)
+            pending = pending + [access]
+            if not p.parallel:
+                team = "single"  # ends in a wait
+            else:
+                nxt = _next(parts[k + 1:], after)
+                free = nxt is not None and nxt[0] and all(
+                    _independent(a, b) for a in pending for b in nxt[1])
+                team = "for nowait" if free else "for"
+            if team != "for nowait":
+                pending = []
+            out.append(replace(p, parallel=False, work=None, team=team))
+        elif isinstance(p, If):
+            nxt = _next(parts[k + 1:], after)
+            then, p_then = _teams(flat([p.then]), pending, nxt)
+            if p.orelse is None:
+                orelse, p_else = None, pending
+            else:
+                body, p_else = _teams(flat([p.orelse]), pending, nxt)
+                orelse = Block(tuple(body))
+            out.append(If(p.cond, Block(tuple(then)), orelse))
+            pending = p_then + [a for a in p_else if not any(a is b for b in p_then)]
         else:
-            team[id(p)] = "for"
-            pending = []
-    body = tuple(replace(p, parallel=False, work=None, team=team[id(p)])
-                 if isinstance(p, For) else p for p in parts)
-    return Region(Block(body), total_work(works))
+            out.append(p)
+    return out, pending
+
+
+def _next(parts: List[Stmt], after: Next) -> Next:
+    """What may run first among ``parts`` (then ``after``)."""
+    for k, p in enumerate(parts):
+        if isinstance(p, For):
+            return p.parallel, [_accesses(p)]
+        if isinstance(p, If):
+            rest = _next(parts[k + 1:], after)
+            ways = [_next(flat([b]), rest) if b is not None else rest
+                    for b in (p.then, p.orelse)]
+            if any(w is None for w in ways):
+                return None
+            return all(w[0] for w in ways), [a for w in ways for a in w[1]]
+    return after
 
 
 def _independent(a: Tuple[Set[str], Set[str]], b: Tuple[Set[str], Set[str]]) -> bool:

@@ -114,6 +114,7 @@ class RowSumLowering:
             if sp is not None:
                 self.record.note("residues of", f"{sp.orig.axes[-1].name} // {sp.s}")
                 self.same_buffer(sp.tensor, t)
+                self.derived(t, sp.tensor)
                 return self.compute_rows(sp.tensor, sp.red, sp)
             # a tensor alike one lowered before but for its tensors (an LSTM's gates):
             # that lowering again, with its own buffers and names (codegen.alike)
@@ -185,10 +186,12 @@ class RowSumLowering:
         # convolution) start each pass at another offset of the accumulator, whose loads
         # would straddle the previous pass's stores (no store forwarding). A short p gets
         # one accumulator per value (each pass then meets its own previous offsets),
-        # combined at the end: a reassociation of the reduction, as ir.py allows.
+        # combined at the end: a reassociation of the reduction, as ir.py allows (not for
+        # a compared sum, added in written order: patterns.compared_sums).
         phase, phases = None, 1
+        reassociate = not self.holds_compared(t)
         for c in polyhedral.conjuncts(red.where):
-            if phase is None and uses(c, {j.uid}):
+            if reassociate and phase is None and uses(c, {j.uid}):
                 for ax in red.axes:
                     lo_, hi_ = const_value(ax.lo), const_value(ax.hi)
                     if (uses(c, {ax.uid}) and lo_ is not None and hi_ is not None
@@ -261,7 +264,7 @@ class RowSumLowering:
                 if needs:
                     for b in sorted(needs):
                         if b not in finite:
-                            finite[b] = self.fresh("fin", self.buffer_dtype(b))
+                            finite[b] = self.finite_flag(b)
                     ok = all_of([Op("eq", (finite[b], finite[b]), "bool") for b in sorted(needs)])
                     nest = [If(ok, Block(tuple(fast)), Block(tuple(nest)))]
             # the accumulators in vector registers where every term vectorizes
@@ -377,9 +380,23 @@ class RowSumLowering:
     def buffer_dtype(self, name: str) -> str:
         return next(b.dtype for b in self.buf.values() if b.name == name)
 
+    def finite_flag(self, name: str) -> Var:
+        """The variable :meth:`finite_checks` sets for buffer ``name``: while
+        ``self.flags`` is a dict (``Lowerer.program``), one per input buffer for the
+        whole kernel (an input does not change: ``codegen.finite_flags`` scans it once),
+        else a new one."""
+        b = next(b for b in self.buf.values() if b.name == name)
+        if self.flags is None or not b.readonly:
+            return self.fresh("fin", b.dtype)
+        if name not in self.flags:
+            self.flags[name] = self.fresh("fin", b.dtype)
+        return self.flags[name]
+
     def finite_checks(self, finite: Dict[str, Var]) -> List[Stmt]:
         """``fin = sum(b[z] * 0)`` for each buffer ``b`` of ``finite``: +-0 if every
-        element is finite, NaN otherwise (so ``fin == fin`` tests it), in vector lanes."""
+        element is finite, NaN otherwise (so ``fin == fin`` tests it), in vector lanes.
+        The scans of a flag shared by the kernel (:meth:`finite_flag`) are recorded in
+        ``self.scans``."""
         out: List[Stmt] = []
         for name, v in finite.items():
             t = next(t for t in self.tensors if self.buf[t.uid].name == name)
@@ -392,4 +409,6 @@ class RowSumLowering:
                 v, "sum", Op("mul", (Load(name, z, v.dtype), zero(v.dtype)), v.dtype)),)),
                 note=f"are the values of {t.name} finite?", simd=True,
                 reduction=(("sum", v),)))
+            if self.flags is not None and self.flags.get(name) is v:
+                self.scans.setdefault(name, []).append(tuple(out[-2:]))
         return out

@@ -118,9 +118,12 @@ class Layout:
         n = len(sig.inputs)
         index = {t.uid: k for k, t in enumerate(program.tensors)}
         outputs = [index[t.uid] for t in sig.outputs]
-        touched = None if source is None else referenced_buffers(source) | set(outputs)
-        bufs = [(t.dtype, [size_to_plain(d) for d in t.dims]
-                 if touched is None or n + j in touched else [])
+        untouched: set = set()
+        if source is not None:
+            asked = {b.name: k for k, b in enumerate(program.kernel.buffers)
+                     if k >= n and k not in outputs}
+            untouched = set(asked.values()) - referenced_buffers(source, asked)
+        bufs = [(t.dtype, [] if n + j in untouched else [size_to_plain(d) for d in t.dims])
                 for j, t in enumerate(program.tensors[n:])]
         canon = {t.uid: k for k, t in enumerate(buffer_tensors(sig))}
         sites = []

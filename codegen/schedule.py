@@ -149,6 +149,8 @@ class Schedule:
     streamed: Tuple[str, ...] = ()
     #: a line per sum split into residue classes of its output (``codegen.residue_classes``)
     classes: Tuple[str, ...] = ()
+    #: a line per zero-padded copy several sums read (``codegen.padcopy_share``)
+    shared: Tuple[str, ...] = ()
     #: a line per statement list run at several places: emitted once as a C function, or
     #: why in place (``codegen.step_functions``)
     functions: Tuple[str, ...] = ()
@@ -181,6 +183,7 @@ class Schedule:
         lines += [f"not fused: {' + '.join(g)} ({m}'s strategy does not run the slab "
                   f"outermost)" for g, m in self.unfused]
         lines += [f"copy: {c}" for c in self.copies]
+        lines += [f"shared copy: {c}" for c in self.shared]
         lines += [f"checkpointed: {c}" for c in self.checkpoint]
         lines += [f"full tape: {c}" for c in self.full_tape]
         lines += [f"hoisted: {c}" for c in self.hoisted]
@@ -215,6 +218,7 @@ class Recorder:
         self.full_tape: list = []
         self.streamed: list = []
         self.classes: list = []
+        self.shared: list = []
         self.functions: list = []
         self._open: list = []  # the choices in progress (a strategy lowers other tensors)
         #: while not None, every note as ``(index of its choice or -1, name, value)``:
@@ -262,4 +266,4 @@ class Recorder:
                         tuple(self.checkpoint), tuple(self.hoisted), self.options,
                         tuple(self.slabs), tuple(self.unfused), tuple(self.residues),
                         tuple(self.full_tape), tuple(self.streamed), tuple(self.classes),
-                        tuple(self.functions))
+                        tuple(self.shared), tuple(self.functions))

@@ -9,6 +9,12 @@ takes the first that applies, or the one ``Options.force`` names; a cost-based
 choice would replace that first-match loop and nothing else. What ran is
 recorded in the build's :class:`codegen.schedule.Schedule`.
 
+A strategy marked ``reorders`` may add an element's sum in another order than the
+written one (vector lanes along the reduction, partial sums per tap): it never takes
+a tensor holding a sum whose value is compared (``patterns.compared_sums``: a max's
+tie test recomputes that sum in written order, and the two must be equal bit for
+bit), the next candidate does. The others add each element's terms in written order.
+
 The order (a recurrence runs ``steps``, ``interchange`` or ``loops``, its carried axis
 sequential;
 ``codegen.checkpoint`` may keep it in a ring or checkpointed segments):
@@ -59,7 +65,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Tuple
 
 from tensorexpr.errors import describe
-from tensorexpr.ir import Compute, ScatterAdd, Tensor, walk
+from tensorexpr.ir import Compute, ScatterAdd, Tensor
 
 from . import interchange, piecewise, residue_loops, rowsum, tapsum, target
 from .scatter import scatter_rows_apply
@@ -76,7 +82,9 @@ class Strategy:
     outermost loops, in order (each one loop, or a main loop and a remainder), with
     nothing before them: what ``codegen.fuse`` decides a slab loop by, before anything
     is lowered (0, the default: none that fusion may rely on). ``declines``: its
-    lowering may return None (then the next candidate runs)."""
+    lowering may return None (then the next candidate runs). ``reorders``: it may add
+    an element's sum in another order than the written one (then it never takes a
+    tensor holding a compared sum: :func:`candidates`)."""
     name: str
     kind: type
     applies: Callable
@@ -85,6 +93,7 @@ class Strategy:
     doc: str = ""
     leads: Callable = lambda lw, t, plan: 0
     declines: bool = False
+    reorders: bool = False
 
 
 def _no_carry(t) -> bool:
@@ -107,11 +116,7 @@ def _jam(lw, t):
 
 
 def _taps(lw, t):
-    # all taps per pass adds a sum's terms in another order: not for a sum whose value
-    # is compared (a max's tie test recomputes it in order: patterns.compared_sums)
-    if not _no_carry(t) or any(id(x) in lw.compared for x in walk(t.body, unique=True)):
-        return None
-    return tapsum.applies(t)
+    return tapsum.applies(t) if _no_carry(t) else None
 
 
 def _plain_shape(t) -> bool:
@@ -198,10 +203,12 @@ TABLE: Tuple[Strategy, ...] = (
              lambda p: (("copy", p[1].fill.name),)),
     Strategy("rows", Compute, _rows, lambda lw, t, red: lw.compute_rows(t, red),
              leads=lambda lw, t, red: rowsum.leading_loops(t, red)),
-    Strategy("jam", Compute, _jam, lambda lw, t, red: lw.compute_jam(t, red)),
+    # each element's sum in vector lanes along its reduction: another order
+    Strategy("jam", Compute, _jam, lambda lw, t, red: lw.compute_jam(t, red), reorders=True),
+    # all taps per pass, partial sums per tap: another order
     Strategy("taps", Compute, _taps, lambda lw, t, p: lw.compute_taps(t, p),
              lambda p: (("taps", p.ntaps), ("registers", p.registers_only)),
-             leads=tapsum.leading_loops, declines=True),
+             leads=tapsum.leading_loops, declines=True, reorders=True),
     Strategy("gather-rows", Compute, _gather_rows,
              lambda lw, t, hoist: lw.compute_gather_rows(t, hoist),
              lambda hoist: (("hoisted", len(hoist)),), leads=_outer_axes),
@@ -253,7 +260,10 @@ def candidates(lw, t: Tensor) -> List[Tuple[Strategy, object]]:
     if hit is not None and hit[0] is t:
         found = hit[1]
     else:
+        # a compared sum is added in written order wherever it is computed
+        compared = lw.holds_compared(t)
         found = [(s, p) for s in TABLE if isinstance(t, s.kind)
+                 and not (s.reorders and compared)
                  for p in [s.applies(lw, t)] if p is not None]
         lw.plans[key] = (t, found)
     forced = lw.options.forced(t.name)

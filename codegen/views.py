@@ -106,6 +106,10 @@ class WithViews:
         self.rest = rest
         self._plan = [views.get(k) for k in range(n_outputs)]
 
+    def with_rest(self, rest: Callable[..., List[np.ndarray]]) -> "WithViews":
+        """The same views, the other outputs computed by ``rest``."""
+        return WithViews(len(self._plan), self.views, rest)
+
     @property
     def writes_into(self) -> bool:
         """Whether ``__call__`` takes ``into=`` (see ``KernelFunction.__call__``)."""

@@ -5,12 +5,8 @@ reads may be in range only there) and must not move what is compared.
 """
 from __future__ import annotations
 
-from tensorexpr.ir import Binary, Cast, Compute, Reduce, Select, Unary
+from tensorexpr.ir import TIE_TESTS, Binary, Cast, Compute, Reduce, Select, Unary
 from tensorexpr.transform import free_axes
-
-#: operators whose float operands are compared: a sum moved out of them would be summed
-#: in another order than where it is written, and a tie test would see other bits
-COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 
 
 def contexts(t: Compute):
@@ -18,7 +14,9 @@ def contexts(t: Compute):
     guards, compared)`` once each, where ``guards`` are the ``(condition, polarity)``
     under which the node is evaluated (a select's condition for its branches, the left
     operand of ``&``/``|`` for the right one, a reduction's where for its body) and
-    ``compared`` says whether its value reaches a comparison or a max/min. Nodes
+    ``compared`` says whether its value reaches an equality test (``ir.TIE_TESTS``: a sum
+    moved out of one would be summed in another order than where it is written, and a
+    tie test would see other bits) or a max's/min's body. Nodes
     inside a reduction whose axes' bounds hold other axes are not reached: no box
     holds them. Index expressions of reads are not visited.
 
@@ -55,7 +53,7 @@ def contexts(t: Compute):
                 stack += [(b, bound, guards + ((c, False),), cmp),
                           (a, bound, guards + ((c, True),), cmp), (c, bound, guards, cmp)]
             case Binary(op, a, b, _):
-                c = cmp or op in COMPARISONS
+                c = cmp or op in TIE_TESTS
                 stack += [(b, bound, guards, c), (a, bound, guards, c)]
             case Unary(_, a, _) | Cast(a, _):
                 stack.append((a, bound, guards, cmp))

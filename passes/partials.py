@@ -148,9 +148,12 @@ def _rules(e: Expr, owner=None) -> list:
             win = m("gt", a, b) if e.op == "max" else m("lt", a, b)
             lose = m("lt", a, b) if e.op == "max" else m("gt", a, b)
 
+            # the adjoint once, scaled by 1 (exact, NaN and inf kept), 0.5 or nothing:
+            # written in two branches, nested maxima copied it 2**depth times (their
+            # second-order gradients: megabytes of C, MemoryError)
             def share(first, second):
-                return lambda adj: api.select(first, adj, api.select(second, 0.0,
-                                                                     m("mul", adj, 0.5)))
+                return lambda adj: api.select(second, 0.0, m("mul", adj, api.select(
+                    first, 1.0, 0.5)))
             return [(a, share(win, lose), (), ()), (b, share(lose, win), (), ())]
         case Binary("mod", a, b, _):
             # a - b * (a // b), a // b locally constant; not floor(a / b), which rounds

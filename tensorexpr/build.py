@@ -19,10 +19,10 @@ class Function:
     one array (or None: a new one) per output for several; each must have the
     output's dtype and shape and be C-contiguous and writeable. The C backend
     writes the results straight into them (no new array, no copy); an ``out`` array
-    that overlaps an input gets the results computed first and then copied, so it may
-    also be an input (an in-place update). A call that raises may leave an ``out``
-    array partly written. The call returns the arrays written. ``inspect.signature(f)`` lists the
-    inputs by name. ``source`` is the generated code (C for the C backend, the
+    that overlaps an input or another ``out`` array gets the results computed first
+    and then copied, so it may also be an input (an in-place update). A call that
+    raises may leave an ``out`` array partly written. The call returns the arrays
+    written. ``inspect.signature(f)`` lists the inputs by name. ``source`` is the generated code (C for the C backend, the
     program text for the numpy backend).
 
     >>> import inspect, numpy as np, tensorexpr as te
@@ -110,8 +110,11 @@ class Function:
         if targets is not None and getattr(self._impl, "writes_into", False):
             # the kernel writes straight into an out= array that overlaps no input (an
             # in-place update is computed first and copied, so it reads the old values)
+            # and no other out= array (the kernel may read back an output it wrote)
             into = [None if dst is None or not dst.flags.aligned
-                    or any(np.may_share_memory(dst, a) for a in arrays) else dst
+                    or any(np.may_share_memory(dst, a) for a in arrays)
+                    or any(o is not None and o is not dst and np.may_share_memory(dst, o)
+                           for o in targets) else dst
                     for dst in targets]
         outs = list(self._impl(arrays, sizes) if into is None
                     else self._impl(arrays, sizes, into=into))
@@ -200,7 +203,7 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
         hint = ""
         if isinstance(bad, (list, tuple)):
             # te.build([dX]) with dX = te.differentiate(Y, [X]): a tuple inside the list
-            hint = ("; a tuple inside the list (te.differentiate(y, [x, ...]) returns one "
+            hint = (f"; a {kind} inside the list (te.differentiate(y, [x, ...]) returns one "
                     "gradient per input as a tuple): unpack it, te.build([*grads, ...]), "
                     "or write dx, = te.differentiate(y, [x])")
         raise TypeError(f"te.build takes a tensor or a list of tensors; got {got}{hint}")
@@ -230,12 +233,9 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
         from codegen import pipeline
         from codegen.schedule import DEFAULT, Options
 
-        from . import collector
         if options is not None and not isinstance(options, Options):
             raise TypeError(f"options= takes a te.ScheduleOptions, not {type(options).__name__}")
-        with collector.paused():  # (its objects live to its end: no garbage to look for)
-            impl, source, schedule = pipeline.build(sig, options or DEFAULT, name=name,
-                                                    wait=wait)
+        impl, source, schedule = pipeline.build(sig, options or DEFAULT, name=name, wait=wait)
         fn = Function(outs, sig, impl, source, "c", schedule)
     else:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")

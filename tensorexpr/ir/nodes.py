@@ -126,6 +126,13 @@ def same(a: Any, b: Any) -> bool:
 
 BINARY_ARITH = ("add", "sub", "mul", "div", "floordiv", "mod", "pow", "max", "min")
 BINARY_CMP = ("lt", "le", "eq", "ne", "gt", "ge")
+#: the comparisons that test two values for equality bit for bit: a max's or min's
+#: gradient tests its body with ``eq`` against the stored extremum (``passes.differentiate``'s
+#: tie counts), so a float sum whose value reaches one (or a max's/min's body) must add its
+#: terms in the same order wherever it is computed. An order test (``lt``) or an
+#: elementwise max need not: where both sides are the same function of the inputs they
+#: have the same derivative, whichever side wins; elsewhere a tie is a rounding accident.
+TIE_TESTS = ("eq", "ne")
 BINARY_LOGIC = ("and", "or")
 UNARY_MATH = ("exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos", "erf", "abs", "floor", "ceil")
 # ``stop_gradient`` is the identity in value; differentiation treats it as a constant.

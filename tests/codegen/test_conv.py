@@ -10,7 +10,7 @@ import tensorexpr as te
 from codegen import rowsum_masked, rowsum_residues, tapsum
 from tensorexpr.ir import Reduce, walk
 
-from .util import agree, rand
+from .util import agree, assert_same, rand
 
 
 def conv2d(X, W, s=1, pad=0, dil=1):
@@ -99,24 +99,34 @@ def test_strided_gradient_with_symbolic_width():
 
 def test_masked_points_are_never_evaluated():
     # padding: the untaken branch reads outside X and multiplies by an infinite weight;
-    # neither may reach the result (0 * inf would be NaN)
+    # neither may reach the result (0 * inf would be NaN). By default the sum reads a
+    # zero-padded copy, its exact version a masked row sum (inside which the weights'
+    # test is decided: codegen.finite_flags); without copies the masked row sum runs
+    # with its own unmasked version for finite weights.
+    from codegen.schedule import Options
     X = te.placeholder((1, 1, 4, 20), name="X")
     W = te.placeholder((1, 1, 3, 3), name="W")
     Y = conv2d(X, W, pad=1)
-    w = np.ones((1, 1, 3, 3), np.float32)
-    w[0, 0, 1, 0] = np.inf  # kx = 0 is outside the image at x = 0
-    x = rand((1, 1, 4, 20), low=1, high=2)
-    fc, (y,) = agree([Y], [X, W], x, w)
-    assert np.isfinite(y[0, 0, :, 0]).all() and np.isinf(y[0, 0, :, 1:]).all()
-    # the unmasked fast path (staged row, zeros outside) is taken only for finite weights
-    assert rowsum_masked.MARK in fc.source and "(full tile, unmasked)" in fc.source
-    w[0, 0, 1, 0] = np.nan
-    y = fc(x, w)
-    assert np.isfinite(y[0, 0, :, 0]).all() and np.isnan(y[0, 0, :, 1:]).all()
-    w[0, 0, 1, 0] = 1.0
-    x[0, 0, :, -1] = np.nan  # only taps that reach the last column see it
-    y, want = fc(x, w), te.build(Y, inputs=[X, W], backend="numpy")(x, w)
-    np.testing.assert_allclose(y, want, rtol=1e-5, equal_nan=True)
+    for options in (Options(), Options(copies=False)):
+        w = np.ones((1, 1, 3, 3), np.float32)
+        w[0, 0, 1, 0] = np.inf  # kx = 0 is outside the image at x = 0
+        x = rand((1, 1, 4, 20), low=1, high=2)
+        fc = te.build(Y, inputs=[X, W], options=options)
+        y = fc(x, w)
+        assert_same(y, te.build(Y, inputs=[X, W], backend="numpy")(x, w))
+        assert np.isfinite(y[0, 0, :, 0]).all() and np.isinf(y[0, 0, :, 1:]).all()
+        if options.copies:
+            assert fc.schedule["Y"].strategy == "padded-copy"
+        else:
+            # the unmasked fast path (staged row, zeros outside) only for finite weights
+            assert rowsum_masked.MARK in fc.source and "(full tile, unmasked)" in fc.source
+        w[0, 0, 1, 0] = np.nan
+        y = fc(x, w)
+        assert np.isfinite(y[0, 0, :, 0]).all() and np.isnan(y[0, 0, :, 1:]).all()
+        w[0, 0, 1, 0] = 1.0
+        x[0, 0, :, -1] = np.nan  # only taps that reach the last column see it
+        y, want = fc(x, w), te.build(Y, inputs=[X, W], backend="numpy")(x, w)
+        np.testing.assert_allclose(y, want, rtol=1e-5, equal_nan=True)
 
 
 def test_residue_rewrites_floor_division_exactly():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from unittest import mock
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -27,9 +28,11 @@ LAYOUTS = {
 }
 
 
-def check(layout, s, k, pad, dil, h, w, dtype="float32", c=3, f=8, options=None):
-    """Forward and both gradients of a strided convolution agree with numpy; returns the
-    gradients' build (None when the shape has no output)."""
+def check(layout, s, k, pad, dil, h, w, dtype="float32", c=3, f=8, options=None,
+          spoil=False):
+    """Forward and both gradients of a strided convolution agree with numpy (with a
+    weight made infinite and one NaN when ``spoil``); returns the gradients' build
+    (None when the shape has no output)."""
     make, shapes = LAYOUTS[layout]
     sx, sw = shapes(2, c, f, h, w, k)
     X, W = te.placeholder(sx, dtype, "X"), te.placeholder(sw, dtype, "W")
@@ -39,6 +42,8 @@ def check(layout, s, k, pad, dil, h, w, dtype="float32", c=3, f=8, options=None)
     H = te.placeholder(Y.shape, dtype, "H")
     dX, dW = te.differentiate(Y, [X, W], head=H)
     x, wv, hv = rand(sx, dtype), rand(sw, dtype, seed=1), rand(Y.shape, dtype, seed=2)
+    if spoil:
+        wv.flat[0], wv.flat[-1] = np.inf, np.nan
     tol = 1e-4 if dtype == "float32" else 1e-10
     agree([Y], [X, W], x, wv, rtol=tol)
     fc = te.build([dX, dW], [X, W, H], options=options or Options())

@@ -11,6 +11,7 @@ import tensorexpr as te
 from codegen import strategies
 from tensorexpr.ir import Compute
 
+from ..passes.gradcheck import numeric_grad, rel_err
 from .util import agree, rand
 
 
@@ -200,3 +201,107 @@ def test_forcing_rows_over_a_padded_copy():
     assert f.schedule["dX"].strategy == "rows" and not f.schedule.copies
     want = te.build(outs, ins, backend="numpy")(*arrays)
     np.testing.assert_allclose(f(*arrays), want, rtol=1e-5, atol=1e-5)
+
+
+# {{{ compared sums: every strategy adds them in written order, or declines them
+
+def _spread(shape, seed):
+    """float64 values of magnitudes far apart (1e-3 .. 1e3): the order of a sum's terms
+    shows in its rounding."""
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-1.5, 1.5, shape) * 10.0 ** rng.integers(-3, 4, shape)
+
+
+def _cmp_rows():
+    # a matrix product's rows, row blocks in register tiles
+    A, B = te.placeholder((20, 12), "float64", "A"), te.placeholder((12, 40), "float64", "B")
+    k, r = te.reduce_axis(12, "k"), te.reduce_axis(20, "r")
+    twin = lambda i, j: te.sum(A[i, k] * B[k, j], axis=k)  # noqa: E731
+    M = te.compute((40,), lambda j: te.max(te.sum(A[r, k] * B[k, j], axis=k), axis=r), name="M")
+    a = _spread((20, 12), 0)
+    a[1] = a[0]  # ties
+    return ((20, 40), twin), M, [A, B], [a, _spread((12, 40), 1)], 0
+
+
+def _cmp_jam():
+    H, B = te.placeholder((9, 33), "float64", "H"), te.placeholder((10, 33), "float64", "B")
+    k, r = te.reduce_axis(33, "k"), te.reduce_axis(9, "r")
+    twin = lambda i, j: te.sum(H[i, k] * B[j, 32 - k], axis=k)  # noqa: E731
+    M = te.compute((10,), lambda j: te.max(te.sum(H[r, k] * B[j, 32 - k], axis=k), axis=r),
+                   name="M")
+    h = _spread((9, 33), 0)
+    h[3] = h[5]
+    return ((9, 10), twin), M, [H, B], [h, _spread((10, 33), 1)], 0
+
+
+def _cmp_taps():
+    # a convolution's weight gradient, the max over its filters (r first: M_sum[r, c, ky, kx])
+    X, H = te.placeholder((2, 3, 8, 12), "float64", "X"), te.placeholder((2, 4, 6, 10), "float64", "H")
+    n, y, x, r = (te.reduce_axis(e, nm) for e, nm in ((2, "n"), (6, "y"), (10, "x"), (4, "r")))
+    twin = lambda f, c, ky, kx: te.sum(H[n, f, y, x] * X[n, c, y + ky, x + kx],  # noqa: E731
+                                       axis=[n, y, x])
+    M = te.compute((3, 3, 3), lambda c, ky, kx: te.max(te.sum(
+        H[n, r, y, x] * X[n, c, y + ky, x + kx], axis=[n, y, x]), axis=r), name="M")
+    h = _spread((2, 4, 6, 10), 1)
+    h[:, 2] = h[:, 0]
+    return ((4, 3, 3, 3), twin), M, [X, H], [_spread((2, 3, 8, 12), 0), h], 1
+
+
+def _cmp_padded_copy():
+    # a convolution's input gradient (a gather at y - ky, x - kx), the max over channels
+    H, W = te.placeholder((1, 2, 9, 9), "float64", "H"), te.placeholder((2, 3, 3, 3), "float64", "W")
+    f, ky, kx, r = (te.reduce_axis(3 if nm != "f" else 2, nm) for nm in ("f", "ky", "kx", "r"))
+    inside = lambda y, x: (y - ky >= 0) & (y - ky < 9) & (x - kx >= 0) & (x - kx < 9)  # noqa: E731
+    twin = lambda n, c, y, x: te.sum(H[n, f, y - ky, x - kx] * W[f, c, ky, kx],  # noqa: E731
+                                      axis=[f, ky, kx], where=inside(y, x))
+    M = te.compute((1, 11, 11), lambda n, y, x: te.max(te.sum(
+        W[f, r, ky, kx] * H[n, f, y - ky, x - kx], axis=[f, ky, kx], where=inside(y, x)),
+        axis=r), name="M")
+    w = _spread((2, 3, 3, 3), 1)
+    w[:, 2] = w[:, 0]
+    return ((1, 3, 11, 11), twin), M, [H, W], [_spread((1, 2, 9, 9), 0), w], 1
+
+
+def _cmp_rows_residues():
+    # a stride-2 convolution's input gradient: rows per residue of x, masked full tiles,
+    # whose short tap axis would get an accumulator per tap (another order)
+    H, W = te.placeholder((4, 20), "float64", "H"), te.placeholder((4, 3), "float64", "W")
+    kx, r = te.reduce_axis(3, "kx"), te.reduce_axis(4, "r")
+    inside = lambda x: ((x - kx) % 2 == 0) & (x - kx >= 0) & ((x - kx) // 2 < 20)  # noqa: E731
+    twin = lambda c, x: te.sum(H[c, (x - kx) // 2] * W[c, kx], axis=kx,  # noqa: E731
+                               where=inside(x))
+    M = te.compute((41,), lambda x: te.max(te.sum(H[r, (x - kx) // 2] * W[r, kx], axis=kx,
+                                                  where=inside(x)), axis=r), name="M")
+    h, w = _spread((4, 20), 0), _spread((4, 3), 1)
+    h[3], w[3] = h[0], w[0]
+    return ((4, 41), twin), M, [H, W], [h, w], 0
+
+
+# strategy -> (program, what it does with a compared sum: "keeps" order, or "declines" it)
+COMPARED = {"rows": (_cmp_rows, "keeps"), "jam": (_cmp_jam, "declines"),
+            "taps": (_cmp_taps, "declines"), "padded-copy": (_cmp_padded_copy, "keeps"),
+            "rows-residues": (_cmp_rows_residues, "keeps")}
+
+
+@pytest.mark.parametrize("name", sorted(COMPARED))
+def test_a_compared_sum_keeps_written_order_in_each_strategy(name):
+    # max_r sum(...): the gradient's tie test recomputes the sum in written order and
+    # compares it bit for bit with the extracted sum M_sum; a strategy adding M_sum's
+    # terms in another order (lanes, a partial sum per tap) ties no point: dX was 0
+    make, what = COMPARED[name]
+    (shape, twin), M, ins, arrays, wrt = make()
+    strategy = name.split("-residues")[0]
+    T = te.compute(shape, twin, name="T", dtype="float64")
+    assert te.build([T], ins).schedule["T"].strategy == strategy    # the twin takes it
+    axes = [te.reduce_axis(e) for e in M.shape]
+    L = te.compute((), lambda: te.sum(M[tuple(axes)], axis=axes), name="L", dtype="float64")
+    grads = te.differentiate(L, ins)
+    f, (m, *got) = agree([M, *grads], ins, *arrays)
+    taken = [c.strategy for c in f.schedule.choices if c.tensor == "M_sum"]
+    assert (strategy in taken) == (what == "keeps"), str(f.schedule)
+    want = numeric_grad(te.build(L, ins, backend="numpy"), arrays, wrt)
+    # (sums of terms up to 1e6: central differences lose digits; a missed tie is off by 1/2)
+    assert rel_err(got[wrt], want) < 1e-4
+    assert np.count_nonzero(got[wrt]) > 0
+
+# }}}

@@ -115,3 +115,33 @@ def test_pow_of_a_data_exponent_is_flat_where_its_base_or_exponent_is_zero(backe
     # the slopes at the flat points are exactly 0, as torch's and jax's pow define them
     assert got[0][[1, 3, 5]].tolist() == [0.0, 0.0, 0.0]
     assert got[2][[1, 3, 5]].tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+def test_a_max_or_min_passes_its_adjoint_on_once(op):
+    # written into both branches of a select, the adjoint of nested maxima was copied
+    # 2**depth times (a second-order gradient of max(x, 0) ** min(max(y, 0), 2): 1.5 MB
+    # of C, then MemoryError)
+    X = te.placeholder((2,), dtype="float64", name="X")
+    A = te.placeholder((), dtype="float64", name="A")
+    T = te.compute((), lambda: te.exp(A[()]) * getattr(te, op)(X[0], X[1]), name="T")
+    sites = [s for s in read_partials(T.body) if s.read.tensor.name == "X"]
+    assert len(sites) == 2
+    for s in sites:
+        assert str(s.factor).count("exp(A[])") == 1, str(s.factor)
+
+
+@pytest.mark.parametrize("x0, x1, a, want", [
+    (2.0, 1.0, np.inf, (np.inf, 0.0)),      # the loser gets 0, not 0 * inf
+    (1.0, 2.0, np.nan, (0.0, np.nan)),
+    (1.0, 1.0, 3.0, (1.5, 1.5)),            # a tie: half each
+    (1.0, 1.0, -np.inf, (-np.inf, -np.inf)),
+])
+def test_max_adjoint_values_keep_inf_and_nan(x0, x1, a, want):
+    X = te.placeholder((2,), dtype="float64", name="X")
+    A = te.placeholder((), dtype="float64", name="A")
+    L = te.compute((), lambda: A[()] * te.maximum(X[0], X[1]), name="L")
+    g, = te.differentiate(L, [X])
+    for backend in ("numpy", "c"):
+        got = te.build(g, [X, A], backend)(np.array([x0, x1]), np.array(a))
+        np.testing.assert_array_equal(got, np.array(want), err_msg=backend)

@@ -85,3 +85,29 @@ def test_differentiate_and_build_run_with_the_collector_off(monkeypatch):
     x = np.linspace(-1, 1, 4).astype(np.float32)
     np.testing.assert_allclose(te.build(dX, inputs=[X])(x), np.cos(x) * x + np.sin(x), rtol=1e-6)
     assert gc.isenabled()
+
+
+def test_the_collector_runs_while_a_build_waits_for_the_c_compiler(monkeypatch, tmp_path):
+    # lowering pauses it; waiting seconds for the compiler must not (the caller's other
+    # threads keep their cyclic collection)
+    from codegen import background
+    monkeypatch.setenv("TENSOREXPR_CACHE_DIR", str(tmp_path))  # (a miss: really compiled)
+    states = {}
+    real = background.PendingKernel.resolve
+
+    def spy(self):
+        states.setdefault("waiting", gc.isenabled())
+        return real(self)
+    monkeypatch.setattr(background.PendingKernel, "resolve", spy)
+    import codegen.pipeline as pipeline
+    real_generate = pipeline.generate
+
+    def generate(*args, **kwargs):
+        states.setdefault("lowering", gc.isenabled())
+        return real_generate(*args, **kwargs)
+    monkeypatch.setattr(pipeline, "generate", generate)
+    X = te.placeholder((3,), name="X")
+    Y = te.compute((3,), lambda i: X[i] * 5.0 + 1.0, name="Y")
+    f = te.build(Y)
+    assert states == {"lowering": False, "waiting": True}
+    np.testing.assert_array_equal(f(np.arange(3, dtype=np.float32)), [1.0, 6.0, 11.0])

@@ -3,6 +3,7 @@ wrapped in DistributedDataParallel on two CPU processes (gloo), each training on
 of the batch, ends with the parameters of one process training on the whole batch."""
 from __future__ import annotations
 
+import gc
 import socket
 
 import numpy as np
@@ -70,6 +71,13 @@ def worker(rank: int, world: int, port: int, path: str) -> None:
         # DDP averages gradients: the mean over each shard, averaged, is the full mean
         train(model, x[shard], y[shard])
         np.save(f"{path}/rank{rank}.npy", params(model))
+        # Tear down only when both ranks are done, and without DDP's pending work: a
+        # rank closing its pairs while the other still talks (or gloo's threads still
+        # holding tensors at interpreter exit) aborted a worker, 1 run in ~6 under load,
+        # before and after tensorexpr's own changes (std::terminate in gloo)
+        del model
+        gc.collect()
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -208,10 +208,11 @@ from typing import Dict, List, Optional, Sequence
 
 from tensorexpr.ir import Compute, Const, Tensor, same, INDEX_DTYPE
 
-from .loopast import Block, Buffer, Comment, For, If, Kernel, Lit, Load, Op, Stmt, Store
+from .loopast import Block, Buffer, Comment, For, If, Kernel, Lit, Load, Op, Stmt, Store, Var
 from .cexpr import add, cast, mul
 from .program import Program
 from .replay import Replays
+from .step_functions import Functions
 from .scope import Scope
 from .checkpoint_plan import Plan, Ring, Segments, plan
 from .revolve_lowering import RevolveSteps
@@ -292,6 +293,7 @@ class RingProgram(RevolveSteps, SegmentSteps):
             lw.record.checkpoint.append(
                 "; ".join(s.names for s in p.groups) + ": reversed one after the other")
         self.replays = Replays(lw)
+        self.functions = Functions(lw)
         self.ring_of: Dict[int, Ring] = {}
         self.logical: Dict[int, Tensor] = {}  # scratch buffer uid -> the tensor it holds
         self.recorded: set = set()  # uids of the tensors run by steps whose choice is recorded
@@ -374,8 +376,10 @@ class RingProgram(RevolveSteps, SegmentSteps):
                 body.append(self._kept(t))
                 continue
             body.append(self._tensor(t))
+        body, functions = self.functions.finish(body)
         kernel = Kernel(self.lw.title, tuple((v, n) for n, v in self.lw.sizes.items()),
-                        tuple(self.lw.buf[t.uid] for t in self.lw.tensors), tuple(body))
+                        tuple(self.lw.buf[t.uid] for t in self.lw.tensors), tuple(body),
+                        functions)
         return Program(kernel, self.lw.tensors, self.lw.sites)
 
     def after_step(self, s: Segments):
@@ -496,22 +500,28 @@ class RingProgram(RevolveSteps, SegmentSteps):
 
     def lockstep(self, ts: Sequence[Compute], lo, hi, after_step=None) -> List[Stmt]:
         """The rows ``[lo, hi)`` (None: all) along the first axis of the tensors ``ts``
-        (a group of recurrences), a step of each in program order at a time
-        (a later one reads the earlier ones' rows of its step); one of them: its own
-        loop, as :meth:`rows` lowers it."""
-        if len(ts) == 1:
-            self.lw.owner = ts[0]
-            return self.rows(ts[0], 0, lo, hi, after_step)
+        (a group of recurrences), a step of each in program order at a time (a later one
+        reads the earlier ones' rows of its step). A step is a call of one function of
+        its index (``codegen.step_functions``): the forward sweep, the recomputations and
+        the turns run the same statements."""
         n = self.lw.size_expr(ts[0].dims[0])
         v = self.lw.fresh("k", I64)
-        step: List[Stmt] = []
-        for t in ts:
-            self.lw.owner = t
-            step += self.rows(t, 0, v, Op("add", (v, Lit(1, I64)), I64))
+        names = ", ".join(t.name for t in ts)
+        step = [self.functions.call(("forward step",) + tuple(t.uid for t in ts),
+                                    f"a forward step of {names}",
+                                    lambda k: self.forward_step(ts, k), (v,))]
         step += after_step(v) if after_step else []
         return [For(v, lo if lo is not None else Lit(0, I64), hi if hi is not None else n, 1,
-                    Block(tuple(step)),
-                    note=f"steps of {', '.join(t.name for t in ts)} (sequential)")]
+                    Block(tuple(step)), note=f"steps of {names} (sequential)")]
+
+    def forward_step(self, ts: Sequence[Compute], k: Var) -> List[Stmt]:
+        """Step ``k`` of each of the tensors ``ts``, in program order (as :meth:`rows`
+        lowers a row)."""
+        out: List[Stmt] = []
+        for t in ts:
+            self.lw.owner = t
+            out += self.rows(t, 0, k, Op("add", (k, Lit(1, I64)), I64))
+        return out
 
     # }}}
 

@@ -54,6 +54,13 @@ GCC_FLAGS = ("-fno-predictive-commoning",)
 #: 37 s without. Only functions that large lose it; their loops keep ``omp simd``.
 LARGE_FUNCTION_FLAGS = ("-fno-tree-pta",)
 LARGE_FUNCTION_LINES = 10_000
+#: A checkpointed program whose steps are functions (``codegen.step_functions``) is half
+#: the C of its copies, and GCC lets a unit grow by inlining in proportion to its size:
+#: the math helpers (``te_tanhf``, ``te_sigmoid_f32``) in the hot loops of the reversal
+#: then stayed calls (the LSTM's segments gradient: 0.100 s a call with the copies,
+#: 0.132 s so). The budget the copies had, for such sources only.
+STEP_FUNCTION_FLAGS = ("--param", "inline-unit-growth=100")
+STEP_FUNCTION_MARK = "static void te_step"
 OPENMP_FLAG = "-fopenmp"
 LIBS = ("-lm",)
 #: the C++ helper libraries (tensorexpr.jax's XLA FFI handler): ``-x c++`` because the
@@ -91,8 +98,9 @@ class Compiler:
             return CXX_FLAGS
         gcc = "Free Software Foundation" in self.identity and "clang" not in self.identity
         large = gcc and largest_function(source) > LARGE_FUNCTION_LINES
+        steps = gcc and STEP_FUNCTION_MARK in source
         return (FLAGS + (GCC_FLAGS if gcc else ()) + ((OPENMP_FLAG,) if self.openmp else ())
-                + (LARGE_FUNCTION_FLAGS if large else ()))
+                + (LARGE_FUNCTION_FLAGS if large else ()) + (STEP_FUNCTION_FLAGS if steps else ()))
 
 
 def largest_function(source: str) -> int:

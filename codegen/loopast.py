@@ -261,8 +261,18 @@ class StoreFence:
     to every thread) before any store after it (x86 ``sfence``)."""
 
 
+@dataclass(frozen=True)
+class Call:
+    """Run the kernel's :class:`Function` ``name`` with ``args`` for its parameters (it
+    reads and writes the kernel's buffers and sizes, and records errors, as the
+    kernel's own statements do)."""
+
+    name: str
+    args: Tuple["CExpr", ...]
+
+
 Stmt = Union[Decl, Assign, Accumulate, Store, Fail, Block, For, Region, If, Local, Comment, Fence,
-             StreamStore, StoreFence]
+             StreamStore, StoreFence, Call]
 
 
 def total_work(works):
@@ -490,6 +500,18 @@ class Buffer:
 
 
 @dataclass(frozen=True)
+class Function:
+    """Statements a kernel runs at several places (:class:`Call`), emitted once: a C
+    function of ``params`` (its other names are the kernel's buffers and sizes, or its
+    own), ``note`` saying what it runs."""
+
+    name: str
+    params: Tuple[Var, ...]
+    body: Block
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class Kernel:
     """One entry point: ``int kernel(void *const *bufs, const int64_t *sizes, int64_t *err)``.
 
@@ -502,6 +524,8 @@ class Kernel:
     sizes: Tuple[Tuple[Var, str], ...]
     buffers: Tuple[Buffer, ...]
     body: Tuple[Stmt, ...]
+    #: the functions ``body`` calls (:class:`Call`), emitted before the entry point
+    functions: Tuple[Function, ...] = ()
 
 
 # }}}

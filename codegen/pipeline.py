@@ -193,6 +193,7 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     from .patterns import inlinable
     from .streaming import rewrite as stream
     from .unswitch import unswitch
+    from .loopast import Block
 
     sig, hoisted = hoist(sig, options.hoist, options.share)         # 3. analysis
     # checkpointed recurrences along another axis than their first (their adjoints, the
@@ -247,7 +248,10 @@ def lower(sig, options: Options = DEFAULT, title: str = ""):
     lw.record.hoisted.extend(hoisted)
     lw.record.full_tape.extend(checkpoint.full_tapes(sig, rings, options))
     body = unswitch(regions.merge(list(program.kernel.body)))
-    kernel = replace(program.kernel, body=tuple(body))
+    # (a function's statements are the kernel's, run elsewhere: the same passes)
+    functions = tuple(replace(f, body=Block(tuple(unswitch(regions.merge(list(f.body.stmts))))))
+                      for f in program.kernel.functions)
+    kernel = replace(program.kernel, body=tuple(body), functions=functions)
     if options.streaming:
         kernel, streamed = stream(kernel, program.tensors)
         lw.record.streamed.extend(streamed)

@@ -27,8 +27,8 @@ from dataclasses import replace
 from typing import List, Optional, Set, Tuple
 
 from .cexpr import fold
-from .loopast import (Accumulate, Assign, Block, Comment, Decl, For, If, Load, Op, Region, Stmt,
-                      Store, flat, loads, total_work, variables)
+from .loopast import (Accumulate, Assign, Block, Call, Comment, Decl, For, If, Load, Op, Region,
+                      Stmt, Store, flat, loads, total_work, variables)
 
 
 def merge(body: List[Stmt]) -> List[Stmt]:
@@ -140,8 +140,11 @@ def _assigned(s) -> Set[str]:
 
 def _inner_parallel(s) -> bool:
     """Does ``s`` hold a parallel loop (a recurrence's steps)? Inside a region it would
-    be a nested region, which runs on one thread."""
+    be a nested region, which runs on one thread. A call may: its function is not
+    looked into (nor are its accesses, so no region holds it)."""
     match s:
+        case Call():
+            return True
         case Block(stmts):
             return any(_inner_parallel(x) for x in stmts)
         case For():

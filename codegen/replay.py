@@ -318,6 +318,19 @@ def _fields(cls) -> tuple:
     return fs
 
 
+def substitute(stmts, values: Dict[str, object]) -> List:
+    """``stmts`` (loop-AST) with the variables named in ``values`` replaced by their
+    expressions.
+
+    >>> from codegen.loopast import Store
+    >>> substitute([Store("b1", Var("p0", "int64"), Lit(1.0, "float32"))],
+    ...            {"p0": Lit(3, "int64")})[0].offset
+    Lit(value=3, dtype='int64')
+    """
+    memo: Dict[object, object] = {}
+    return [_rename(s, {}, values, memo) for s in stmts]
+
+
 def _rename(x, names: Dict[str, str], fill: Dict[str, object], memo: Dict[object, object]):
     """``x`` (a loop-AST node, tuple or value) with the variables of ``names`` renamed
     and the marker variables of ``fill`` replaced by their expressions.

@@ -118,8 +118,22 @@ class RevolveSteps:
         # turns before (from the same rows of e), are still in its ring
         for x, a, lo, _ in s.fore:
             at = Op("add", (t, Lit(lo, I64)), I64)
-            out += self.clipped(x, a, at, Op("add", (at, Lit(1, I64)), I64))
-        return out + self._reverse_step(s, t, Op("add", (t, Lit(1, I64)), I64))
+            out.append(self._fore_call(x, a, at, Op("add", (at, Lit(1, I64)), I64)))
+        return out + [self._reverse_call(s, t)]
+
+    def _fore_call(self, x, a, lo, hi) -> Stmt:
+        """The rows ``[lo, hi)`` of the forward tensor ``x`` (along its axis ``a``) that
+        exist, a call of one function of the bounds: the first turn's rows and each
+        turn's lowest one run the same statements."""
+        return self.functions.call(("forward rows", x.uid, a), f"rows of {x.name}",
+                                   lambda lo, hi: self.clipped(x, a, lo, hi), (lo, hi))
+
+    def _reverse_call(self, s, t) -> Stmt:
+        """Reverse step ``t`` (:meth:`_reverse_step`), a call of one function of ``t``:
+        the last step and the turns of the schedule run the same statements."""
+        return self.functions.call(("reverse step", s.e.uid), f"a reverse step of {s.names}",
+                                   lambda k: self._reverse_step(s, k, add(k, Lit(1, I64))),
+                                   (t,))
 
     def _reverse_step(self, s, t, one) -> List[Stmt]:
         """``de[t]`` (of each adjoint), the consumers' rows of turn ``t`` (``one``:
@@ -193,8 +207,8 @@ class RevolveSteps:
         body += self.zero_sums(s)
         last = Lit(T - 1, I64)
         for x, a, lo, hi in s.fore:  # (every row the first turn reads)
-            body += self.clipped(x, a, Lit(T - 1 + lo, I64), Lit(T + hi, I64))
-        body += self._reverse_step(s, last, Lit(T, I64))
+            body.append(self._fore_call(x, a, Lit(T - 1 + lo, I64), Lit(T + hi, I64)))
+        body.append(self._reverse_call(s, last))
         body.append(self._interpret(s, first + 1, len(codes) // 3, self._cur[s.e.uid],
                                     ("advance", "takeshot", "restore", "youturn")))
         return Block(tuple(body))

@@ -151,6 +151,9 @@ class Schedule:
     classes: Tuple[str, ...] = ()
     #: a line per zero-padded copy several sums read (``codegen.padcopy_share``)
     shared: Tuple[str, ...] = ()
+    #: a line per statement list run at several places: emitted once as a C function, or
+    #: why in place (``codegen.step_functions``)
+    functions: Tuple[str, ...] = ()
 
     def __getitem__(self, name: str) -> Choice:
         for c in self.choices:
@@ -187,6 +190,7 @@ class Schedule:
         lines += [f"residues: {c}" for c in self.residues]
         lines += [f"residue classes: {c}" for c in self.classes]
         lines += [f"streamed: {c}" for c in self.streamed]
+        lines += [f"function: {c}" for c in self.functions]
         return "\n".join(lines) or "(nothing lowered: every output is a view of an input)"
 
 
@@ -215,6 +219,7 @@ class Recorder:
         self.streamed: list = []
         self.classes: list = []
         self.shared: list = []
+        self.functions: list = []
         self._open: list = []  # the choices in progress (a strategy lowers other tensors)
         #: while not None, every note as ``(index of its choice or -1, name, value)``:
         #: what a lowering replayed (``codegen.replay``) notes again
@@ -261,4 +266,4 @@ class Recorder:
                         tuple(self.checkpoint), tuple(self.hoisted), self.options,
                         tuple(self.slabs), tuple(self.unfused), tuple(self.residues),
                         tuple(self.full_tape), tuple(self.streamed), tuple(self.classes),
-                        tuple(self.shared))
+                        tuple(self.shared), tuple(self.functions))

@@ -213,6 +213,11 @@ def plan(kernel: Kernel, tensors) -> Dict[str, str]:
     loads: set = set()
     for s in kernel.body:
         _stores(s, out, loads)
+    for f in kernel.functions:  # (not rewritten: what they store never streams)
+        inside: Dict[str, list] = {}
+        _stores(f.body, inside, loads)
+        for buf in inside:
+            out.setdefault(buf, []).append(None)
     chosen = {}
     sizes = [_bytes(b, t) for b, t in zip(kernel.buffers, tensors)]
     if sum(s or 0 for s in sizes) < target.current().llc_bytes:

@@ -601,10 +601,11 @@ class _Emitter:
     def loop(self, s: For, ind: int) -> None:
         v = s.var.name
         red = "".join(f" reduction({_RED[op]}:{var.name})" for op, var in s.reduction)
+        share = f" schedule({s.share})" if s.share else ""
         if s.team:
             simd = " simd" if s.simd and s.team.startswith("for") else ""
             words = s.team.split()
-            self.line(ind, f"#pragma omp {words[0]}{simd}{red if simd else ''}"
+            self.line(ind, f"#pragma omp {words[0]}{simd}{red if simd else ''}{share}"
                            f"{''.join(' ' + w for w in words[1:])}")
             if s.simd and not simd:
                 self.line(ind, f"#pragma omp simd{red}")
@@ -613,7 +614,7 @@ class _Emitter:
             self.threaded = self.threaded or s.work is not None
             cond = "" if s.work is None else \
                 f" if(parallel: {self.text(s.work, _REL + 1)} >= {threads.SYMBOL})"
-            self.line(ind, f"#pragma omp parallel for{simd}{cond}{red if s.simd else ''}")
+            self.line(ind, f"#pragma omp parallel for{simd}{share}{cond}{red if s.simd else ''}")
         elif s.simd:
             self.line(ind, f"#pragma omp simd{red}")
         note = f"  /* {sanitize(s.note, 80)} */" if s.note else ""

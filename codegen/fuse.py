@@ -463,6 +463,7 @@ def lower_group(lowerer, group: List[Compute], nslab: int) -> List[Stmt]:
     lowerer.params = tuple(saved_params) + tuple(n for pair in names for n in pair)
     body: List[Stmt] = []
     works = []
+    shares: List[str] = []
     try:
         for t in group:
             if t.uid in lowerer.inline:
@@ -471,6 +472,9 @@ def lower_group(lowerer, group: List[Compute], nslab: int) -> List[Stmt]:
             lowerer.owner = t
             works.append(lowerer.work(t, list(t.axes)))
             stmts = lowerer.compute(member(t, names))
+            # a member whose rows the team shares as it comes (a gather's) keeps that
+            # for the slabs: no slab loop has a reduction clause
+            shares.extend(s.share for s in stmts if isinstance(s, For) and s.share)
             if not _outermost(stmts, los, his):
                 raise AssertionError(
                     f"the strategy of {t.name} ({lowerer.record.freeze()[t.name]}) declares "
@@ -482,7 +486,8 @@ def lower_group(lowerer, group: List[Compute], nslab: int) -> List[Stmt]:
         lowerer.sizes = saved_sizes
         lowerer.params = saved_params
     work = total_work(works)
-    kw = dict(parallel=work is not False, work=None if work is False else work)
+    kw = dict(parallel=work is not False, work=None if work is False else work,
+              share=shares[0] if shares else "")
     members = ", ".join(t.name for t in stored)
     lo, hi = lowerer.size_expr(ax.lo), lowerer.size_expr(ax.hi)
     if nslab == 1:

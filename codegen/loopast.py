@@ -179,6 +179,12 @@ class For:
     note: str = ""
     simd: bool = False
     reduction: Tuple[Tuple[str, Var], ...] = ()
+    #: how the team shares the iterations (an OpenMP ``schedule`` clause's kind and chunk):
+    #: "" static (equal contiguous parts fixed in advance), "guided, 16" (each thread, as it
+    #: comes, takes a part of what is left, down to 16 iterations: the first to run does not
+    #: wait for a late one). Only for loops without ``reduction``: which thread sums what
+    #: then depends on timing, and the bits with it
+    share: str = ""
     #: inside a :class:`Region`: "for" (the team shares the iterations, then waits),
     #: "for nowait" (shares them, no wait: the next loop does not touch what this one
     #: writes nor write what it reads), "single" (one thread runs it, the others wait)

@@ -27,7 +27,12 @@ flags are). They are accurate to about 1 ulp either way (tested against numpy in
 * ``log``: ``x = m 2^e`` with ``m`` in ``[sqrt(1/2), sqrt(2))``; Cephes' ``logf``
   polynomial, fdlibm's ``log`` (``s = f / (2 + f)``, coefficients Lg1..Lg7).
 * ``tanh``: Cephes' odd polynomial (float) or rational function (double) below 0.625,
-  ``1 - 2 / (exp(2|x|) + 1)`` above, the sign restored with ``copysign``.
+  ``1 - 2 / (exp(2|x|) + 1)`` above, the sign restored with ``copysign``. Its exp
+  (``te_expf_one_scale``) applies ``2^k`` in one product: ``2|x|`` is clamped to
+  ``[0, 20]`` (``[0, 44]``), where that product is the same correctly rounded one as
+  exp's two, and a NaN goes through the clamp, so no extra test for it: the same bits
+  as before (every float32 compared), fewer operations (GELU's forward on one
+  thread 3.14 -> 2.76 ms).
 
 ``sin``, ``cos`` and ``pow`` stay glibc's scalar calls (never vectorized, so also the
 same everywhere); ``sqrt``, ``fabs``, ``floor`` and ``ceil`` are exact in any form.
@@ -44,12 +49,13 @@ NAMES: Dict[Tuple[str, str], str] = {
 }
 
 #: every function of this module (the exps without their clamp: tanh's argument is in range)
-FUNCTIONS = frozenset(NAMES.values()) | {"te_expf_in_range", "te_exp_in_range"}
+FUNCTIONS = frozenset(NAMES.values()) | {"te_expf_in_range", "te_exp_in_range",
+                                          "te_expf_one_scale", "te_exp_one_scale"}
 
 #: functions that call another one of these (which must be printed first)
 DEPENDS: Dict[str, Tuple[str, ...]] = {
     "te_expf": ("te_expf_in_range",), "te_exp": ("te_exp_in_range",),
-    "te_tanhf": ("te_expf_in_range",), "te_tanh": ("te_exp_in_range",)}
+    "te_tanhf": ("te_expf_one_scale",), "te_tanh": ("te_exp_one_scale",)}
 
 _BITS = """\
 #if defined(__FMA__)
@@ -69,10 +75,9 @@ static inline double te_from_bits_f64(uint64_t u)
 { double x; __builtin_memcpy(&x, &u, 8); return x; }
 """
 
-_SOURCE = {
-    "te_expf_in_range": """\
-static inline float te_expf_in_range(float x)  /* x in [-104, 89]: k stays in range */
-{
+#: exp's float reduction ``x = k ln2 + r`` and polynomial ``p = e^r`` (``k`` in ``t``'s low
+#: bits), shared by ``te_expf_in_range`` and ``te_tanhf`` (which scales by ``2^k`` its own way)
+_EXPF_REDUCED = """\
   float t = TE_FMAF(x, 1.44269504088896341f, 12582912.0f);  /* k = rint(x / ln2) in t's low bits */
   float kf = t - 12582912.0f;
   float r = TE_FMAF(kf, 2.12194440e-4f, TE_FMAF(kf, -0.693359375f, x));
@@ -83,6 +88,33 @@ static inline float te_expf_in_range(float x)  /* x in [-104, 89]: k stays in ra
   p = TE_FMAF(p, r, 1.6666665459e-1f);
   p = TE_FMAF(p, r, 5.0000001201e-1f);
   p = TE_FMAF(p, r * r, r) + 1.0f;
+"""
+
+#: the same for double (``p = e^r``), shared by ``te_exp_in_range`` and ``te_tanh``
+_EXP_REDUCED = """\
+  double t = TE_FMA(x, 1.4426950408889634, 6755399441055744.0);  /* k = rint(x / ln2) in t's low bits */
+  double kd = t - 6755399441055744.0;
+  double r = TE_FMA(kd, -1.90821492927058770002e-10, TE_FMA(kd, -6.93147180369123816490e-01, x));
+  double q = 1.0 / 6227020800.0;
+  q = TE_FMA(q, r, 1.0 / 479001600.0);
+  q = TE_FMA(q, r, 1.0 / 39916800.0);
+  q = TE_FMA(q, r, 1.0 / 3628800.0);
+  q = TE_FMA(q, r, 1.0 / 362880.0);
+  q = TE_FMA(q, r, 1.0 / 40320.0);
+  q = TE_FMA(q, r, 1.0 / 5040.0);
+  q = TE_FMA(q, r, 1.0 / 720.0);
+  q = TE_FMA(q, r, 1.0 / 120.0);
+  q = TE_FMA(q, r, 1.0 / 24.0);
+  q = TE_FMA(q, r, 1.0 / 6.0);
+  q = TE_FMA(q, r, 0.5);
+  double p = 1.0 + TE_FMA(r * r, q, r);
+"""
+
+_SOURCE = {
+    "te_expf_in_range": """\
+static inline float te_expf_in_range(float x)  /* x in [-104, 89]: k stays in range */
+{
+""" + _EXPF_REDUCED + """\
   /* 2^k = 2^(k - a) * 2^a with a = floor(k / 2): both normal, the first product exact */
   uint32_t uk = te_bits_f32(t) - 0x4B400000u;
   uint32_t ua = (uk + 256u) >> 1;
@@ -100,22 +132,7 @@ static inline float te_expf(float x)
     "te_exp_in_range": """\
 static inline double te_exp_in_range(double x)  /* x in [-746, 710]: k stays in range */
 {
-  double t = TE_FMA(x, 1.4426950408889634, 6755399441055744.0);  /* k = rint(x / ln2) in t's low bits */
-  double kd = t - 6755399441055744.0;
-  double r = TE_FMA(kd, -1.90821492927058770002e-10, TE_FMA(kd, -6.93147180369123816490e-01, x));
-  double q = 1.0 / 6227020800.0;
-  q = TE_FMA(q, r, 1.0 / 479001600.0);
-  q = TE_FMA(q, r, 1.0 / 39916800.0);
-  q = TE_FMA(q, r, 1.0 / 3628800.0);
-  q = TE_FMA(q, r, 1.0 / 362880.0);
-  q = TE_FMA(q, r, 1.0 / 40320.0);
-  q = TE_FMA(q, r, 1.0 / 5040.0);
-  q = TE_FMA(q, r, 1.0 / 720.0);
-  q = TE_FMA(q, r, 1.0 / 120.0);
-  q = TE_FMA(q, r, 1.0 / 24.0);
-  q = TE_FMA(q, r, 1.0 / 6.0);
-  q = TE_FMA(q, r, 0.5);
-  double p = 1.0 + TE_FMA(r * r, q, r);
+""" + _EXP_REDUCED + """\
   /* 2^k = 2^(k - a) * 2^a with a = floor(k / 2): both normal, the first product exact */
   uint64_t uk = te_bits_f64(t) - 0x4338000000000000u;
   uint64_t ua = (uk + 2048u) >> 1;
@@ -189,6 +206,20 @@ static inline double te_log(double x)
   return x != x ? x + x : r;
 }
 """,
+    "te_expf_one_scale": """\
+static inline float te_expf_one_scale(float x)  /* x in [-87, 88]: 2^k is a normal float */
+{
+""" + _EXPF_REDUCED + """\
+  return p * te_from_bits_f32((te_bits_f32(t) + (127u - 0x4B400000u)) << 23);
+}
+""",
+    "te_exp_one_scale": """\
+static inline double te_exp_one_scale(double x)  /* x in [-708, 709]: 2^k is a normal double */
+{
+""" + _EXP_REDUCED + """\
+  return p * te_from_bits_f64((te_bits_f64(t) + (1023u - 0x4338000000000000u)) << 52);
+}
+""",
     "te_tanhf": """\
 static inline float te_tanhf(float x)
 {
@@ -200,10 +231,10 @@ static inline float te_tanhf(float x)
   p = TE_FMAF(p, z, 1.33314422036e-1f);
   p = TE_FMAF(p, z, -3.33332819422e-1f);
   float small = TE_FMAF(a * z, p, a);
-  /* tanh(10) rounds to 1 in float: the clamp keeps exp finite (and a NaN out of it) */
-  float big = 1.0f - 2.0f / (te_expf_in_range(2.0f * (a < 10.0f ? a : 10.0f)) + 1.0f);
-  float y = copysignf(a < 0.625f ? small : big, x);
-  return x != x ? x + x : y;
+  /* tanh(10) rounds to 1 in float: the clamp keeps exp finite; a NaN goes through it and
+     makes big NaN. k is in [0, 29]: 2^k is applied in one product */
+  float big = 1.0f - 2.0f / (te_expf_one_scale(2.0f * (a > 10.0f ? 10.0f : a)) + 1.0f);
+  return copysignf(a < 0.625f ? small : big, x);
 }
 """,
     "te_tanh": """\
@@ -216,10 +247,10 @@ static inline double te_tanh(double x)
   double Q = TE_FMA(TE_FMA(z + 1.12811678491632931402e2, z, 2.23548839060100448583e3), z,
                     4.84406305325125486048e3);
   double small = TE_FMA(a, z * (P / Q), a);
-  /* tanh(22) rounds to 1 in double: the clamp keeps exp finite (and a NaN out of it) */
-  double big = 1.0 - 2.0 / (te_exp_in_range(2.0 * (a < 22.0 ? a : 22.0)) + 1.0);
-  double y = copysign(a < 0.625 ? small : big, x);
-  return x != x ? x + x : y;
+  /* tanh(22) rounds to 1 in double: the clamp keeps exp finite; a NaN goes through it and
+     makes big NaN. k is in [0, 64]: 2^k is applied in one product */
+  double big = 1.0 - 2.0 / (te_exp_one_scale(2.0 * (a > 22.0 ? 22.0 : a)) + 1.0);
+  return copysign(a < 0.625 ? small : big, x);
 }
 """,
 }

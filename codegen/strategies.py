@@ -67,7 +67,7 @@ from typing import Callable, List, Tuple
 from tensorexpr.errors import describe
 from tensorexpr.ir import Compute, ScatterAdd, Tensor
 
-from . import interchange, piecewise, residue_loops, rowsum, tapsum, target
+from . import gather_rows, interchange, piecewise, residue_loops, rowsum, tapsum, target
 from .scatter import scatter_rows_apply
 from .patterns import jam_reduce, row_invariant_indices, row_reduce, transposed_axis
 
@@ -211,7 +211,8 @@ TABLE: Tuple[Strategy, ...] = (
              leads=tapsum.leading_loops, declines=True, reorders=True),
     Strategy("gather-rows", Compute, _gather_rows,
              lambda lw, t, hoist: lw.compute_gather_rows(t, hoist),
-             lambda hoist: (("hoisted", len(hoist)),), leads=_outer_axes),
+             lambda hoist: (("hoisted", len(hoist)), ("share", gather_rows.SHARE.split(",")[0])),
+             leads=_outer_axes),
     # pieces holding sums are tensors of their own, each with its own loop nest
     Strategy("pieces", Compute, _pieces, lambda lw, t, cut: lw.compute_pieces(t, cut),
              lambda cut: cut.params(),

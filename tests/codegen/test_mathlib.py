@@ -129,6 +129,52 @@ def test_accurate_to_about_one_ulp(fn, dtype, tol_ulp, fma):
     assert float(err.max()) <= tol_ulp + (0.5 if fn == "tanh" else 0.0), (fn, dtype, err.max())
 
 
+def _ulps_from_float64(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """|got - want| in float32 ulps of ``want`` (float64 values), where ``want`` is finite."""
+    ulp = np.spacing(np.abs(want.astype(np.float32))).astype(np.float64)
+    return np.abs(got.astype(np.float64) - want) / ulp
+
+
+def test_tanhf_over_the_whole_float32_range():
+    # every 509th bit pattern (all exponents, both signs, NaNs and infinities), every float
+    # around the switch from the polynomial to exp (0.625) and up to the clamp (10), and
+    # around where tanh rounds to 1: at most 1.5 ulp from float64 (as for random inputs
+    # above), NaN exactly where numpy's, tanh(+-inf) = +-1, zeros keep their sign
+    def around(lo, hi):
+        a, b = np.array([lo, hi], np.float32).view(np.uint32)
+        return np.arange(a, b, dtype=np.uint32)
+    bits = np.concatenate([np.arange(0, 1 << 32, 509, dtype=np.uint64).astype(np.uint32),
+                           around(0.6, 0.65), around(8.5, 10.5),
+                           np.array([0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001,
+                                     0x7F800001, 0x80000000, 0x00000001], np.uint32)])
+    x = np.concatenate([bits, bits | np.uint32(0x80000000)]).view(np.float32)
+    X = te.placeholder(x.shape, name="X")
+    got = te.build(te.compute(x.shape, lambda i: te.tanh(X[i]), name="Y"))(x)
+    with np.errstate(invalid="ignore"):  # signalling NaNs among the patterns
+        want = np.tanh(x.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(x))
+    ok = ~np.isnan(x)
+    assert float(_ulps_from_float64(got[ok], want[ok]).max()) <= 1.5
+    np.testing.assert_array_equal(got[np.isinf(x)], np.sign(x[np.isinf(x)]))
+    zero = x == 0
+    np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(x[zero]))
+
+
+def test_tanh_float64_near_its_switch_and_clamp():
+    # the double tanh's exp is scaled by 2^k in one product for k in [0, 64]: dense
+    # samples up to its clamp (22) and beyond, against a long-double reference
+    rng = np.random.default_rng(11)
+    x = np.concatenate([rng.uniform(0.6, 23.0, 200000), rng.uniform(-23.0, -0.6, 50000),
+                        [0.625, 22.0, np.nextafter(22.0, 0), 1e300, np.inf, -np.inf, np.nan]])
+    X = te.placeholder(x.shape, dtype="float64", name="X")
+    got = te.build(te.compute(x.shape, lambda i: te.tanh(X[i]), name="Y"))(x)
+    want = np.tanh(x.astype(np.longdouble))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(x))
+    ok = ~np.isnan(x)
+    ulp = np.spacing(np.abs(want[ok].astype(np.float64))).astype(np.longdouble)
+    assert float((np.abs(got[ok].astype(np.longdouble) - want[ok]) / ulp).max()) <= 1.5
+
+
 def test_the_no_fma_form_is_the_one_tested(monkeypatch, tmp_path):
     # the fixture above must reach the other form: its results differ in some last bits
     x = np.random.default_rng(3).uniform(-5, 5, 4096).astype(np.float32)

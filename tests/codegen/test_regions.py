@@ -8,17 +8,11 @@ import numpy as np
 import pytest
 
 import tensorexpr as te
-from codegen import threads
 
 from .util import agree, rand, without_comments
 
 
-@pytest.fixture(autouse=True)
-def every_loop_on_threads(monkeypatch):
-    monkeypatch.setenv("TENSOREXPR_PARALLEL_WORK", "1")
-    monkeypatch.setattr(threads, "_value", None)
-    yield
-    threads._value = None
+pytestmark = pytest.mark.usefixtures("every_loop_on_threads")
 
 
 def _pragmas(f):

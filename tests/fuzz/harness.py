@@ -12,6 +12,7 @@ them in *one* C build (the C compiler is the expensive part). A failure raises
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Optional
@@ -19,6 +20,7 @@ from typing import Optional
 import numpy as np
 
 import tensorexpr as te
+from codegen import target
 
 from .programs import SYM, Program, build, to_source
 
@@ -252,6 +254,22 @@ def _compare_grads(case: Case, what: str, got_c, got_np, fd_fn, fd_arrays):
 
 STAGES = ("build", "forward", "vjp", "second")
 
+#: a target whose thresholds the fuzzer's arrays (a few KiB) cross: a last-level cache
+#: of 64 KiB, outputs of 4 KiB streamed (``codegen.streaming``; the real ones, 32 MiB
+#: and 4 MiB, need arrays the checks cannot afford)
+SMALL_CACHES = dict(llc_bytes=64 << 10, stream_bytes=4 << 10)
+
+
+def small_caches():
+    """Lower for this machine with :data:`SMALL_CACHES` inside the block (the target is
+    in the build key: no kernel of the real target is reused).
+
+    >>> with small_caches():
+    ...     target.current().stream_bytes
+    4096
+    """
+    return target.use(replace(target.current(), **SMALL_CACHES))
+
 
 def _staged(stage: str, fn, *args):
     """Run ``fn``; an exception leaving it records the stage it came from (``fuzz_stage``)."""
@@ -324,10 +342,11 @@ def run_cases(cases, backend: str = "c", upto: str = "second", observe=None) -> 
         outputs += [case.Y, *case.grads, *case.grads2]
         where.append(start)
     # checkpointed gradients (recurrences with checkpoints=k) in either mode, by the
-    # first program's seed
+    # first program's seed; a third of the builds for a machine of small caches
     mode = "segments" if cases[0].seed % 2 else True
-    f_c = _staged("build", partial(te.build, options=te.ScheduleOptions(checkpoint=mode)),
-                  outputs, inputs, backend)
+    with small_caches() if cases[0].seed % 3 == 0 else contextlib.nullcontext():
+        f_c = _staged("build", partial(te.build, options=te.ScheduleOptions(checkpoint=mode)),
+                      outputs, inputs, backend)
     f_np = _staged("build", te.build, outputs, inputs, "numpy")
     if observe is not None and backend == "c":
         observe(f_c)

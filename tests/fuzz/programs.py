@@ -684,6 +684,43 @@ def gen_contraction(draw, ctx: _Ctx, depth: int):
     return red
 
 
+def gen_conv(draw, big: bool, k: int):
+    """Inputs ``Xc (N, C, L)``, ``Wc (F, C, K)`` and a 1-D convolution of them written as
+    a user writes one (NCW, stride ``s``, ``P`` zeros each side, the domain saying where
+    the read is inside ``Xc``) as definition ``T{k}``: the shapes zero-padded copies
+    (``codegen.padcopy``: the forward and its input gradient), residue splits (stride 2)
+    and tap sums take, which a read made valid by a clamp or a select never does.
+
+    >>> from hypothesis import find
+    >>> convs = st.composite(lambda draw: gen_conv(draw, False, 0))()
+    >>> ins, d = find(convs, lambda r: r[1].raxes[1][2] == 3 and r[1].body[3] is not None)
+    >>> print(to_source(Program("float64", None, ins, (d,))))  # doctest: +NORMALIZE_WHITESPACE
+    Xc = te.placeholder((1, 1, 3), dtype="float64", name="Xc")
+    Wc = te.placeholder((1, 1, 3), dtype="float64", name="Wc")
+    k0 = te.reduce_axis((0, 1), name="k0")
+    k1 = te.reduce_axis((0, 3), name="k1")
+    T0 = te.compute((1, 1, 3), lambda i0, i1, i2: te.sum((Xc[i0, k0, i2 + k1 + -1]) *
+        (Wc[i1, k0, k1]), axis=[k0, k1], where=(i2 + k1 + -1 >= 0) & (i2 + k1 + -1 < 3)),
+        name="T0", dtype="float64")
+    """
+    size = (lambda cap: _draw_size(draw, cap, ())) if big else (lambda cap: draw(st.integers(1, 4)))
+    n, c, f = size(4), size(8 if big else 4), size(8 if big else 4)
+    K = draw(st.integers(1, 5))
+    s = _pick(draw, [1, 1, 2])
+    P = draw(st.integers(0, K - 1))
+    L = max(K, size(70))
+    out = (L + 2 * P - K) // s + 1
+    at = ("add", ("add", ("mul", s, ("ax", "i2")) if s > 1 else ("ax", "i2"), ("ax", "k1")),
+          ("c", -P))
+    inside = ("and", ("cmp", ">=", at, ("c", 0)), ("cmp", "<", at, ("c", L)))
+    body = ("reduce", "sum", ("k0", "k1"), inside if P else None,
+            ("bin", "mul", ("read", "Xc", (("ax", "i0"), ("ax", "k0"), at), ()),
+             ("read", "Wc", (("ax", "i1"), ("ax", "k0"), ("ax", "k1")), ())))
+    ins = (Input("Xc", (n, c, L), "float", 0), Input("Wc", (f, c, K), "float", 0))
+    return ins, Def(f"T{k}", (n, f, out), ("i0", "i1", "i2"),
+                    (("k0", 0, c), ("k1", 0, K)), body, None)
+
+
 def _read_with(draw, ctx: _Ctx, t: str, fixed: dict):
     """A read of ``t`` with the axes ``fixed`` (position -> axis name) at those
     positions, the others as :func:`gen_read` draws them."""
@@ -835,11 +872,17 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
         else:
             inputs.append(Input("I0", (draw(st.integers(1, 4)),), "index",
                                 draw(st.integers(1, 5))))
+    defs = []
+    if draw(st.integers(0, 3)) == 0:  # a convolution first (its inputs are the program's)
+        conv_inputs, conv = gen_conv(draw, big, 0)
+        inputs += list(conv_inputs)
+        defs.append(conv)
     tensors = {i.name: i for i in inputs}
+    tensors.update({d.name: Input(d.name, d.shape, "float", 0) for d in defs})
     ctx = _Ctx(dtype, has_n, tensors, max_depth, sizes, n_val)
     ctx.pool = pool
-    defs = []
-    for k in range(draw(st.integers(1, max_defs))):
+    ctx.next_axis = 2 if defs else 0
+    for k in range(len(defs), len(defs) + draw(st.integers(1, max_defs))):
         rank = draw(st.integers(0, 3))
         shape = _dims(draw, has_n, rank, 4 if rank < 3 else 3, sizes, n_val, pool)
         axes = tuple(f"i{j}" for j in range(rank))

@@ -218,3 +218,32 @@ def test_a_sum_under_a_condition_on_an_axis_it_uses_is_computed_only_there():
     assert "b < 1" in str(s.body.where).replace("(", "").replace(")", "")
     f, _ = agree([h], ins, *arrays)
     assert f.schedule["h"].strategy == "steps"
+
+
+def test_a_compared_sum_along_checkpointed_steps_keeps_written_order():
+    # audit of compared sums (patterns.compared_sums) in the lowerings by steps: a max
+    # over sums of a checkpointed recurrence's rows runs by step-rows, a step at a time,
+    # and the max's tie test recomputes the sum in written order; a max over sums
+    # *across* the steps keeps the full tape. Were the orders to differ, the gradient
+    # would silently be 0 (no tie found): checked against central differences (float64)
+    # and numpy, first and second order, both checkpoint modes (harness seeds 0..3)
+    from tests.fuzz.harness import check
+    T, K, B = 6, 5, 3
+    x = te.placeholder((T, K), dtype="float64", name="x")
+    W = te.placeholder((K, B), dtype="float64", name="W")
+    h = te.recurrence((T, K), lambda h, t, c: te.select(
+        t == 0, x[0, c], te.tanh(h[t - 1, c]) + x[t, c]), name="h", dtype="float64",
+        checkpoints=2)
+    k, j = te.reduce_axis(K, "k"), te.reduce_axis(B, "j")
+    tt, jj = te.reduce_axis(T, "tt"), te.reduce_axis(K, "jj")
+    within = te.compute((T,), lambda t: te.max(te.sum(h[t, k] * W[k, j], axis=k), axis=j),
+                        name="M")
+    across = te.compute((), lambda: te.max(te.sum(h[tt, jj] * x[tt, jj], axis=tt), axis=jj),
+                        name="A")
+    H = te.placeholder((T,), dtype="float64", name="H")
+    f = te.build([within, *te.differentiate(within, [x, W], head=H)], [x, W, H])
+    assert f.schedule["M_sum"].strategy == "step-rows"
+    a = [rand((T, K), "float64"), rand((K, B), "float64", seed=1)]
+    for seed in range(4):
+        check(within, [x, W], a, seed=seed, second_order=True)
+        check(across, [x], a[:1], seed=seed, second_order=True)

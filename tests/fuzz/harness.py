@@ -254,10 +254,11 @@ def _compare_grads(case: Case, what: str, got_c, got_np, fd_fn, fd_arrays):
 
 STAGES = ("build", "forward", "vjp", "second")
 
-#: a target whose thresholds the fuzzer's arrays (a few KiB) cross: a last-level cache
-#: of 64 KiB, outputs of 4 KiB streamed (``codegen.streaming``; the real ones, 32 MiB
-#: and 4 MiB, need arrays the checks cannot afford)
-SMALL_CACHES = dict(llc_bytes=64 << 10, stream_bytes=4 << 10)
+#: a target whose thresholds the fuzzer's arrays (a few hundred bytes to 32 KiB) cross: a
+#: last-level cache of 2 KiB, outputs of 512 bytes (a row of 64 float64) streamed
+#: (``codegen.streaming``; the real ones, 32 MiB and 4 MiB, need arrays the checks cannot
+#: afford, and 64 KiB / 4 KiB were crossed by no program: 0 streamed in 3 minutes)
+SMALL_CACHES = dict(llc_bytes=2 << 10, stream_bytes=512)
 
 
 def small_caches():
@@ -266,7 +267,7 @@ def small_caches():
 
     >>> with small_caches():
     ...     target.current().stream_bytes
-    4096
+    512
     """
     return target.use(replace(target.current(), **SMALL_CACHES))
 

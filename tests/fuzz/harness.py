@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 import tensorexpr as te
-from codegen import target
+from codegen import reference, target
 
 from .programs import SYM, Program, build, to_source
 
@@ -123,9 +123,10 @@ def _compare_forward(case: Case, got, want, what: str = "forward", spread=None):
     """C's values against numpy's, elementwise (``what``: the check a failure names).
 
     ``spread()`` (if given, asked only when the values are further apart than the
-    tolerance) is how far numpy's float32 values are from the same program's in
-    float64, elementwise: a program that amplifies rounding (a recurrence adding a
-    quarter of its previous row's sum, 15x per two steps) has no float32 digits to
+    tolerance) is how far numpy's values are from the same program's in a wider type,
+    elementwise (float32's from its float64 twin's, float64's from long double's:
+    :func:`_rounding_error`): a program that amplifies rounding (a recurrence adding a
+    quarter of its previous row's sum, 15x per two steps) has no digits of its type to
     agree on there, whatever the order its sums are added in; such elements may
     differ by :data:`SPREAD` times that much more.
     """
@@ -147,13 +148,14 @@ def _compare_forward(case: Case, got, want, what: str = "forward", spread=None):
         sp = sp[finite]
         if not (err > tol * scale + SPREAD * sp).any():
             return
-        extra = f"; numpy's float32 values are up to {sp.max():.3g} from float64's"
+        extra = (f"; numpy's {want.dtype} values are up to {sp.max():.3g} from "
+                 f"{'float64' if want.dtype == np.float32 else 'long double'}'s")
     _fail(case, what, f"C differs from numpy by {err.max():.3g} (scale {scale:.3g}){extra}"
                       f"\nC:     {got!r}\nnumpy: {want!r}")
 
 
-#: how many times numpy's own rounding error (its float32 values against float64's) C's
-#: float32 values may be off by, beyond the tolerance
+#: how many times numpy's own rounding error (its float32 values against float64's, its
+#: float64 values against long double's) C's values may be off by, beyond the tolerance
 SPREAD = 4
 
 
@@ -213,7 +215,9 @@ def _differences(fn, arrays, k, shape, directions):
     return fd, ok
 
 
-def _compare_grads(case: Case, what: str, got_c, got_np, fd_fn, fd_arrays):
+def _compare_grads(case: Case, what: str, got_c, got_np, fd_fn, fd_arrays, spread=None):
+    """The gradients against central differences, and C's against numpy's (``spread(j)``:
+    numpy's rounding error in gradient j, as :func:`_compare_forward` takes it)."""
     rng = np.random.default_rng(case.seed + 2)
     for j, k in enumerate(case.float_idx):
         name = case.inputs[k].name
@@ -244,9 +248,12 @@ def _compare_grads(case: Case, what: str, got_c, got_np, fd_fn, fd_arrays):
                 _fail(case, what, f"{backend} gradient of {name} differs from central "
                                   f"differences{along} at {np.argwhere(bad)[0].tolist()}\n"
                                   f"{backend}: {dg!r}\nfd: {fd!r}\nsmooth: {ok!r}")
-        bad = ~(np.abs(gc - gn) <= 1e-7 * max(1.0, float(np.abs(gn[np.isfinite(gn)]).max()
-                                                       if np.isfinite(gn).any() else 1.0)))
-        bad &= ~(np.isnan(gc) & np.isnan(gn))
+        err = np.abs(gc - gn)
+        tol = 1e-7 * max(1.0, float(np.abs(gn[np.isfinite(gn)]).max()
+                                    if np.isfinite(gn).any() else 1.0))
+        bad = ~(err <= tol) & ~(np.isnan(gc) & np.isnan(gn))
+        if bad.any() and spread is not None and spread(1 + j) is not None:
+            bad &= ~(err <= tol + SPREAD * spread(1 + j))
         if bad.any():
             _fail(case, what, f"C and numpy gradients of {name} differ at "
                               f"{np.argwhere(bad)[0].tolist()}\nC: {gc!r}\nnumpy: {gn!r}")
@@ -300,13 +307,21 @@ def _compare_full_tape(cases, where, f_c, res_c, outputs, inputs, arrays) -> Non
 
 
 def _rounding_error(case: Case, got_np):
-    """``spread(j)``: how far numpy's value of output j (Y, then its VJPs) is from its
-    float64 twin's, elementwise (computed once, when first asked; None without a twin)."""
+    """``spread(j)``: how far numpy's value of output j (Y, then its VJPs) is from the
+    same program's in a wider type, elementwise: a float32 program's float64 twin, a
+    float64 program evaluated in long double (``codegen.reference.widened``); computed
+    once, when first asked; None for other programs."""
     done = []
 
     def spread(j):
-        if case.exact is None:
+        if case.exact is None and case.Y.dtype != "float64":
             return None
+        if not done and case.exact is None:
+            ins, arrs = _all_inputs(case)
+            wide = reference.widened(te.build([case.Y, *case.grads], ins, backend="numpy"))
+            want = wide(*arrs)
+            done.extend(np.abs(np.asarray(g, np.longdouble) - w).astype(np.float64)
+                        for g, w in zip(got_np, want))
         if not done:
             Y, inputs = case.exact
             twin = Case(case.label, Y, list(inputs),
@@ -374,7 +389,7 @@ def run_cases(cases, backend: str = "c", upto: str = "second", observe=None) -> 
         ins, arrs = _all_inputs(case)
         fl = te.build(case.L, inputs=ins, backend="numpy")
         _staged("vjp", _compare_grads, case, "VJP", res_c[start + 1:start + 1 + ng],
-                res_np[start + 1:start + 1 + ng], fl, arrs)
+                res_np[start + 1:start + 1 + ng], fl, arrs, spread)
         if last < 3 or case.L2 is None:
             continue
         g1 = res_np[start + 1:start + 1 + ng]

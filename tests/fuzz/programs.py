@@ -719,6 +719,8 @@ def gen_conv(draw, big: bool, k: int):
     s = _pick(draw, [1, 1, 2])
     P = _pick(draw, list(range(1, K)) + [0])  # mostly padded (unpadded: nothing to copy)
     L = max(K, CONV_ROW, size(70) if big else CONV_ROW + draw(st.integers(0, 4)))
+    while L > max(K, CONV_ROW) and n * f * c * K * ((L + 2 * P - K) // s + 1) > WORK:
+        L = max(K, CONV_ROW, L // 2)   # the sum's box within WORK
     out = (L + 2 * P - K) // s + 1
     at = ("add", ("add", ("mul", s, ("ax", "i2")) if s > 1 else ("ax", "i2"), ("ax", "k1")),
           ("c", -P))
@@ -751,17 +753,18 @@ def gen_matmul(draw, big: bool, k: int):
     >>> ins, defs = find(st.composite(lambda draw: gen_matmul(draw, False, 1))(), lambda r: True)
     >>> print(to_source(Program("float64", None, ins, defs)))  # doctest: +NORMALIZE_WHITESPACE
     Am = te.placeholder((8, 8), dtype="float64", name="Am")
-    Bm = te.placeholder((8, 1), dtype="float64", name="Bm")
+    Bm = te.placeholder((8, 2), dtype="float64", name="Bm")
     k0 = te.reduce_axis((0, 8), name="k0")
-    T1 = te.compute((8, 1), lambda i0, i1: te.sum((Am[i0, k0]) * (Bm[k0, i1]), axis=k0),
+    T1 = te.compute((8, 2), lambda i0, i1: te.sum((Am[i0, k0]) * (Bm[k0, i1]), axis=k0),
         name="T1", dtype="float64")
     """
-    if big:
+    if big:  # (m * r * q, the sum's box, within WORK)
         m, r = (max(MIN_ROWS, _draw_size(draw, 64)) for _ in range(2))
-        q = _draw_size(draw, max(1, POINTS // max(m, r)))
+        q = max(2, _draw_size(draw, min(POINTS // max(m, r), WORK // (m * r))))
     else:
         m, r = (MIN_ROWS + draw(st.integers(0, 4)) for _ in range(2))
-        q = draw(st.integers(1, 4))
+        q = draw(st.integers(2, 4))
+    # (Q >= 2: the gradient of a matrix-vector product sums one term, a plain product)
     body = ("reduce", "sum", ("k0",), None,
             ("bin", "mul", ("read", "Am", (("ax", "i0"), ("ax", "k0")), ()),
              ("read", "Bm", (("ax", "k0"), ("ax", "i1")), ())))
@@ -849,20 +852,21 @@ def _read_by(defs, d) -> set:
     return out
 
 
-def compared_rows(draw, h: Def, k: int):
-    """A max or a min over sums of the rows of recurrence ``h`` (the last dimension; of
-    its steps when it has one): ``(term, raxes, Wm)`` with reduce axes ``k{k}``,
-    ``k{k+1}`` and a new input ``Wm (K, J)`` (``J`` in 1..3). A compared sum: its
-    gradient's tie test recomputes it, which must add in the order the value did
-    whether the gradient is checkpointed or kept whole (``codegen.recurrence_steps``:
-    step-rows a step at a time; across the steps, the full tape).
+def compared_rows(draw, h: Def, k: int, name: str):
+    """A max or a min over sums of the rows of recurrence ``h`` (along its last
+    dimension; of its steps when it has one), definition ``name`` of ``h``'s shape
+    without the last dimension: ``(M, Wm)``, ``M`` with reduce axes ``k{k}``, ``k{k+1}``,
+    ``Wm (K, J)`` a new input (``J`` in 1..3). A compared sum: its gradient's tie test
+    recomputes it, which must add in the order the value did whether the gradient is
+    checkpointed or kept whole (``codegen.recurrence_steps``: step-rows a step at a
+    time; across the steps, the full tape).
 
     >>> h = Def("T0", (6, 3), ("i0", "i1"), (), ("const", 1.0), 0, checkpoints=2)
     >>> from hypothesis import find
-    >>> term, raxes, w = find(st.composite(lambda draw: compared_rows(draw, h, 4))(),
-    ...                       lambda r: r[0][1] == "max")
-    >>> expr_src(term), raxes, w.shape
-    ('te.max(te.sum((T0[i0, k4]) * (Wm[k4, k5]), axis=k4), axis=k5)', (('k4', 0, 3), ('k5', 0, 1)), (3, 1))
+    >>> M, w = find(st.composite(lambda draw: compared_rows(draw, h, 4, "T1"))(),
+    ...             lambda r: r[0].body[1] == "max")
+    >>> M.shape, expr_src(M.body), w.shape
+    ((6,), 'te.max(te.sum((T0[i0, k4]) * (Wm[k4, k5]), axis=k4), axis=k5)', (3, 1))
     """
     K, J = h.shape[-1], draw(st.integers(1, 3))
     row, col = f"k{k}", f"k{k + 1}"
@@ -870,7 +874,8 @@ def compared_rows(draw, h: Def, k: int):
     prod = ("bin", "mul", ("read", h.name, idx, ()), ("read", "Wm", (("ax", row), ("ax", col)), ()))
     term = ("reduce", _pick(draw, ["max", "min"]), (col,), None,
             ("reduce", "sum", (row,), None, prod))
-    return term, ((row, 0, K), (col, 0, J)), Input("Wm", (K, J), "float", 0)
+    return (Def(name, h.shape[:-1], h.axes[:-1], ((row, 0, K), (col, 0, J)), term, None),
+            Input("Wm", (K, J), "float", 0))
 
 
 def _reads_tensor(e, name: str) -> bool:
@@ -958,18 +963,25 @@ def _dims(draw, has_n, rank, size_max=4, sizes="small", n_val=None, pool=None):
     return _fit(dims, n_val) if sizes == "big" else tuple(dims)
 
 
+#: the first definitions a program may start with, as users write them: a padded
+#: convolution (:func:`gen_conv`), a matrix product (:func:`gen_matmul`), a wide map
+#: (:func:`gen_wide`)
+HEADS = ("conv", "matmul", "wide")
+
+
 @st.composite
 def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: bool = True,
-             sizes: str = "small", recurrences: bool = True):
+             sizes: str = "small", recurrences: bool = True, head: Optional[str] = None):
     """A random valid program (see the module docstring); ``sizes`` is its size profile
     (:data:`SIZES`: "big" reaches the code generator's tiles, vector loops and
     remainders, thread thresholds and strided-gather splits, its tensors and reduction
     boxes within :data:`POINTS` and :data:`WORK`); ``recurrences=False`` draws none
     (a build with a recurrence leaves its sums without copies: ``codegen.layout``,
-    ``codegen.padcopy``).
+    ``codegen.padcopy``); ``head`` (one of :data:`HEADS`) is its first definition,
+    drawn when None.
 
     >>> from hypothesis import given, settings
-    >>> @settings(max_examples=3, derandomize=True, database=None)
+    >>> @settings(max_examples=3, derandomize=True, database=None, deadline=None)
     ... @given(programs(dtype="float64"))
     ... def t(p):
     ...     assert p.dtype == "float64" and build(p)[p.output.name].dtype == "float64"
@@ -1001,7 +1013,7 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
     # a third of the programs start with a definition written as users write the shapes
     # the code generator rewrites (its inputs are the program's): a convolution, a
     # matrix product, a wide map
-    head = draw(st.sampled_from(["none", "none", "conv", "matmul", "wide"]))
+    head = head or draw(st.sampled_from(["none", "none", *HEADS]))
     if head != "none":
         head_inputs, first = (gen_conv(draw, big, 0) if head == "conv" else
                               gen_matmul(draw, big, 0) if head == "matmul" else
@@ -1093,24 +1105,27 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
         body = ("un", "half", read)
         if ck[-1] is not defs[-1] and defs[-1].chain == 0 and defs[-1].shape == ck[-1].shape:
             body = ("bin", "add", body, ("read", defs[-1].name, read[2], ()))
-        raxes = ()
-        if compared:
-            term, raxes, w = compared_rows(draw, ck[-1], ctx.next_axis)
+        if compared:  # (a tensor of its own: each box within WORK)
+            M, w = compared_rows(draw, ck[-1], ctx.next_axis, f"T{len(defs)}")
             ctx.next_axis += 2
             inputs.append(w)
+            defs.append(M)
+            term = ("read", M.name, tuple(("ax", a) for a in M.axes), ())
             body = ("bin", "add", body, ("bin", "mul", ("const", 0.5), term))
-        defs.append(Def(f"T{len(defs)}", ck[-1].shape, ck[-1].axes, raxes, body, None))
+        defs.append(Def(f"T{len(defs)}", ck[-1].shape, ck[-1].axes, (), body, None))
     if head != "none" and defs[0] is not defs[-1] and defs[0].name not in _read_by(defs, defs[-1]):
         # a head definition nothing reads would not be built: the output adds it to the
-        # sum of the last definition
+        # sum of the last definition (a scalar of its own: each box within WORK)
         head, last = defs[0], defs[-1]
         raxes = tuple((f"k{ctx.next_axis + j}", 0, d) for j, d in enumerate(last.shape))
         ctx.next_axis += len(raxes)
         total = ("read", last.name, tuple(("ax", a) for a, _, _ in raxes), ())
         if raxes:
-            total = ("reduce", "sum", tuple(a for a, _, _ in raxes), None, total)
+            defs.append(Def(f"T{len(defs)}", (), (), raxes,
+                            ("reduce", "sum", tuple(a for a, _, _ in raxes), None, total), None))
+            total = ("read", defs[-1].name, (), ())
         own = tuple(("ax", a) for a in head.axes)
-        defs.append(Def(f"T{len(defs)}", head.shape, head.axes, raxes,
+        defs.append(Def(f"T{len(defs)}", head.shape, head.axes, (),
                         ("bin", "add", ("read", head.name, own, ()), total), None))
     second = dtype == "float64" and draw(st.integers(0, 4)) == 0
     return Program(dtype, n_val, tuple(inputs), tuple(defs), second, draw(st.integers(0, 2**16)),

@@ -186,6 +186,12 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         self.inline = inlinable(sig)
         ExprLowering.__init__(self)
         self.compared = compared_sums([e for t in self.tensors for e in tensor_exprs(t)])
+        # a tensor run by steps computes its sums in per-step tensors nothing compares:
+        # they are compared sums where the tensor's are (a max's tie test recomputing
+        # M_sum found no tie where M_sum's step added its 17 terms in 16 lanes)
+        for plan in self.steps.values():
+            for part in (*plan.sums, plan.rest):
+                self.derived(plan.t, part)
 
     def holds_compared(self, t: Tensor) -> bool:
         """Does ``t``'s body hold a sum whose value is compared (``patterns.compared_sums``):

@@ -21,6 +21,10 @@ from tensorexpr.ir import (Axis, Binary, Cast, Compute, Const, Expr, Placeholder
 
 _NP = {"bool": np.bool_, "int32": np.int32, "int64": np.int64,
        "float32": np.float32, "float64": np.float64}
+#: the types a wide evaluation (``run(..., wide=True)``) computes in: float64 values as
+#: ``np.longdouble`` (x87's 80-bit extended on x86: 64-bit mantissas; where the platform's
+#: long double is double, the same values as float64)
+WIDE = dict(_NP, float64=np.longdouble)
 
 
 def _lift(a: np.ndarray, depth: int) -> np.ndarray:
@@ -32,23 +36,25 @@ def _and(m: Optional[np.ndarray], c: np.ndarray) -> np.ndarray:
     return c if m is None else (m & c)
 
 
-def identity(op: str, dtype: str):
-    """The value of an empty reduction: 0, or the least / greatest value of the type.
+def identity(op: str, dtype: str, types=_NP):
+    """The value of an empty reduction: 0, or the least / greatest value of the type
+    (``types``: the numpy type of each IR dtype, :data:`WIDE` for a wide evaluation).
 
     >>> float(identity("max", "float32")), int(identity("min", "int32"))
     (-inf, 2147483647)
     """
     if op == "sum":
-        return _NP[dtype](0)
+        return types[dtype](0)
     if dtype.startswith("float"):
-        return _NP[dtype](-np.inf if op == "max" else np.inf)
-    info = np.iinfo(_NP[dtype])
-    return _NP[dtype](info.min if op == "max" else info.max)
+        return types[dtype](-np.inf if op == "max" else np.inf)
+    info = np.iinfo(types[dtype])
+    return types[dtype](info.min if op == "max" else info.max)
 
 
 class _Eval:
-    def __init__(self, env: Dict[int, np.ndarray], sizes: Dict[str, int], owner: Tensor):
-        self.env, self.sizes, self.owner = env, sizes, owner
+    def __init__(self, env: Dict[int, np.ndarray], sizes: Dict[str, int], owner: Tensor,
+                 types=_NP):
+        self.env, self.sizes, self.owner, self.types = env, sizes, owner, types
         # (ctx, depth, mask) -> values of the nodes evaluated there, by node id. The
         # context and mask are kept alive with their memo so that their ids stay theirs.
         self.frames: Dict[tuple, tuple] = {}
@@ -94,7 +100,7 @@ class _Eval:
 
     def _node(self, e: Expr, ctx, depth: int, mask, memo) -> np.ndarray:
         """``e``'s values given those of its children in the same context (``memo``)."""
-        dt = _NP[e.dtype]
+        dt = self.types[e.dtype]
         match e:
             case Const(v, _):
                 return _lift(np.asarray(v, dtype=dt), depth)
@@ -158,11 +164,11 @@ class _Eval:
             shape = (1,) * (depth + j) + (max(hi - lo, 0),) + (1,) * (k - j - 1)
             inner[ax.uid] = np.arange(lo, max(hi, lo), dtype=np.int64).reshape(shape)
         d2 = depth + k
-        ident = identity(e.op, e.dtype)
+        ident = identity(e.op, e.dtype, self.types)
         if any(inner[ax.uid].size == 0 for ax in e.axes):
             # An empty domain (the bounds depend on sizes only) evaluates no body point: a
             # read of it at a constant index may be out of range, and is never made.
-            return np.full((1,) * depth, ident, dtype=_NP[e.dtype])
+            return np.full((1,) * depth, ident, dtype=self.types[e.dtype])
         m = None if mask is None else _lift(mask, d2)
         if e.where is not None:
             m = _and(m, self.ev(e.where, inner, d2, m))
@@ -175,10 +181,10 @@ class _Eval:
             body = np.where(m, body, ident)
         red = tuple(range(depth, d2))
         if e.op == "sum":
-            out = body.sum(axis=red, dtype=_NP[e.dtype])
+            out = body.sum(axis=red, dtype=self.types[e.dtype])
         else:
             out = (body.max if e.op == "max" else body.min)(axis=red)
-        return np.asarray(out, dtype=_NP[e.dtype])
+        return np.asarray(out, dtype=self.types[e.dtype])
 
 
 def _distinct(nodes) -> list:
@@ -258,8 +264,10 @@ def _unary(op: str, x):
     return getattr(np, {"abs": "abs"}.get(op, op))(x)
 
 
-def evaluate(t: Tensor, env: Dict[int, np.ndarray], sizes: Dict[str, int], shape) -> np.ndarray:
-    """Evaluate one tensor definition given its producers' values in ``env`` (by uid).
+def evaluate(t: Tensor, env: Dict[int, np.ndarray], sizes: Dict[str, int], shape,
+             types=_NP) -> np.ndarray:
+    """Evaluate one tensor definition given its producers' values in ``env`` (by uid),
+    each IR dtype as the numpy type ``types`` gives (:data:`WIDE`: float64 as long double).
 
     >>> import tensorexpr as te
     >>> X = te.placeholder((3,), name="X")
@@ -267,8 +275,8 @@ def evaluate(t: Tensor, env: Dict[int, np.ndarray], sizes: Dict[str, int], shape
     >>> evaluate(Y, {X.uid: np.arange(3, dtype=np.float32)}, {}, (3,))
     array([4., 2., 0.], dtype=float32)
     """
-    ev = _Eval(env, sizes, t)
-    dt = _NP[t.dtype]
+    ev = _Eval(env, sizes, t, types)
+    dt = types[t.dtype]
     n = len(shape)
     match t:
         case Compute(carry=None):
@@ -316,18 +324,53 @@ def evaluate(t: Tensor, env: Dict[int, np.ndarray], sizes: Dict[str, int], shape
     raise TypeError(f"cannot evaluate {t!r}")
 
 
-def run(outputs, inputs, arrays, sizes, shape_of) -> List[np.ndarray]:
+def run(outputs, inputs, arrays, sizes, shape_of, wide: bool = False) -> List[np.ndarray]:
     """Evaluate ``outputs`` given input arrays; ``shape_of(t)`` gives concrete shapes.
+
+    ``wide=True`` computes float64 values in ``np.longdouble`` (:data:`WIDE`: the float64
+    inputs are converted, exactly), its results long double: a float64 program's values
+    with 11 more bits, to measure float64's own rounding error against (as a float32
+    program's float64 twin measures float32's). numpy has every math function of the IR
+    in long double but ``erf``, which is double's (libm's) there: its error is float64's.
 
     >>> import tensorexpr as te
     >>> X = te.placeholder((2,), name="X")
     >>> Y = te.compute((2,), lambda i: X[i] + 1.0, name="Y")
     >>> run([Y], [X], [np.ones(2, np.float32)], {}, lambda t: (2,))
     [array([2., 2.], dtype=float32)]
+    >>> X = te.placeholder((3,), dtype="float64", name="X")
+    >>> k = te.reduce_axis(3)
+    >>> S = te.compute((), lambda: te.sum(X[k], axis=k), name="S", dtype="float64")
+    >>> x = np.array([1.0, 2.0 ** -60, -1.0])   # 1 + 2**-60 is 1 in float64
+    >>> [float(run([S], [X], [x], {}, lambda t: (), wide=w)[0]) * 2 ** 60 for w in (False, True)]
+    [0.0, 1.0]
     """
+    types = WIDE if wide else _NP
+    if wide:
+        arrays = [a.astype(np.longdouble) if a.dtype == np.float64 else a for a in arrays]
     env: Dict[int, np.ndarray] = {t.uid: a for t, a in zip(inputs, arrays)}
     with np.errstate(all="ignore"):
         for t in topo_order(outputs):
             if t.uid not in env:
-                env[t.uid] = evaluate(t, env, sizes, shape_of(t))
+                env[t.uid] = evaluate(t, env, sizes, shape_of(t), types)
     return [env[t.uid].copy() if isinstance(t, Placeholder) else env[t.uid] for t in outputs]
+
+
+def widened(fn):
+    """The numpy-backend function ``fn`` (``te.build(..., backend="numpy")``) evaluated
+    wide (:func:`run`): its float64 values in long double, one array per output.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((2,), dtype="float64", name="X")
+    >>> Y = te.compute((2,), lambda i: te.exp(X[i]), name="Y", dtype="float64")
+    >>> (y,) = widened(te.build(Y, backend="numpy"))(np.zeros(2))
+    >>> y.dtype == np.longdouble, [float(v) for v in y]
+    (True, [1.0, 1.0])
+    """
+    sig = fn.signature
+
+    def call(*args):
+        arrays, sizes = sig.bind(args, {})
+        return run(sig.outputs, sig.inputs, arrays, sizes, lambda t: sig.shape(t, sizes),
+                   wide=True)
+    return call

@@ -20,7 +20,8 @@ A buffer's stores stream when (:func:`plan`):
   outer product writing 4 MiB 0.15 -> 0.07 ms and 16 MiB 0.60 -> 0.30 ms with plain
   stores; a row L2 normalization of 8 MiB 0.43 -> 0.38 ms; a global max pool's
   16 MiB ``dX`` beside its 16 MiB input, 32 MiB in all, 1.3 -> 0.9-1.1 ms streamed);
-* the tensor behind it has constant dims and at least ``STREAM_BYTES`` bytes;
+* the tensor behind it has constant dims and at least ``Target.stream_bytes`` bytes
+  (:data:`STREAM_BYTES`, 4 MiB);
 * nothing in the kernel reads it (not read back soon, no accumulation in it);
 * every store to it is plain (not ``+=``) in an innermost, ascending, serial ``simd``
   loop of step 1 without reduction clauses, at ``base + v`` (``v`` the loop's
@@ -61,10 +62,9 @@ from .loopast import (Assign, Block, CExpr, Comment, Decl, For, If, Kernel, Lit,
 
 I64 = "int64"
 
-#: stream stores to outputs at least this large (bytes; see :func:`plan`), in kernels
-#: whose data exceed the last-level cache: 1 to 2 MiB outputs gained nothing or lost
-#: (conv 1x1: 0.8-1.0x)
-STREAM_BYTES = 4 << 20
+#: stream stores to outputs at least this large (bytes; see :func:`plan`) by default:
+#: the target's ``stream_bytes`` (``target.Target``) is what a build uses
+STREAM_BYTES = target.Target.stream_bytes
 
 #: vectors computed into a local array (by the loop's own vectorized body) before
 #: they are streamed: one vector at a time, GCC vectorized a costly body (GELU's tanh)
@@ -227,7 +227,8 @@ def plan(kernel: Kernel, tensors) -> Dict[str, str]:
             continue
         if size is None:
             continue
-        if size >= STREAM_BYTES and all(_streamable(loop, b.name) for loop in out[b.name]):
+        if size >= target.current().stream_bytes and all(_streamable(loop, b.name)
+                                                          for loop in out[b.name]):
             chosen[b.name] = f"{t.name} ({size / (1 << 20):.3g} MiB written once)"
     return chosen
 

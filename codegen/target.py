@@ -44,6 +44,11 @@ class Target:
     #: bytes of the last-level cache (:func:`last_level_cache`): data a kernel touches
     #: stays there for its next reader when it fits (``codegen.streaming``)
     llc_bytes: int = 32 << 20
+    #: bytes an output must hold for its stores to stream around the caches, in kernels
+    #: whose data exceed :attr:`llc_bytes` (``codegen.streaming``: 1 to 2 MiB outputs
+    #: gained nothing or lost, conv 1x1 0.8-1.0x); data, so that a test or the fuzzer
+    #: reaches streaming stores with small arrays (and the build key tells them apart)
+    stream_bytes: int = 4 << 20
 
     def lanes(self, dtype: str) -> int:
         """Elements of ``dtype`` in one vector register."""
@@ -65,7 +70,8 @@ class Target:
     def describe(self) -> str:
         """A line for cache keys and generated sources."""
         return (f"{self.vector_bytes * 8}-bit vectors x {self.registers} registers"
-                f"{', fma' if self.fma else ''}, {self.llc_bytes >> 10} KiB last-level cache")
+                f"{', fma' if self.fma else ''}, {self.llc_bytes >> 10} KiB last-level cache"
+                f"{'' if self.stream_bytes == Target.stream_bytes else f', streams from {self.stream_bytes} B'}")
 
 
 #: the target assumed where none can be asked (no compiler): AVX2-like
@@ -79,11 +85,11 @@ def from_macros(text: str) -> Target:
     """The target named by a compiler's predefined macros (``cc -dM -E`` output).
 
     >>> from_macros("#define __AVX512F__ 1\\n#define __AVX2__ 1\\n#define __FMA__ 1\\n")
-    Target(vector_bytes=64, registers=32, fma=True, tile_vectors=2, llc_bytes=33554432)
+    Target(vector_bytes=64, registers=32, fma=True, tile_vectors=2, llc_bytes=33554432, stream_bytes=4194304)
     >>> from_macros("#define __aarch64__ 1\\n#define __ARM_FEATURE_FMA 1\\n").registers
     32
     >>> from_macros("#define __SSE2__ 1\\n")
-    Target(vector_bytes=16, registers=16, fma=False, tile_vectors=2, llc_bytes=33554432)
+    Target(vector_bytes=16, registers=16, fma=False, tile_vectors=2, llc_bytes=33554432, stream_bytes=4194304)
     """
     macros = {line.split()[1] for line in text.splitlines()
               if line.startswith("#define ") and len(line.split()) >= 2}

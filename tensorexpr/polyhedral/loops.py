@@ -249,7 +249,31 @@ def loop_nest(axes: Sequence[Axis], conds: Sequence[Expr], outer: Sequence[Axis]
     tree, rest = _NESTS.get((tuple(axes), tuple(conds), tuple(outer), tuple(facts)),
                             lambda: _loop_nest(list(axes), list(conds), list(outer),
                                                list(facts)))
-    return tree, list(rest)
+    return tree, own_conditions(rest, conds)
+
+
+def own_conditions(rest, conds) -> list:
+    """The conditions of ``conds`` equal to those of ``rest`` (a kept answer's: in
+    order, a subsequence): the caller's own objects. A kept condition is structurally
+    equal to the caller's, but tensors compare by uid and a rewritten tensor keeps its
+    uid: a read in a kept condition may read the tensor as an earlier build rewrote it
+    (a squeezed ``M_sum`` reading that build's ``M_sum_sq``, which the next build has no
+    buffer for).
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4,), name="X"); k = te.reduce_axis(4, "k")
+    >>> mine = [k > 0, X[k] > 0.0]
+    >>> kept = [X[k] > 0.0]
+    >>> own_conditions(kept, mine)[0] is mine[1]
+    True
+    """
+    out, j = [], 0
+    for c in rest:
+        while j < len(conds) and not conds[j] == c:
+            j += 1
+        out.append(conds[j] if j < len(conds) else c)
+        j += 1
+    return out
 
 
 def _loop_nest(axes: List[Axis], conds: List[Expr], outer: List[Axis], facts: List[Expr]

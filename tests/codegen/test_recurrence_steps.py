@@ -218,3 +218,56 @@ def test_a_sum_under_a_condition_on_an_axis_it_uses_is_computed_only_there():
     assert "b < 1" in str(s.body.where).replace("(", "").replace(")", "")
     f, _ = agree([h], ins, *arrays)
     assert f.schedule["h"].strategy == "steps"
+
+
+def test_a_compared_sum_along_checkpointed_steps_keeps_written_order():
+    # audit of compared sums (patterns.compared_sums) in the lowerings by steps: a max
+    # over sums of a checkpointed recurrence's rows runs by step-rows, a step at a time,
+    # and the max's tie test recomputes the sum in written order; a max over sums
+    # *across* the steps keeps the full tape. Were the orders to differ, the gradient
+    # would silently be 0 (no tie found): checked against central differences (float64)
+    # and numpy, first and second order, both checkpoint modes (harness seeds 0..3)
+    from tests.fuzz.harness import check
+    T, K, B = 6, 5, 3
+    x = te.placeholder((T, K), dtype="float64", name="x")
+    W = te.placeholder((K, B), dtype="float64", name="W")
+    h = te.recurrence((T, K), lambda h, t, c: te.select(
+        t == 0, x[0, c], te.tanh(h[t - 1, c]) + x[t, c]), name="h", dtype="float64",
+        checkpoints=2)
+    k, j = te.reduce_axis(K, "k"), te.reduce_axis(B, "j")
+    tt, jj = te.reduce_axis(T, "tt"), te.reduce_axis(K, "jj")
+    within = te.compute((T,), lambda t: te.max(te.sum(h[t, k] * W[k, j], axis=k), axis=j),
+                        name="M")
+    across = te.compute((), lambda: te.max(te.sum(h[tt, jj] * x[tt, jj], axis=tt), axis=jj),
+                        name="A")
+    H = te.placeholder((T,), dtype="float64", name="H")
+    f = te.build([within, *te.differentiate(within, [x, W], head=H)], [x, W, H])
+    assert f.schedule["M_sum"].strategy == "step-rows"
+    a = [rand((T, K), "float64"), rand((K, B), "float64", seed=1)]
+    for seed in range(4):
+        check(within, [x, W], a, seed=seed, second_order=True)
+        check(across, [x], a[:1], seed=seed, second_order=True)
+
+
+def test_a_compared_sum_run_by_steps_adds_in_written_order_in_its_step():
+    # found by the fuzzer: a max over sums of a checkpointed recurrence's rows of 17
+    # terms. Its tie test reads M_sum, run by step-rows; M_sum's step (M_sum_step0)
+    # was no compared sum (nothing compares it: M_sum does) and added its 17 terms in
+    # 16 lanes, M's step in order: no tie found, dx and dW silently wrong (by 1 to 15)
+    from tests.fuzz.harness import check
+    T, K, J = 4, 17, 2
+    x = te.placeholder((T, K), dtype="float64", name="x")
+    W = te.placeholder((K, J), dtype="float64", name="W")
+    h = te.recurrence((T, K), lambda S, t, c: te.sin(
+        x[t, c] + 0.5 * te.select(t >= 1, S[t - 1, c], 0.0)), name="h", dtype="float64",
+        checkpoints=1)
+    k, j = te.reduce_axis(K, "k"), te.reduce_axis(J, "j")
+    M = te.compute((T,), lambda t: te.max(te.sum(h[t, k] * W[k, j], axis=k), axis=j),
+                   name="M", dtype="float64")
+    Y = te.compute((T, K), lambda t, c: 0.5 * h[t, c] + 0.5 * M[t], name="Y", dtype="float64")
+    a = [rand((T, K), "float64"), rand((K, J), "float64", seed=1)]
+    H = te.placeholder(Y.shape, dtype="float64", name="H")
+    f = te.build([Y, *te.differentiate(Y, [x, W], head=H)], [x, W, H])
+    assert f.schedule["M_sum"].strategy == "step-rows"
+    for seed in range(2):
+        check(Y, [x, W], a, seed=seed)

@@ -17,16 +17,16 @@ from codegen.schedule import Options
 from .util import agree, rand
 
 
-def with_cache(llc_bytes: int):
-    """This machine's target with a last-level cache of ``llc_bytes``."""
-    return target.use(replace(target.current(), llc_bytes=llc_bytes))
+def with_cache(llc_bytes: int, stream_bytes: int = target.Target.stream_bytes):
+    """This machine's target with a last-level cache of ``llc_bytes``, streaming outputs
+    of at least ``stream_bytes``."""
+    return target.use(replace(target.current(), llc_bytes=llc_bytes, stream_bytes=stream_bytes))
 
 
 @pytest.fixture
-def stream_all(monkeypatch):
+def stream_all():
     """Every output streams, whatever its size (the tests' shapes are small)."""
-    monkeypatch.setattr(streaming, "STREAM_BYTES", 0)
-    with with_cache(0):
+    with with_cache(0, 0):
         yield
 
 
@@ -48,8 +48,7 @@ def max_pool_grad(shape):
 @settings(max_examples=15, deadline=None)
 @given(n=st.integers(1, 3), c=st.integers(1, 9), length=st.integers(1, 400))
 def test_max_pool_gradient_matches(n, c, length):
-    with pytest.MonkeyPatch.context() as mp, with_cache(0):
-        mp.setattr(streaming, "STREAM_BYTES", 0)
+    with with_cache(0, 0):
         X, H, dX = max_pool_grad((n, c, length))
         x = rand(X.shape, low=-2, high=2)
         x[..., ::7] = 2.0  # ties
@@ -61,8 +60,7 @@ def test_max_pool_gradient_matches(n, c, length):
 @given(rows=st.integers(1, 40), cols=st.integers(1, 700),
        dtype=st.sampled_from(["float32", "float64"]))
 def test_elementwise_matches(rows, cols, dtype):
-    with pytest.MonkeyPatch.context() as mp, with_cache(0):
-        mp.setattr(streaming, "STREAM_BYTES", 0)
+    with with_cache(0, 0):
         A = te.placeholder((rows, cols), dtype, name="A")
         B = te.placeholder((cols,), dtype, name="B")
         Y = te.compute((rows, cols), lambda i, j: A[i, j] * 2.0 - B[j], name="Y")

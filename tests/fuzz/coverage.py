@@ -7,9 +7,9 @@ strategies (tiles, register tiles, vector loops, residue splits, parallel loops)
 
 >>> from codegen.schedule import Choice, Schedule
 >>> s = Schedule((Choice("C", "rows", (("tile", 32), ("register tile", "8 x float32"))),),
-...              residues=("dW: k by 2",))
+...              residues=("dW: k by 2",), copies=("B_T",))
 >>> decisions(s, "#pragma omp parallel for if(parallel: 64 >= te_min_work)\\n")
-['rows', 'rows/register tile', 'rows/tile', 'residues', 'C: omp parallel for']
+['rows', 'rows/register tile', 'rows/tile', 'copy', 'residues', 'copy/transposed', 'C: omp parallel for']
 """
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ VALUED = ("partial sums", "lanes", "registers", "order")
 WIDE = (("groups", "fused"), ("copies", "copy"), ("checkpoint", "checkpointed"),
         ("full_tape", "full tape"), ("hoisted", "hoisted"), ("residues", "residues"),
         ("classes", "residue classes"), ("streamed", "streamed"))
+#: the copies a schedule lists, by the suffix of their names (``codegen.copies``,
+#: ``codegen.padcopy``): each kind is a decision of its own
+COPY_KINDS = (("_T", "copy/transposed"), ("_pad", "copy/row-padded"),
+              ("_padded", "copy/padded"), ("_planes", "copy/planes"))
 #: generated-C constructs: what the schedule does not record
 C_MARKS = (("#pragma omp parallel for", "C: omp parallel for"),
            ("#pragma omp parallel\n", "C: omp parallel region"),
@@ -40,6 +44,8 @@ def decisions(schedule, source: str = "") -> list:
     for attr, name in WIDE:
         if getattr(schedule, attr):
             out.append(name)
+    out += sorted({name for c in schedule.copies for suffix, name in COPY_KINDS
+                   if c.endswith(suffix)})
     out += [name for mark, name in C_MARKS if mark in source]
     return out
 

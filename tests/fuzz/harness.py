@@ -12,6 +12,7 @@ them in *one* C build (the C compiler is the expensive part). A failure raises
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Optional
@@ -19,6 +20,7 @@ from typing import Optional
 import numpy as np
 
 import tensorexpr as te
+from codegen import reference, target
 
 from .programs import SYM, Program, build, to_source
 
@@ -121,9 +123,10 @@ def _compare_forward(case: Case, got, want, what: str = "forward", spread=None):
     """C's values against numpy's, elementwise (``what``: the check a failure names).
 
     ``spread()`` (if given, asked only when the values are further apart than the
-    tolerance) is how far numpy's float32 values are from the same program's in
-    float64, elementwise: a program that amplifies rounding (a recurrence adding a
-    quarter of its previous row's sum, 15x per two steps) has no float32 digits to
+    tolerance) is how far numpy's values are from the same program's in a wider type,
+    elementwise (float32's from its float64 twin's, float64's from long double's:
+    :func:`_rounding_error`): a program that amplifies rounding (a recurrence adding a
+    quarter of its previous row's sum, 15x per two steps) has no digits of its type to
     agree on there, whatever the order its sums are added in; such elements may
     differ by :data:`SPREAD` times that much more.
     """
@@ -145,13 +148,14 @@ def _compare_forward(case: Case, got, want, what: str = "forward", spread=None):
         sp = sp[finite]
         if not (err > tol * scale + SPREAD * sp).any():
             return
-        extra = f"; numpy's float32 values are up to {sp.max():.3g} from float64's"
+        extra = (f"; numpy's {want.dtype} values are up to {sp.max():.3g} from "
+                 f"{'float64' if want.dtype == np.float32 else 'long double'}'s")
     _fail(case, what, f"C differs from numpy by {err.max():.3g} (scale {scale:.3g}){extra}"
                       f"\nC:     {got!r}\nnumpy: {want!r}")
 
 
-#: how many times numpy's own rounding error (its float32 values against float64's) C's
-#: float32 values may be off by, beyond the tolerance
+#: how many times numpy's own rounding error (its float32 values against float64's, its
+#: float64 values against long double's) C's values may be off by, beyond the tolerance
 SPREAD = 4
 
 
@@ -211,7 +215,9 @@ def _differences(fn, arrays, k, shape, directions):
     return fd, ok
 
 
-def _compare_grads(case: Case, what: str, got_c, got_np, fd_fn, fd_arrays):
+def _compare_grads(case: Case, what: str, got_c, got_np, fd_fn, fd_arrays, spread=None):
+    """The gradients against central differences, and C's against numpy's (``spread(j)``:
+    numpy's rounding error in gradient j, as :func:`_compare_forward` takes it)."""
     rng = np.random.default_rng(case.seed + 2)
     for j, k in enumerate(case.float_idx):
         name = case.inputs[k].name
@@ -242,15 +248,35 @@ def _compare_grads(case: Case, what: str, got_c, got_np, fd_fn, fd_arrays):
                 _fail(case, what, f"{backend} gradient of {name} differs from central "
                                   f"differences{along} at {np.argwhere(bad)[0].tolist()}\n"
                                   f"{backend}: {dg!r}\nfd: {fd!r}\nsmooth: {ok!r}")
-        bad = ~(np.abs(gc - gn) <= 1e-7 * max(1.0, float(np.abs(gn[np.isfinite(gn)]).max()
-                                                       if np.isfinite(gn).any() else 1.0)))
-        bad &= ~(np.isnan(gc) & np.isnan(gn))
+        err = np.abs(gc - gn)
+        tol = 1e-7 * max(1.0, float(np.abs(gn[np.isfinite(gn)]).max()
+                                    if np.isfinite(gn).any() else 1.0))
+        bad = ~(err <= tol) & ~(np.isnan(gc) & np.isnan(gn))
+        if bad.any() and spread is not None and spread(1 + j) is not None:
+            bad &= ~(err <= tol + SPREAD * spread(1 + j))
         if bad.any():
             _fail(case, what, f"C and numpy gradients of {name} differ at "
                               f"{np.argwhere(bad)[0].tolist()}\nC: {gc!r}\nnumpy: {gn!r}")
 
 
 STAGES = ("build", "forward", "vjp", "second")
+
+#: a target whose thresholds the fuzzer's arrays (a few hundred bytes to 32 KiB) cross: a
+#: last-level cache of 2 KiB, outputs of 512 bytes (a row of 64 float64) streamed
+#: (``codegen.streaming``; the real ones, 32 MiB and 4 MiB, need arrays the checks cannot
+#: afford, and 64 KiB / 4 KiB were crossed by no program: 0 streamed in 3 minutes)
+SMALL_CACHES = dict(llc_bytes=2 << 10, stream_bytes=512)
+
+
+def small_caches():
+    """Lower for this machine with :data:`SMALL_CACHES` inside the block (the target is
+    in the build key: no kernel of the real target is reused).
+
+    >>> with small_caches():
+    ...     target.current().stream_bytes
+    512
+    """
+    return target.use(replace(target.current(), **SMALL_CACHES))
 
 
 def _staged(stage: str, fn, *args):
@@ -281,13 +307,21 @@ def _compare_full_tape(cases, where, f_c, res_c, outputs, inputs, arrays) -> Non
 
 
 def _rounding_error(case: Case, got_np):
-    """``spread(j)``: how far numpy's value of output j (Y, then its VJPs) is from its
-    float64 twin's, elementwise (computed once, when first asked; None without a twin)."""
+    """``spread(j)``: how far numpy's value of output j (Y, then its VJPs) is from the
+    same program's in a wider type, elementwise: a float32 program's float64 twin, a
+    float64 program evaluated in long double (``codegen.reference.widened``); computed
+    once, when first asked; None for other programs."""
     done = []
 
     def spread(j):
-        if case.exact is None:
+        if case.exact is None and case.Y.dtype != "float64":
             return None
+        if not done and case.exact is None:
+            ins, arrs = _all_inputs(case)
+            wide = reference.widened(te.build([case.Y, *case.grads], ins, backend="numpy"))
+            want = wide(*arrs)
+            done.extend(np.abs(np.asarray(g, np.longdouble) - w).astype(np.float64)
+                        for g, w in zip(got_np, want))
         if not done:
             Y, inputs = case.exact
             twin = Case(case.label, Y, list(inputs),
@@ -324,10 +358,12 @@ def run_cases(cases, backend: str = "c", upto: str = "second", observe=None) -> 
         outputs += [case.Y, *case.grads, *case.grads2]
         where.append(start)
     # checkpointed gradients (recurrences with checkpoints=k) in either mode, by the
-    # first program's seed
+    # first program's seed; half the builds (independently) for a machine of small
+    # caches: the target changes which outputs stream, and nothing else
     mode = "segments" if cases[0].seed % 2 else True
-    f_c = _staged("build", partial(te.build, options=te.ScheduleOptions(checkpoint=mode)),
-                  outputs, inputs, backend)
+    with small_caches() if cases[0].seed // 2 % 2 == 0 else contextlib.nullcontext():
+        f_c = _staged("build", partial(te.build, options=te.ScheduleOptions(checkpoint=mode)),
+                      outputs, inputs, backend)
     f_np = _staged("build", te.build, outputs, inputs, "numpy")
     if observe is not None and backend == "c":
         observe(f_c)
@@ -354,7 +390,7 @@ def run_cases(cases, backend: str = "c", upto: str = "second", observe=None) -> 
         ins, arrs = _all_inputs(case)
         fl = te.build(case.L, inputs=ins, backend="numpy")
         _staged("vjp", _compare_grads, case, "VJP", res_c[start + 1:start + 1 + ng],
-                res_np[start + 1:start + 1 + ng], fl, arrs)
+                res_np[start + 1:start + 1 + ng], fl, arrs, spread)
         if last < 3 or case.L2 is None:
             continue
         g1 = res_np[start + 1:start + 1 + ng]
@@ -403,6 +439,28 @@ def make_arrays(prog: Program, rng=None):
 #: random directions per input of a big-profile program's VJP check (too many elements
 #: for central differences at each)
 DIRECTIONS = 3
+#: a small-profile program with an input of more points than this (a generated
+#: convolution, matrix product or wide map) is checked along :data:`DIRECTIONS` too
+FD_POINTS = 64
+
+
+def directional(prog: Program) -> bool:
+    """Is ``prog`` checked along random directions (and its reproducer's arrays drawn)?
+
+    >>> from .programs import Input
+    >>> directional(Program("float64", None, (Input("Xw", (2, 64), "float", 0),), ()))
+    True
+    """
+    if prog.sizes == "big":
+        return True
+    return any(_points(i.shape, prog.n) > FD_POINTS for i in prog.inputs)
+
+
+def _points(shape, n) -> int:
+    out = 1
+    for d in shape:
+        out *= n if d == SYM else d
+    return out
 
 
 def twin(prog: Program) -> Program:
@@ -418,8 +476,8 @@ def twin(prog: Program) -> Program:
 def reproducer(prog: Program) -> str:
     """A pytest function reproducing ``prog``'s checks, to paste into tests/fuzz/test_corpus.py.
 
-    A big-profile program's arrays are drawn as :func:`make_arrays` draws them (thousands
-    of elements are no literal to paste); a float32 program's float64 :func:`twin` is
+    A :func:`directional` program's arrays are drawn as :func:`make_arrays` draws them
+    (thousands of elements are no literal to paste); a float32 program's float64 :func:`twin` is
     defined too (names prefixed ``e_``)."""
     body = "\n    ".join(to_source(prog).splitlines())
     names = ", ".join(i.name for i in prog.inputs)
@@ -428,7 +486,7 @@ def reproducer(prog: Program) -> str:
         body += "\n    " + "\n    ".join(to_source(twin(prog), "e_").splitlines())
         exact = (f", exact=(e_{prog.output.name}, "
                  f"[{', '.join('e_' + i.name for i in prog.inputs)}])")
-    if prog.sizes == "big":
+    if directional(prog):
         lines = [f"rng = np.random.default_rng({prog.seed})"]
         for inp in prog.inputs:
             shape = tuple(prog.n if d == SYM else d for d in inp.shape)
@@ -450,7 +508,8 @@ def reproducer(prog: Program) -> str:
 
 def check_programs(progs, upto: str = "second", observe=None) -> None:
     """Check several generated programs with one C build (names prefixed p0_, p1_, ...);
-    big-profile ones along :data:`DIRECTIONS` random directions (``observe``: see
+    big-profile ones and those of large inputs (:func:`directional`) along
+    :data:`DIRECTIONS` random directions (``observe``: see
     :func:`run_cases`)."""
     cases = []
     for j, prog in enumerate(progs):
@@ -464,7 +523,7 @@ def check_programs(progs, upto: str = "second", observe=None) -> None:
                      [e[prefix + "e_" + i.name] for i in prog.inputs])
         cases.append(Case(prefix, ns[prefix + prog.output.name], inputs, make_arrays(prog),
                           prog.second_order, prog.seed, source=reproducer(prog),
-                          directions=DIRECTIONS if prog.sizes == "big" else 0, exact=exact))
+                          directions=DIRECTIONS if directional(prog) else 0, exact=exact))
     try:
         run_cases(cases, upto=upto, observe=observe)
     except AssertionError:

@@ -684,6 +684,125 @@ def gen_contraction(draw, ctx: _Ctx, depth: int):
     return red
 
 
+def gen_conv(draw, big: bool, k: int):
+    """Inputs ``Xc (N, C, L)``, ``Wc (F, C, K)`` and a 1-D convolution of them written as
+    a user writes one (NCW, stride ``s``, ``P`` zeros each side, the domain saying where
+    the read is inside ``Xc``) as definition ``T{k}``: the shapes zero-padded copies
+    (``codegen.padcopy``: the forward and its input gradient), residue splits (stride 2)
+    and tap sums take, which a read made valid by a clamp or a select never does. Rows
+    are at least :data:`CONV_ROW` long (shorter ones are not padded: no vector to fill).
+    One in four is followed by a max or a min of it over the filters (``T{k+1} (N, out)``):
+    the convolution is then a compared sum (the tie test recomputes it: it must add in
+    written order) that residue splits and padded copies would rewrite.
+
+    >>> from hypothesis import find
+    >>> convs = st.composite(lambda draw: gen_conv(draw, False, 0))()
+    >>> ins, (d,) = find(convs, lambda r: r[1][0].raxes[1][2] == 3 and r[1][0].body[3] is not None)
+    >>> print(to_source(Program("float64", None, ins, (d,))))  # doctest: +NORMALIZE_WHITESPACE
+    Xc = te.placeholder((1, 1, 8), dtype="float64", name="Xc")
+    Wc = te.placeholder((1, 1, 3), dtype="float64", name="Wc")
+    k0 = te.reduce_axis((0, 1), name="k0")
+    k1 = te.reduce_axis((0, 3), name="k1")
+    T0 = te.compute((1, 1, 8), lambda i0, i1, i2: te.sum((Xc[i0, k0, i2 + k1 + -1]) *
+        (Wc[i1, k0, k1]), axis=[k0, k1], where=(i2 + k1 + -1 >= 0) & (i2 + k1 + -1 < 8)),
+        name="T0", dtype="float64")
+    >>> ins, defs = find(convs, lambda r: len(r[1]) == 2 and r[1][1].body[1] == "max")
+    >>> print(to_source(Program("float64", None, ins, defs)).splitlines()[-2:])  # doctest: +NORMALIZE_WHITESPACE
+    ['k2 = te.reduce_axis((0, 1), name="k2")',
+     'T1 = te.compute((1, 8), lambda i0, i1: te.max(T0[i0, k2, i1], axis=k2), name="T1", dtype="float64")']
+    """
+    size = (lambda cap: _draw_size(draw, cap, ())) if big else (lambda cap: draw(st.integers(1, 4)))
+    n, c, f = size(4), size(8 if big else 4), size(8 if big else 4)
+    if not big:  # a few channels: central differences at every element of Xc
+        n, c = min(n, 2), min(c, 3)
+    K = _pick(draw, [3, 2, 5, 4, 1])
+    s = _pick(draw, [1, 1, 2])
+    P = _pick(draw, list(range(1, K)) + [0])  # mostly padded (unpadded: nothing to copy)
+    L = max(K, CONV_ROW, size(70) if big else CONV_ROW + draw(st.integers(0, 4)))
+    while L > max(K, CONV_ROW) and n * f * c * K * ((L + 2 * P - K) // s + 1) > WORK:
+        L = max(K, CONV_ROW, L // 2)   # the sum's box within WORK
+    out = (L + 2 * P - K) // s + 1
+    at = ("add", ("add", ("mul", s, ("ax", "i2")) if s > 1 else ("ax", "i2"), ("ax", "k1")),
+          ("c", -P))
+    inside = ("and", ("cmp", ">=", at, ("c", 0)), ("cmp", "<", at, ("c", L)))
+    body = ("reduce", "sum", ("k0", "k1"), inside if P else None,
+            ("bin", "mul", ("read", "Xc", (("ax", "i0"), ("ax", "k0"), at), ()),
+             ("read", "Wc", (("ax", "i1"), ("ax", "k0"), ("ax", "k1")), ())))
+    ins = (Input("Xc", (n, c, L), "float", 0), Input("Wc", (f, c, K), "float", 0))
+    conv = Def(f"T{k}", (n, f, out), ("i0", "i1", "i2"), (("k0", 0, c), ("k1", 0, K)), body,
+               None)
+    if draw(st.integers(0, 3)) < 3:
+        return ins, (conv,)
+    over = ("reduce", _pick(draw, ["max", "min"]), ("k2",), None,
+            ("read", conv.name, (("ax", "i0"), ("ax", "k2"), ("ax", "i1")), ()))
+    return ins, (conv, Def(f"T{k + 1}", (n, out), ("i0", "i1"), (("k2", 0, f),), over, None))
+
+
+#: a generated convolution's rows are at least this long: a zero-padded copy is made for
+#: rows of a vector or more (``codegen.padcopy``; 8 float64 lanes on AVX-512)
+CONV_ROW = 8
+
+
+def gen_matmul(draw, big: bool, k: int):
+    """Inputs ``Am (M, R)``, ``Bm (R, Q)`` and their product as definition ``T{k}``, with
+    ``M`` and ``R`` at least :data:`MIN_ROWS`: the gradient ``dAm = H Bm^T`` is then a
+    dot-product-shaped sum with rows enough for a transposed copy of ``Bm``
+    (``codegen.layout``), narrow ``Q`` rows take row-padded copies (``codegen.copies``).
+
+    >>> from hypothesis import find
+    >>> ins, defs = find(st.composite(lambda draw: gen_matmul(draw, False, 1))(), lambda r: True)
+    >>> print(to_source(Program("float64", None, ins, defs)))  # doctest: +NORMALIZE_WHITESPACE
+    Am = te.placeholder((8, 8), dtype="float64", name="Am")
+    Bm = te.placeholder((8, 2), dtype="float64", name="Bm")
+    k0 = te.reduce_axis((0, 8), name="k0")
+    T1 = te.compute((8, 2), lambda i0, i1: te.sum((Am[i0, k0]) * (Bm[k0, i1]), axis=k0),
+        name="T1", dtype="float64")
+    """
+    if big:  # (m * r * q, the sum's box, within WORK)
+        m, r = (max(MIN_ROWS, _draw_size(draw, 64)) for _ in range(2))
+        q = max(2, _draw_size(draw, min(POINTS // max(m, r), WORK // (m * r))))
+    else:
+        m, r = (MIN_ROWS + draw(st.integers(0, 4)) for _ in range(2))
+        q = draw(st.integers(2, 4))
+    # (Q >= 2: the gradient of a matrix-vector product sums one term, a plain product)
+    body = ("reduce", "sum", ("k0",), None,
+            ("bin", "mul", ("read", "Am", (("ax", "i0"), ("ax", "k0")), ()),
+             ("read", "Bm", (("ax", "k0"), ("ax", "i1")), ())))
+    return ((Input("Am", (m, r), "float", 0), Input("Bm", (r, q), "float", 0)),
+            (Def(f"T{k}", (m, q), ("i0", "i1"), (("k0", 0, r),), body, None),))
+
+
+#: a generated product's rows and length: a transposed copy needs a sum reading each
+#: element of it 8 times (``codegen.layout.MIN_ROWS``) and rows of a vector
+MIN_ROWS = 8
+
+
+def gen_wide(draw, dtype: str, k: int):
+    """Input ``Xw (R, W)`` and a cheap elementwise map of it as definition ``T{k}``, ``W``
+    at least :data:`WIDE_ROW` elements: the gradient ``dXw`` is written once along long
+    contiguous rows by a cheap loop, what streaming stores take
+    (``codegen.streaming``, under the harness's target of small caches).
+
+    >>> from hypothesis import find
+    >>> ins, defs = find(st.composite(lambda draw: gen_wide(draw, "float64", 0))(), lambda r: True)
+    >>> print(to_source(Program("float64", None, ins, defs)))  # doctest: +NORMALIZE_WHITESPACE
+    Xw = te.placeholder((1, 64), dtype="float64", name="Xw")
+    T0 = te.compute((1, 64), lambda i0, i1: (Xw[i0, i1]) * (Xw[i0, i1]), name="T0",
+        dtype="float64")
+    """
+    w = WIDE_ROW * (2 if dtype == "float32" else 1) + draw(st.integers(0, 8))
+    r = draw(st.integers(1, 2))
+    x = ("read", "Xw", (("ax", "i0"), ("ax", "i1")), ())
+    body = _pick(draw, [("bin", "mul", x, x), ("bin", "add", x, ("const", 0.5)),
+                        ("un", "half", x), ("bin", "max", x, ("const", 0.25))])
+    return (Input("Xw", (r, w), "float", 0),), (Def(f"T{k}", (r, w), ("i0", "i1"), (), body, None),)
+
+
+#: a wide map's rows (float64; float32 twice as many): 8 vectors of 8 float64 lanes
+#: (AVX-512), the rows streaming stores need (``codegen.streaming.MIN_VECTORS``)
+WIDE_ROW = 64
+
+
 def _read_with(draw, ctx: _Ctx, t: str, fixed: dict):
     """A read of ``t`` with the axes ``fixed`` (position -> axis name) at those
     positions, the others as :func:`gen_read` draws them."""
@@ -711,6 +830,52 @@ def gen_expr(draw, ctx: _Ctx, depth: int):
         return ("select", gen_cond(draw, ctx, 1), gen_expr(draw, ctx, depth - 1),
                 gen_expr(draw, ctx, depth - 1))
     return gen_reduce(draw, ctx, depth)
+
+
+def _read_by(defs, d) -> set:
+    """Names of the definitions ``d`` reads, directly or through others.
+
+    >>> r = lambda t: ("read", t, (), ())
+    >>> a, b, c = (Def(n, (), (), (), body, None) for n, body in
+    ...            (("T0", ("const", 1.0)), ("T1", r("T0")), ("T2", r("X0"))))
+    >>> sorted(_read_by([a, b, c], b)), sorted(_read_by([a, b, c], c))
+    (['T0'], [])
+    """
+    out, todo = set(), [d]
+    while todo:
+        e = todo.pop()
+        for x in defs:
+            if x.name not in out and (_reads_tensor(e.body, x.name) or
+                                      (e.chain and x is defs[defs.index(e) - 1])):
+                out.add(x.name)
+                todo.append(x)
+    return out
+
+
+def compared_rows(draw, h: Def, k: int, name: str):
+    """A max or a min over sums of the rows of recurrence ``h`` (along its last
+    dimension; of its steps when it has one), definition ``name`` of ``h``'s shape
+    without the last dimension: ``(M, Wm)``, ``M`` with reduce axes ``k{k}``, ``k{k+1}``,
+    ``Wm (K, J)`` a new input (``J`` in 1..3). A compared sum: its gradient's tie test
+    recomputes it, which must add in the order the value did whether the gradient is
+    checkpointed or kept whole (``codegen.recurrence_steps``: step-rows a step at a
+    time; across the steps, the full tape).
+
+    >>> h = Def("T0", (6, 3), ("i0", "i1"), (), ("const", 1.0), 0, checkpoints=2)
+    >>> from hypothesis import find
+    >>> M, w = find(st.composite(lambda draw: compared_rows(draw, h, 4, "T1"))(),
+    ...             lambda r: r[0].body[1] == "max")
+    >>> M.shape, expr_src(M.body), w.shape
+    ((6,), 'te.max(te.sum((T0[i0, k4]) * (Wm[k4, k5]), axis=k4), axis=k5)', (3, 1))
+    """
+    K, J = h.shape[-1], draw(st.integers(1, 3))
+    row, col = f"k{k}", f"k{k + 1}"
+    idx = tuple(("ax", a) for a in h.axes[:-1]) + (("ax", row),)
+    prod = ("bin", "mul", ("read", h.name, idx, ()), ("read", "Wm", (("ax", row), ("ax", col)), ()))
+    term = ("reduce", _pick(draw, ["max", "min"]), (col,), None,
+            ("reduce", "sum", (row,), None, prod))
+    return (Def(name, h.shape[:-1], h.axes[:-1], ((row, 0, K), (col, 0, J)), term, None),
+            Input("Wm", (K, J), "float", 0))
 
 
 def _reads_tensor(e, name: str) -> bool:
@@ -798,16 +963,25 @@ def _dims(draw, has_n, rank, size_max=4, sizes="small", n_val=None, pool=None):
     return _fit(dims, n_val) if sizes == "big" else tuple(dims)
 
 
+#: the first definitions a program may start with, as users write them: a padded
+#: convolution (:func:`gen_conv`), a matrix product (:func:`gen_matmul`), a wide map
+#: (:func:`gen_wide`)
+HEADS = ("conv", "matmul", "wide")
+
+
 @st.composite
 def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: bool = True,
-             sizes: str = "small"):
+             sizes: str = "small", recurrences: bool = True, head: Optional[str] = None):
     """A random valid program (see the module docstring); ``sizes`` is its size profile
     (:data:`SIZES`: "big" reaches the code generator's tiles, vector loops and
     remainders, thread thresholds and strided-gather splits, its tensors and reduction
-    boxes within :data:`POINTS` and :data:`WORK`).
+    boxes within :data:`POINTS` and :data:`WORK`); ``recurrences=False`` draws none
+    (a build with a recurrence leaves its sums without copies: ``codegen.layout``,
+    ``codegen.padcopy``); ``head`` (one of :data:`HEADS`) is its first definition,
+    drawn when None.
 
     >>> from hypothesis import given, settings
-    >>> @settings(max_examples=3, derandomize=True, database=None)
+    >>> @settings(max_examples=3, derandomize=True, database=None, deadline=None)
     ... @given(programs(dtype="float64"))
     ... def t(p):
     ...     assert p.dtype == "float64" and build(p)[p.output.name].dtype == "float64"
@@ -835,11 +1009,23 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
         else:
             inputs.append(Input("I0", (draw(st.integers(1, 4)),), "index",
                                 draw(st.integers(1, 5))))
+    defs = []
+    # a third of the programs start with a definition written as users write the shapes
+    # the code generator rewrites (its inputs are the program's): a convolution, a
+    # matrix product, a wide map
+    head = head or draw(st.sampled_from(["none", "none", *HEADS]))
+    if head != "none":
+        head_inputs, first = (gen_conv(draw, big, 0) if head == "conv" else
+                              gen_matmul(draw, big, 0) if head == "matmul" else
+                              gen_wide(draw, dtype, 0))
+        inputs += list(head_inputs)
+        defs += list(first)
     tensors = {i.name: i for i in inputs}
+    tensors.update({d.name: Input(d.name, d.shape, "float", 0) for d in defs})
     ctx = _Ctx(dtype, has_n, tensors, max_depth, sizes, n_val)
     ctx.pool = pool
-    defs = []
-    for k in range(draw(st.integers(1, max_defs))):
+    ctx.next_axis = sum(len(d.raxes) for d in defs)
+    for k in range(len(defs), len(defs) + draw(st.integers(1, max_defs))):
         rank = draw(st.integers(0, 3))
         shape = _dims(draw, has_n, rank, 4 if rank < 3 else 3, sizes, n_val, pool)
         axes = tuple(f"i{j}" for j in range(rank))
@@ -864,7 +1050,7 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
             prev = ("read", "@P", tuple(("ax", a) for a in axes), ())
             body = ("bin", "add", ("bin", "mul", ("const", 0.9), ("un", "tanh", prev)),
                     ("bin", "mul", ("const", 0.1), gen_expr(draw, ctx, 1)))
-        elif rank and draw(st.integers(0, 3)) == 0:
+        elif recurrences and rank and draw(st.integers(0, 3)) == 0:
             static = [j for j, d in enumerate(shape) if d != SYM] or list(range(rank))
             if draw(st.booleans()):  # half of them: their gradients may be checkpointed
                 checkpoints = draw(st.integers(1, 4))
@@ -911,14 +1097,36 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
         defs.append(Def(name, shape, axes, tuple(ctx.raxes), body, carry, chain, checkpoints))
         tensors[name] = Input(name, shape, "float", 0)
     ck = [d for d in defs if d.checkpoints]
-    if ck and (ck[-1] is defs[-1] or not _reads_tensor(defs[-1].body, ck[-1].name)):
+    compared = bool(ck) and draw(st.booleans())
+    if ck and (compared or ck[-1] is defs[-1] or not _reads_tensor(defs[-1].body, ck[-1].name)):
         # the output (kept whole: never checkpointed) reads the checkpointed recurrence at
         # every step, with what it read (its gradient has a head over every step)
         read = ("read", ck[-1].name, tuple(("ax", a) for a in ck[-1].axes), ())
         body = ("un", "half", read)
         if ck[-1] is not defs[-1] and defs[-1].chain == 0 and defs[-1].shape == ck[-1].shape:
             body = ("bin", "add", body, ("read", defs[-1].name, read[2], ()))
+        if compared:  # (a tensor of its own: each box within WORK)
+            M, w = compared_rows(draw, ck[-1], ctx.next_axis, f"T{len(defs)}")
+            ctx.next_axis += 2
+            inputs.append(w)
+            defs.append(M)
+            term = ("read", M.name, tuple(("ax", a) for a in M.axes), ())
+            body = ("bin", "add", body, ("bin", "mul", ("const", 0.5), term))
         defs.append(Def(f"T{len(defs)}", ck[-1].shape, ck[-1].axes, (), body, None))
+    if head != "none" and defs[0] is not defs[-1] and defs[0].name not in _read_by(defs, defs[-1]):
+        # a head definition nothing reads would not be built: the output adds it to the
+        # sum of the last definition (a scalar of its own: each box within WORK)
+        head, last = defs[0], defs[-1]
+        raxes = tuple((f"k{ctx.next_axis + j}", 0, d) for j, d in enumerate(last.shape))
+        ctx.next_axis += len(raxes)
+        total = ("read", last.name, tuple(("ax", a) for a, _, _ in raxes), ())
+        if raxes:
+            defs.append(Def(f"T{len(defs)}", (), (), raxes,
+                            ("reduce", "sum", tuple(a for a, _, _ in raxes), None, total), None))
+            total = ("read", defs[-1].name, (), ())
+        own = tuple(("ax", a) for a in head.axes)
+        defs.append(Def(f"T{len(defs)}", head.shape, head.axes, (),
+                        ("bin", "add", ("read", head.name, own, ()), total), None))
     second = dtype == "float64" and draw(st.integers(0, 4)) == 0
     return Program(dtype, n_val, tuple(inputs), tuple(defs), second, draw(st.integers(0, 2**16)),
                    sizes)

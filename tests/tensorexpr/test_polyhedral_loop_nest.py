@@ -115,3 +115,41 @@ def test_two_dimensional_domains_visit_each_point_once(make):
         for iv in range(nv):
             env = {SizeVar("n"): nv, i: iv}
             assert _points(tree, env) == _brute([k, l], cond, env)
+
+
+def test_the_conditions_left_are_the_callers_own_not_a_kept_nests():
+    # found by the fuzzer: a kept nest is found by structural equality, where a tensor
+    # compares by uid; passes rewrite tensors keeping their uids (a squeezed M_sum reads
+    # M_sum_sq, made anew by each build), so the conditions a kept nest left read the
+    # tensor as another build rewrote it: the second build of one program in a process
+    # read M_sum_sq of the first ("internal error: 'M_sum_sq' has no buffer")
+    from dataclasses import replace
+    from tensorexpr.ir import Read
+    X = te.placeholder((4,), name="X")
+    k = _ax("k", 4, 901)
+    first = [Read(X, (k,), "float32") > 0.0]
+    X2 = replace(X, name="X")  # the same uid, another object
+    mine = [Read(X2, (k,), "float32") > 0.0]
+    assert first == mine
+    loop_nest([k], first)
+    _, rest = loop_nest([k], mine)
+    assert rest[0] is mine[0] and rest[0].a.tensor is X2
+
+
+def test_a_program_whose_passes_rewrite_tensors_lowers_twice_in_a_process():
+    from codegen import pipeline
+    from codegen.signature import Signature
+    T, K = 6, 5
+    x = te.placeholder((T, K), dtype="float64", name="x")
+    W = te.placeholder((K, 1), dtype="float64", name="W")
+    h = te.recurrence((T, K), lambda S, t, c: te.sin(
+        x[t, c] + 0.5 * te.select(t >= 1, S[t - 1, c], 0.0)), name="h", dtype="float64")
+    kk, j = te.reduce_axis(K, "k"), te.reduce_axis(1, "j")
+    M = te.compute((T,), lambda t: te.min(te.sum(h[t, kk] * W[kk, j], axis=kk), axis=j),
+                   name="M", dtype="float64")   # its tie test reads M_sum, squeezed
+    Y = te.compute((T, K), lambda t, c: 0.5 * h[t, c] + 0.5 * M[t], name="Y", dtype="float64")
+    H = te.placeholder(Y.shape, dtype="float64", name="H")
+    outs = [Y, *te.differentiate(Y, [x, W], head=H)]
+    for _ in range(2):
+        _, schedule = pipeline.lower(Signature(outs, [x, W, H]))
+        assert any("M_sum_sq" in line for line in schedule.hoisted)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+from ..ir import same
+
 
 class Recent:
     """The values of the last ``size`` keys asked for (least recently used dropped
@@ -43,9 +45,10 @@ class Recent:
 
 class _Key:
     """A key of :class:`Recent`, its hash computed once. Keys hold IR expressions built
-    afresh by each caller, equal but not identical: comparing them is structural and
-    builds an ``eq`` node per element, so a hit compares the key once, not again to move
-    it to the end.
+    afresh by each caller, equal but not identical: they are compared structurally
+    (``ir.same``: shared sub-expressions once, no ``eq`` node built per element, as
+    ``==`` of expressions would), and a hit compares the key once, not again to move it
+    to the end.
 
     >>> _Key((1, "a")) == _Key((1, "a")), hash(_Key((1,))) == hash((1,))
     (True, True)
@@ -61,4 +64,4 @@ class _Key:
         return self.hash
 
     def __eq__(self, other) -> bool:
-        return self is other or self.key == other.key
+        return self is other or same(self.key, other.key)

@@ -17,7 +17,18 @@ from tensorexpr.transform import eval_int, substitute
 from tensorexpr.ir import Const
 
 
-def _tensor_size_vars(t: Tensor) -> set:
+def _tensor_size_vars(t: Tensor) -> frozenset:
+    # kept on the (immutable) tensor, as its inputs are (ir.tensor_inputs): lowering makes
+    # a signature of the same tensors again and again (each pass of codegen.pipeline's
+    # hoist), and each walked every body
+    known = t.__dict__.get("_size_vars")
+    if known is None:
+        known = frozenset(_walk_size_vars(t))
+        object.__setattr__(t, "_size_vars", known)
+    return known
+
+
+def _walk_size_vars(t: Tensor) -> set:
     out = set()
     for d in t.dims:
         out |= size_vars(d)

@@ -26,7 +26,20 @@ def contexts(t: Compute):
     >>> [(str(x), [(str(g), p) for g, p in gs]) for x, _, gs, _ in contexts(Y)
     ...  if str(x).startswith("exp")]
     [('exp(X[i - 1])', [('(i > 0)', True)])]
+
+    Kept on the (immutable) tensor, as its inputs are (``ir.tensor_inputs``): the passes
+    of a build ask again of the tensors the passes before left as they were
+    (``passes.factor_sums`` twice, ``passes.hoist``, each round of ``passes.share``).
+    Read-only for the callers.
     """
+    known = t.__dict__.get("_contexts")
+    if known is None:
+        known = tuple(_contexts(t))
+        object.__setattr__(t, "_contexts", known)
+    return known
+
+
+def _contexts(t: Compute) -> list:
     out = []
     seen = set()
     stack = [(t.body, {a.uid: a for a in t.axes}, (), False)]

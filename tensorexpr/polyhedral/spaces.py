@@ -83,7 +83,7 @@ def zero_and_vars(dims: Tuple[str, ...], params: Tuple[str, ...]) -> Dict[str, i
 
 
 #: the spaces' functions :func:`zero_and_vars` made
-_VARS = Recent(256)
+_VARS = Recent(256, plain=True)
 
 
 class Space:

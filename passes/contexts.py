@@ -5,7 +5,7 @@ reads may be in range only there) and must not move what is compared.
 """
 from __future__ import annotations
 
-from tensorexpr.ir import TIE_TESTS, Binary, Cast, Compute, Reduce, Select, Unary
+from tensorexpr.ir import TIE_TESTS, kept_on, Binary, Cast, Compute, Reduce, Select, Unary
 from tensorexpr.transform import free_axes
 
 
@@ -32,11 +32,7 @@ def contexts(t: Compute):
     (``passes.factor_sums`` twice, ``passes.hoist``, each round of ``passes.share``).
     Read-only for the callers.
     """
-    known = t.__dict__.get("_contexts")
-    if known is None:
-        known = tuple(_contexts(t))
-        object.__setattr__(t, "_contexts", known)
-    return known
+    return kept_on(t, "_contexts", lambda: tuple(_contexts(t)))
 
 
 def _contexts(t: Compute) -> list:

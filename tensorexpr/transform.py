@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence
 
 from .ir import (Axis, Binary, Cast, Const, Expr, Read, Reduce, Select, SizeVar, Unary,
-                 children, fresh_uid, walk)
+                 children, fresh_uid, kept_on, walk)
 
 
 def rebuild(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
@@ -341,13 +341,9 @@ def free_axes(e: Expr) -> list:
     """
     # kept on the (immutable) node, as its hash is: the passes and the lowering ask again
     # of the same expressions (an LSTM gradient's build: 1,233 questions of 326)
-    d = getattr(e, "__dict__", None)
-    known = None if d is None else d.get("_free_axes")
-    if known is None:
-        known = tuple(_free_axes(e))
-        if d is not None:
-            d["_free_axes"] = known
-    return list(known)
+    if not hasattr(e, "__dict__"):  # (not a node: nowhere to keep the answer)
+        return _free_axes(e)
+    return list(kept_on(e, "_free_axes", lambda: tuple(_free_axes(e))))
 
 
 def _free_axes(e: Expr) -> list:

@@ -102,7 +102,7 @@ def reads_of(reader: Compute) -> Tuple[Dict[int, List], set]:
 
 
 #: the read sites :func:`reads_of` found (with their reader: a uid names one tensor)
-_READS = Recent(256)
+_READS = Recent(256, plain=True)
 
 
 def _reads_of(reader: Compute) -> Tuple[Dict[int, List], set]:

@@ -351,7 +351,16 @@ def inlinable(sig) -> set:
     reduction, no recurrence), not an output, and either cheap (at most 2 reads, no
     transcendental functions, small) or read exactly once in the program, by an
     elementwise read at the reader's own point (each element is then still computed
-    once: inlining only saves storing and loading it)."""
+    once: inlining only saves storing and loading it). Worked out once per signature
+    (the pipeline, the lowerer and a checkpoint plan ask of the same one; the caller's
+    set is its own)."""
+    known = sig.__dict__.get("_inlinable")
+    if known is None:
+        known = sig.__dict__["_inlinable"] = frozenset(_inlinable(sig))
+    return set(known)
+
+
+def _inlinable(sig) -> set:
     outputs = {t.uid for t in sig.outputs}
     once = read_once_in_place(sig)
     depth: Dict[int, int] = {}  # inlined uid -> nesting depth of its body, reads expanded

@@ -100,7 +100,8 @@ class Replays:
         fill = {f"\0{n}": h for n, h in holes.items() if h is not None}
         if not fill:  # (the template's own nodes: immutable, shared with its replays)
             return stmts
-        return [_rename(s, {}, fill, {}) for s in stmts]
+        memo: Dict[int, tuple] = {}
+        return [_filled(s, fill, memo) for s in stmts]
 
     def _capture(self, lower, slots: Tuple[str, ...] = ()) -> Tuple[Optional[Template], List]:
         lw, rec = self.lw, self.lw.record
@@ -329,6 +330,54 @@ def substitute(stmts, values: Dict[str, object]) -> List:
     """
     memo: Dict[object, object] = {}
     return [_rename(s, {}, values, memo) for s in stmts]
+
+
+def _filled(x, fill: Dict[str, object], memo: Dict[int, tuple]):
+    """``x`` (a loop-AST node, tuple or value) with the marker variables of ``fill``
+    replaced by their expressions: :func:`_rename` without names to rename, for a
+    template's first use (most are used once: a checkpointed step is a function, its
+    call the only use). Only the nodes above a marker are made again; the others are the
+    template's own (immutable, shared with its replays as a template without holes is).
+
+    >>> from codegen.loopast import Block, Store
+    >>> inner = Store("b1", Var("p0", "int64"), Lit(1.0, "float32"))
+    >>> loop = For(Var("i", "int64"), Var("\\0lo", "int64"), Lit(4, "int64"), 1, Block((inner,)))
+    >>> got = _filled(loop, {"\\0lo": Lit(2, "int64")}, {})
+    >>> got.lo, got.body is loop.body
+    (Lit(value=2, dtype='int64'), True)
+    """
+    cls = type(x)
+    if cls is Var:
+        return fill.get(x.name, x)
+    if cls in _LEAVES or cls is str:
+        return x
+    if cls is tuple:
+        new = [_filled(y, fill, memo) for y in x]
+        return x if all(a is b for a, b in zip(new, x)) else tuple(new)
+    got = memo.get(id(x))
+    if got is not None:
+        return got[1]
+    d = x.__dict__
+    changed = None
+    fs = _FIELDS.get(cls) or _fields(cls)
+    for f, walk in fs:
+        if walk:
+            v = d[f]
+            t = type(v)
+            if t is not str and t not in _LEAVES:
+                v2 = _filled(v, fill, memo)
+                if v2 is not v:
+                    if changed is None:
+                        changed = {}
+                    changed[f] = v2
+    out = x
+    if changed is not None:
+        out = object.__new__(cls)
+        od = out.__dict__
+        for f, _ in fs:
+            od[f] = changed.get(f, d[f])
+    memo[id(x)] = (x, out)  # (x kept: its id is not reused while the memo lives)
+    return out
 
 
 def _rename(x, names: Dict[str, str], fill: Dict[str, object], memo: Dict[object, object]):

@@ -14,10 +14,17 @@ from tensorexpr.errors import TensorExprError, describe
 from tensorexpr.ir import (Compute, Placeholder, ScatterAdd, SizeVar, Tensor, topo_order,
                            size_vars, tensor_exprs)
 from tensorexpr.transform import eval_int, substitute
-from tensorexpr.ir import Const
+from tensorexpr.ir import Const, kept_on
 
 
-def _tensor_size_vars(t: Tensor) -> set:
+def _tensor_size_vars(t: Tensor) -> frozenset:
+    # kept on the (immutable) tensor, as its inputs are (ir.tensor_inputs): lowering makes
+    # a signature of the same tensors again and again (each pass of codegen.pipeline's
+    # hoist), and each walked every body
+    return kept_on(t, "_size_vars", lambda: frozenset(_walk_size_vars(t)))
+
+
+def _walk_size_vars(t: Tensor) -> set:
     out = set()
     for d in t.dims:
         out |= size_vars(d)

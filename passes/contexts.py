@@ -5,7 +5,7 @@ reads may be in range only there) and must not move what is compared.
 """
 from __future__ import annotations
 
-from tensorexpr.ir import TIE_TESTS, Binary, Cast, Compute, Reduce, Select, Unary
+from tensorexpr.ir import TIE_TESTS, kept_on, Binary, Cast, Compute, Reduce, Select, Unary
 from tensorexpr.transform import free_axes
 
 
@@ -26,7 +26,16 @@ def contexts(t: Compute):
     >>> [(str(x), [(str(g), p) for g, p in gs]) for x, _, gs, _ in contexts(Y)
     ...  if str(x).startswith("exp")]
     [('exp(X[i - 1])', [('(i > 0)', True)])]
+
+    Kept on the (immutable) tensor, as its inputs are (``ir.tensor_inputs``): the passes
+    of a build ask again of the tensors the passes before left as they were
+    (``passes.factor_sums`` twice, ``passes.hoist``, each round of ``passes.share``).
+    Read-only for the callers.
     """
+    return kept_on(t, "_contexts", lambda: tuple(_contexts(t)))
+
+
+def _contexts(t: Compute) -> list:
     out = []
     seen = set()
     stack = [(t.body, {a.uid: a for a in t.axes}, (), False)]

@@ -35,7 +35,7 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, Sca
                            tensor_inputs, walk, INDEX_DTYPE)
 from tensorexpr.printer import shape_str
 from tensorexpr.polyhedral import NotAffine, Space, params_of, simplify_affine, solve_fiber
-from tensorexpr.transform import map_reads, replace_subexprs, substitute
+from tensorexpr.transform import map_reads, replace_subexprs_each, substitute
 
 from .gradients import Gradients, resolve_inputs
 from .normalize import hoist_reductions, normalize
@@ -348,8 +348,7 @@ class _Differentiator:
                 # The body's own value in a partial (tanh' = 1 - tanh^2) is the tensor
                 # itself: read it instead of recomputing it.
                 me = Read(t, tuple(t.axes), t.dtype)
-                sites = [s._replace(factor=replace_subexprs(s.factor, [(body, me)]))
-                         for s in read_partials(body, t)]
+                sites = _replaced(read_partials(body, t), [(body, me)])
                 if t.self_ref is not None:
                     # Sums over the previous step left inline (sigmoid(sum_k h[t-1, k]
                     # W[k, j]) in a GRU) are in the partials too: computed once over
@@ -359,8 +358,7 @@ class _Differentiator:
                     # reduction is found in either form
                     pairs = [(form, value) for r, value in hoist_reductions(fwd)
                              for form in dict.fromkeys((r, simplify(r)), None)]
-                    sites = [s._replace(factor=replace_subexprs(s.factor, pairs))
-                             for s in sites]
+                    sites = _replaced(sites, pairs)
                 adj_idx = p_axes + tuple(t.axes)
             case ScatterAdd():
                 guards = () if t.where is None else (t.where,)
@@ -502,6 +500,14 @@ class _Differentiator:
         return Read(s, tuple(q_axes) + tuple(j_axes), x.dtype)
 
     # }}}
+
+
+def _replaced(sites: Sequence[Site], pairs) -> List[Site]:
+    """``sites`` with :func:`~tensorexpr.transform.replace_subexprs` of ``pairs`` applied to
+    their factors, which share most of their nodes (one partial per read of one body):
+    each shared node is rewritten once for all."""
+    factors = replace_subexprs_each([s.factor for s in sites], pairs)
+    return [s._replace(factor=f) for s, f in zip(sites, factors)]
 
 
 def _group_inputs(d: _Differentiator, t: Tensor) -> list:

@@ -414,12 +414,14 @@ _UNPICKLED: Dict[bytes, "BlockProgram"] = {}
 
 
 class _IRPickler(pickle.Pickler):
-    """Pickles IR nodes without their cached structural hash (it hashes strings, which
-    Python salts per process: another process would compare wrongly)."""
+    """Pickles IR nodes without what is cached on them (``_hash``, ``_inputs``,
+    ``_free_axes``...: underscore attributes, no field is one): the structural hash hashes
+    strings, which Python salts per process (another process would compare wrongly),
+    and the rest is worked out again where needed."""
 
     def reducer_override(self, obj):
-        if isinstance(obj, Node) and "_hash" in obj.__dict__:
-            state = {k: v for k, v in obj.__dict__.items() if k != "_hash"}
+        if isinstance(obj, Node) and any(k.startswith("_") for k in obj.__dict__):
+            state = {k: v for k, v in obj.__dict__.items() if not k.startswith("_")}
             return copyreg.__newobj__, (type(obj),), state
         return NotImplemented
 

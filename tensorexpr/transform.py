@@ -1,10 +1,10 @@
 """Generic expression rewriting: a mutator that rebuilds only what changed, substitution."""
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 from .ir import (Axis, Binary, Cast, Const, Expr, Read, Reduce, Select, SizeVar, Unary,
-                 children, fresh_uid, walk)
+                 children, fresh_uid, kept_on, walk)
 
 
 def rebuild(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
@@ -60,20 +60,25 @@ _REBUILD = {Binary: _rebuild_binary, Unary: _rebuild_unary, Cast: _rebuild_cast,
 
 
 def bottom_up(e: Expr, post: Callable[[Expr], Expr],
-              stop: Optional[Callable[[Expr], Optional[Expr]]] = None) -> Expr:
+              stop: Optional[Callable[[Expr], Optional[Expr]]] = None,
+              memo: Optional[Dict[int, Expr]] = None) -> Expr:
     """Rewrite ``e`` children first: each node is rebuilt from its children's results
     and ``post`` gives its own. ``stop(x)``, if not None, is ``x``'s result and its
     children are left alone.
 
     Each node object is rewritten once (an expression is a DAG: ``x = tanh(x) + x``
-    shares ``x``), and without recursion, so any depth works.
+    shares ``x``), and without recursion, so any depth works. ``memo`` (results by node
+    id) may be shared by rewrites of several expressions by the same ``post`` and
+    ``stop``: a node they share is then rewritten once for all (the caller keeps the
+    expressions alive meanwhile, so that no id is reused).
 
     >>> from tensorexpr.ir import Const
     >>> bump = lambda x: Const(x.value + 1, x.dtype) if isinstance(x, Const) else x
     >>> bottom_up(Const(1, "int64") + 2, bump)
     (2 + 3)
     """
-    memo: Dict[int, Expr] = {}
+    if memo is None:
+        memo = {}
     done = memo.__getitem__
     # (x, True): x's children are done, x is next; x's stop is asked once, when first met
     stack = [(e, False)]
@@ -240,11 +245,14 @@ def map_tensor_reads(t, fn: Callable[[Read], Expr]):
     return t
 
 
-def replace_subexpr(e: Expr, target: Expr, repl: Expr) -> Expr:
+def replace_subexpr(e: Expr, target: Expr, repl: Expr,
+                    memo: Optional[Dict[int, Expr]] = None) -> Expr:
     """``e`` with every sub-expression structurally equal to ``target`` replaced by ``repl``.
 
     Inside a reduction that binds an axis free in ``target`` or ``repl`` nothing is
-    replaced: there the axis is the reduction's own variable, another value.
+    replaced: there the axis is the reduction's own variable, another value. ``memo``:
+    as :func:`bottom_up`'s, shared by the rewrites of several expressions with the same
+    ``target`` and ``repl``.
 
     >>> import tensorexpr as te
     >>> x = te.const(1.0) + 2.0
@@ -262,7 +270,7 @@ def replace_subexpr(e: Expr, target: Expr, repl: Expr) -> Expr:
             return x  # it binds an axis of the target or the replacement: another scope
         return None
 
-    return bottom_up(e, lambda x: x, stop)
+    return bottom_up(e, lambda x: x, stop, memo)
 
 
 def replace_subexprs(e: Expr, pairs) -> Expr:
@@ -276,17 +284,48 @@ def replace_subexprs(e: Expr, pairs) -> Expr:
     >>> replace_subexprs(x * 3.0, [(te.const(5.0), te.const(0.0)), (x, te.const(9.0))])
     (9.0 * 3.0)
     """
-    from .ir import postorder
+    return replace_subexprs_each([e], pairs)[0]
+
+
+def replace_subexprs_each(exprs: Sequence[Expr], pairs) -> List[Expr]:
+    """``[replace_subexprs(e, pairs) for e in exprs]``, each node shared by several of
+    ``exprs`` rewritten once per target for all of them: the partials of a recurrence's
+    body (an LSTM step's, one per read) share most of their factors, and each partial
+    would otherwise be walked again for each target it holds.
+
+    >>> import tensorexpr as te
+    >>> x = te.const(1.0) + 2.0
+    >>> [str(e) for e in replace_subexprs_each([x * 3.0, x + x, te.const(4.0)],
+    ...                                        [(x, te.const(9.0))])]
+    ['(9.0 * 3.0)', '(9.0 + 9.0)', '4.0']
+    """
+    exprs = list(exprs)
     present = None
     for target, repl in pairs:
         if present is None:
-            present = {hash(x) for x in postorder(e)}
+            present = _hashes(exprs)
         if hash(target) not in present:
             continue
-        new = replace_subexpr(e, target, repl)
-        if new is not e:
-            e, present = new, None
-    return e
+        memo: Dict[int, Expr] = {}  # (exprs holds the nodes it is keyed by)
+        new = [replace_subexpr(e, target, repl, memo) for e in exprs]
+        if any(a is not b for a, b in zip(new, exprs)):
+            exprs, present = new, None
+    return exprs
+
+
+def _hashes(exprs: Sequence[Expr]) -> set:
+    """The hashes of every node of ``exprs``, each node object visited once for all."""
+    seen: set = set()
+    out: set = set()
+    stack = list(exprs)
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        out.add(hash(x))
+        stack.extend(children(x))
+    return out
 
 
 def free_axes(e: Expr) -> list:
@@ -300,6 +339,14 @@ def free_axes(e: Expr) -> list:
     >>> [a.name for a in free_axes(te.sum(A[i, k], axis=k))]
     ['i']
     """
+    # kept on the (immutable) node, as its hash is: the passes and the lowering ask again
+    # of the same expressions (an LSTM gradient's build: 1,233 questions of 326)
+    if not hasattr(e, "__dict__"):  # (not a node: nowhere to keep the answer)
+        return _free_axes(e)
+    return list(kept_on(e, "_free_axes", lambda: tuple(_free_axes(e))))
+
+
+def _free_axes(e: Expr) -> list:
     out: Dict[int, Axis] = {}
     # An explicit stack (any depth) and each (node, bound axes) pair once (a DAG).
     seen = set()

@@ -99,7 +99,7 @@ types), ``tensorexpr.ir.nodes`` (the nodes and the constructors that type them) 
 from __future__ import annotations
 from .dtypes import (DTYPES, INDEX_DTYPE, DEFAULT_FLOAT, fresh_uid, is_float, is_int, promote,
     check_dtype)  # noqa: F401
-from .nodes import (Node, field_nodes, same, BINARY_ARITH, BINARY_CMP, TIE_TESTS, BINARY_LOGIC,
+from .nodes import (Node, field_nodes, kept_on, same, BINARY_ARITH, BINARY_CMP, TIE_TESTS, BINARY_LOGIC,
     UNARY_MATH, UNARY_OPS, REDUCE_OPS, COSTLY_OPS, Expr, Const, SizeVar, Axis, Binary, Unary, Cast, Select,
     Read, Reduce, Tensor, Placeholder, SelfRef, Carry, Compute, ScatterAdd, const, as_expr,
     coerce_pair, cast, binary, unary, read, register_printer)  # noqa: F401

@@ -120,6 +120,26 @@ def same(a: Any, b: Any) -> bool:
     return True
 
 
+
+def kept_on(node: "Node", name: str, make):
+    """``make()``, kept on ``node`` under ``name`` (an underscore attribute, which no field
+    is) and returned again when asked again of the same node: for answers that are
+    functions of an immutable node, asked again and again by passes and the lowering
+    (its inputs, free axes, contexts...), as its hash is kept. The answer is shared:
+    keep it immutable (a tuple, a frozenset).
+
+    >>> from tensorexpr.ir import Const, Binary
+    >>> x = Binary("add", Const(1, "int64"), Const(2, "int64"), "int64")
+    >>> kept_on(x, "_demo", lambda: (1, 2)) is kept_on(x, "_demo", lambda: (3,))
+    True
+    """
+    d = node.__dict__
+    known = d.get(name)
+    if known is None:
+        # (into the instance dict directly: the node is a frozen dataclass)
+        known = d[name] = make()
+    return known
+
 # }}}
 
 # {{{ scalar expressions

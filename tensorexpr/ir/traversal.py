@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Tuple
 
-from .nodes import (Expr, SizeVar, Axis, Binary, Unary, Cast, Select, Read, Reduce, Tensor,
+from .nodes import (kept_on, Expr, SizeVar, Axis, Binary, Unary, Cast, Select, Read, Reduce, Tensor,
                     SelfRef, Compute, ScatterAdd)
 
 # {{{ traversal helpers
@@ -223,11 +223,7 @@ def tensor_inputs(t: Tensor) -> Tuple[Tensor, ...]:
     """
     # kept on the (immutable) tensor, as its hash is: passes and the lowering ask for a
     # tensor's inputs again and again (an LSTM's gradient: 725 walks of 47 bodies)
-    known = t.__dict__.get("_inputs")
-    if known is None:
-        known = _tensor_inputs(t)
-        object.__setattr__(t, "_inputs", known)
-    return known
+    return kept_on(t, "_inputs", lambda: _tensor_inputs(t))
 
 
 def _tensor_inputs(t: Tensor) -> Tuple[Tensor, ...]:

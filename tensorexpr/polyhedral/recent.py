@@ -9,24 +9,30 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+from ..ir import same
+
 
 class Recent:
     """The values of the last ``size`` keys asked for (least recently used dropped
     first), each made once by ``make()``; safe from several threads (programs may be
     lowered on several). For answers that are pure functions of immutable IR.
 
+    ``plain``: the keys hold no IR node (strings, numbers, tuples of them: a question's
+    shape, ``polyhedral.renamed``), compared by ``==`` in C rather than node by node.
+
     >>> r = Recent(2)
     >>> r.get(("a",), lambda: 1), r.get(("a",), lambda: 2)
     (1, 1)
     """
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, plain: bool = False):
         self.size = size
+        self.key = _PlainKey if plain else _Key
         self.kept: "OrderedDict[tuple, object]" = OrderedDict()
         self.lock = threading.Lock()
 
     def get(self, key: tuple, make):
-        k = _Key(key)
+        k = self.key(key)
         with self.lock:
             got = self.kept.get(k)
             if got is not None:
@@ -43,9 +49,10 @@ class Recent:
 
 class _Key:
     """A key of :class:`Recent`, its hash computed once. Keys hold IR expressions built
-    afresh by each caller, equal but not identical: comparing them is structural and
-    builds an ``eq`` node per element, so a hit compares the key once, not again to move
-    it to the end.
+    afresh by each caller, equal but not identical: they are compared structurally
+    (``ir.same``: shared sub-expressions once, no ``eq`` node built per element, as
+    ``==`` of expressions would), and a hit compares the key once, not again to move it
+    to the end.
 
     >>> _Key((1, "a")) == _Key((1, "a")), hash(_Key((1,))) == hash((1,))
     (True, True)
@@ -61,4 +68,19 @@ class _Key:
         return self.hash
 
     def __eq__(self, other) -> bool:
+        return self is other or same(self.key, other.key)
+
+
+class _PlainKey(_Key):
+    """A key of a ``plain`` :class:`Recent`: no IR node in it, compared by ``==``.
+
+    >>> _PlainKey((1, ("a", 2.5))) == _PlainKey((1, ("a", 2.5)))
+    True
+    """
+
+    __slots__ = ()
+
+    def __eq__(self, other) -> bool:
         return self is other or self.key == other.key
+
+    __hash__ = _Key.__hash__

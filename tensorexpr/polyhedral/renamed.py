@@ -142,7 +142,7 @@ class Renamed:
         self.names = names
         self.renames_all = not exact
         self.exact = Recent(size)
-        self.shapes = Recent(size)
+        self.shapes = Recent(size, plain=True)  # (a shape holds no IR node)
         self.rename = rename
 
     def get(self, key: tuple, make):

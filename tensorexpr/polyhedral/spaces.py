@@ -8,7 +8,7 @@ True
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import islpy as isl
 
@@ -66,6 +66,26 @@ def params_of(exprs: Iterable[Expr]) -> List[str]:
     return sorted(out)
 
 
+def zero_and_vars(dims: Tuple[str, ...], params: Tuple[str, ...]) -> Dict[str, isl.PwAff]:
+    """``isl.make_zero_and_vars(dims, params)``: ``{0: zero, name: the dimension or
+    parameter}`` as piecewise affine functions, made once per ``(dims, params)`` among
+    the last asked (a lowering makes spaces over the same axes again and again: an
+    LSTM gradient's 229 spaces have 70 kinds, and making one is most of its cost).
+    The functions are values (isl operations make new ones), so spaces share them;
+    the dict is the caller's to copy.
+
+    >>> zero_and_vars(("a1",), ("n",)) is zero_and_vars(("a1",), ("n",))
+    True
+    >>> sorted(str(k) for k in zero_and_vars(("a1",), ("n",)))
+    ['0', 'a1', 'n']
+    """
+    return _VARS.get((dims, params), lambda: isl.make_zero_and_vars(list(dims), list(params)))
+
+
+#: the spaces' functions :func:`zero_and_vars` made
+_VARS = Recent(256, plain=True)
+
+
 class Space:
     """A set space over ``axes`` (set dims, in order) with size-variable parameters.
 
@@ -82,7 +102,7 @@ class Space:
         self.axes = list(axes)
         extra = params_of([a for a in self.axes])
         self.params = sorted(set(params) | set(extra))
-        self.vars = isl.make_zero_and_vars([dim_name(a) for a in self.axes], self.params)
+        self.vars = dict(zero_and_vars(tuple(dim_name(a) for a in self.axes), tuple(self.params)))
         self.by_uid = {a.uid: a for a in self.axes}
         self._consts: Dict[int, isl.PwAff] = {}
 

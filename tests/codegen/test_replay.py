@@ -146,3 +146,25 @@ def test_a_replay_by_plan_rebuilds_what_renaming_gives():
     # a node shared in the template is one node in the replay too
     inner = got[0].body.stmts
     assert inner[0].init.offset is inner[1].value.offset
+
+
+def test_a_first_use_fills_what_renaming_gives_sharing_the_nodes_without_a_marker():
+    # (codegen.replay._filled: a template's first use, most templates' only one)
+    from codegen.loopast import Op
+    i = Var("i0", "int64")
+    shared = Op("add", (i, Lit(1, "int64")), "int64")
+    inner = Block((Store("b1", shared, Lit(1.0, "float32")),
+                   Store("b2", shared, Var("\0lo", "int64"))))
+    loop = For(i, Var("\0lo", "int64"), Var("\0hi", "int64"), 1,
+               Block((For(Var("j0", "int64"), Lit(0, "int64"), Lit(4, "int64"), 1,
+                          Block((Store("b3", i, Lit(2.0, "float32")),))),
+                      inner)))
+    fill = {"\0lo": Var("k2", "int64"), "\0hi": Op("add", (Var("k2", "int64"),
+                                                            Lit(1, "int64")), "int64")}
+    got = replay._filled(loop, fill, {})
+    assert got == replay._rename(loop, {}, fill, {})
+    assert got.lo == fill["\0lo"] and got.hi is fill["\0hi"]
+    assert got.body.stmts[0] is loop.body.stmts[0]  # no marker below: the template's own
+    assert got.body.stmts[1].stmts[0] is inner.stmts[0]
+    assert got.body.stmts[1].stmts[1].value == Var("k2", "int64")
+    assert replay._filled(inner.stmts[0], fill, {}) is inner.stmts[0]

@@ -400,3 +400,20 @@ def test_issue_shape_errors_mention_only_the_sizes_the_input_uses():
         f(a, np.ones((4, 3), np.float32), np.ones((1, 3), np.float32))
     assert str(err.value) == ("input 'C' has shape (1, 3), expected (1, 2) (declared (m, n) "
                               "with m=1 from 'C', n=2 from 'A')")
+
+
+def test_size_variables_are_kept_on_a_tensor_and_inlinable_tensors_on_a_signature():
+    import tensorexpr as te
+    from codegen import signature
+    from codegen.patterns import inlinable
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((n,), lambda i: B[i] + 1.0, name="C")
+    assert signature._tensor_size_vars(B) is signature._tensor_size_vars(B) == {"n"}
+    sig = Signature([C], [A])
+    got = inlinable(sig)
+    assert got == {B.uid}
+    got.add(12345)  # the caller's set: the signature's answer is not changed
+    assert inlinable(sig) == {B.uid}
+    assert inlinable(Signature([B, C], [A])) == set()  # another signature: its own answer

@@ -185,6 +185,24 @@ def test_block_programs_pickle_as_their_ir():
     assert pickle.loads(pickle.dumps(bp)).__dict__ is again.__dict__  # one per process
 
 
+def test_block_programs_pickle_without_what_is_cached_on_their_nodes():
+    import io
+    from tensorexpr import blocks
+    from tensorexpr.ir import tensor_inputs
+    from tensorexpr.transform import free_axes
+    from passes.contexts import contexts
+    X, B = blur(12, 12)
+    tensor_inputs(B), free_axes(B.body), contexts(B), hash(B.body)  # as a build leaves them
+    assert {"_inputs", "_contexts"} <= set(B.__dict__) and "_free_axes" in B.body.__dict__
+    buf = io.BytesIO()
+    blocks._IRPickler(buf).dump(B)  # (what a block program's pickle holds)
+    out = pickle.loads(buf.getvalue())
+    assert not [k for k in out.__dict__ if k.startswith("_")]
+    assert not [k for k in out.body.__dict__ if k.startswith("_")]
+    assert te.ir.same(out.body, B.body)
+    assert [a.uid for a in free_axes(out.body)] == [a.uid for a in free_axes(B.body)]
+
+
 def test_tasks_times_threads_fit_the_cores():
     import os
     cores = os.cpu_count()

@@ -117,3 +117,45 @@ def test_substitute_agrees_with_evaluation(lo, width, at, nested):
         want += sum(x[mm + at] * x[mm] for mm in range(2))
     assert np.isclose(got, want, rtol=1e-12, atol=1e-12)
     assert same(substitute(e, {}), e)
+
+
+def test_replace_subexprs_each_is_replace_subexprs_of_each():
+    # (a recurrence's partials share their nodes: rewritten together, once per target)
+    import tensorexpr as te
+    from tensorexpr.ir import same
+    from tensorexpr.transform import replace_subexprs, replace_subexprs_each
+    X = te.placeholder((4,), name="X")
+    k = te.reduce_axis(4, name="k")
+    s = te.sum(X[k] * 2.0, axis=k)
+    t = te.tanh(X[0] + s)
+    exprs = [t * (1.0 - t * t), t + X[1], X[2] * 3.0, s, te.exp(s) * t]
+    pairs = [(s, X[3]), (t, X[1] * 5.0), (X[2], X[0])]
+    got = replace_subexprs_each(exprs, pairs)
+    want = [replace_subexprs(e, pairs) for e in exprs]
+    assert all(same(a, b) for a, b in zip(got, want))
+    # in turn: the sum replaced first, the tanh holding it no longer matches its target
+    assert str(got[0]) == "(tanh(X[0] + X[3]) * (1.0 - (tanh(X[0] + X[3]) * tanh(X[0] + X[3]))))"
+    assert str(got[2]) == "(X[0] * 3.0)"
+    # an expression holding no target is returned itself
+    e = X[0] + 1.0
+    assert replace_subexprs_each([e], pairs)[0] is e
+
+
+def test_free_axes_kept_on_a_node_answer_by_structure_and_stay_the_callers():
+    from tensorexpr.ir import Axis, Const
+    from tensorexpr.transform import free_axes
+    import tensorexpr as te
+    i = Axis("i", Const(0, "int64"), Const(4, "int64"), 901)
+    j = Axis("j", Const(0, "int64"), Const(4, "int64"), 902)
+    X = te.placeholder((4, 4), name="X")
+    k = te.reduce_axis(4, name="k")
+    e = te.sum(X[i, k] * X[k, j], axis=k)
+    first = free_axes(e)
+    assert [a.uid for a in first] == [901, 902]
+    first.append(k)  # the caller's list: the node's answer is not changed
+    assert [a.uid for a in free_axes(e)] == [901, 902]
+    # an equal expression built again (another node) has the same answer
+    again = te.sum(X[i, k] * X[k, j], axis=k)
+    assert again is not e and [a.uid for a in free_axes(again)] == [901, 902]
+    # another expression does not get this one's answer
+    assert [a.uid for a in free_axes(X[i, 0] + 1.0)] == [901]

@@ -42,11 +42,11 @@ def read_sites(e: Expr, guards: Tuple[Expr, ...] = (), axes: Tuple[Axis, ...] = 
     >>> [str(g[0]) for _, g, _ in read_sites(te.select((i > 0) & (x > 0), X[i - 1], 0.0))][1:]
     ['((i > 0) & (X[1] > 0.0))']
     """
-    data: dict = {}  # guard id -> does it only test data (see _tests_data)
+    data: dict = {}  # guard id -> does it only test data (see tests_data)
 
     def keep(g, c):
         if id(c) not in data:
-            data[id(c)] = _tests_data(c)
+            data[id(c)] = tests_data(c)
         return g if data[id(c)] else g + (c,)
 
     seen = set()
@@ -79,14 +79,14 @@ def read_sites(e: Expr, guards: Tuple[Expr, ...] = (), axes: Tuple[Axis, ...] = 
         stack.extend(reversed(todo))
 
 
-def _tests_data(g: Expr) -> bool:
+def tests_data(g: Expr) -> bool:
     """Is the condition ``g`` one test of values read (``X[i] > 0``, ``~(X[i] > 0)``),
     not a conjunction or disjunction that may hold an affine part?
 
     >>> import tensorexpr as te
     >>> X = te.placeholder((4,), name="X")
     >>> i = te.reduce_axis(4, name="i")
-    >>> _tests_data(~(X[i] > 0.0)), _tests_data((i > 0) & (X[i] > 0.0)), _tests_data(i > 0)
+    >>> tests_data(~(X[i] > 0.0)), tests_data((i > 0) & (X[i] > 0.0)), tests_data(i > 0)
     (True, False, False)
     """
     while isinstance(g, Unary) and g.op == "not":

@@ -94,6 +94,7 @@ from .program import Program, Site
 from .replay import Replays
 from .schedule import DEFAULT, Options, Recorder
 from .scope import Scope
+from .size_bound import Budget
 from .gather_rows import GatherRowsLowering
 from .lower_expr import ExprLowering
 from .rowsum import RowSumLowering
@@ -184,6 +185,8 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
         self.rings: Dict[int, Tuple[int, Expr]] = {}
         #: cheap elementwise intermediates evaluated where they are read, never stored
         self.inline = inlinable(sig)
+        #: the temporaries its lowering may make (a backstop: ``codegen.size_bound``)
+        self.budget = Budget(sig)
         ExprLowering.__init__(self)
         self.compared = compared_sums([e for t in self.tensors for e in tensor_exprs(t)])
         # a tensor run by steps computes its sums in per-step tensors nothing compares:
@@ -219,6 +222,7 @@ class Lowerer(ExprLowering, RowSumLowering, JamLowering, GatherRowsLowering,
                               if isinstance(x, Reduce) and x.op == "sum"}
 
     def fresh(self, prefix: str, dtype: str) -> Var:
+        self.budget.spend(1, self.owner)
         k = self.counters.get(prefix, 0)
         self.counters[prefix] = k + 1
         return Var(f"{prefix}{k}", dtype)

@@ -64,6 +64,8 @@ class ExprLowering:
         self._below: Dict[int, bool] = {}
         #: ids of the float sums to add in the order written (``patterns.compared_sums``)
         self.compared: set = set()
+        #: node id -> its rank in a post-order of all analysed roots (children first)
+        self._rank: Dict[int, int] = {}
 
     # {{{ loops over a (reduction or scatter) domain
 
@@ -155,8 +157,11 @@ class ExprLowering:
             for c in kids:
                 fanout[id(c)] = fanout.get(id(c), 0) + 1
             height[id(x)] = 1 + max((height[id(c)] for c in kids), default=-1)
+        rank = self._rank
         for x in nodes:
-            op = isinstance(x, (Binary, Unary, Cast)) and is_float(x.dtype)
+            if id(x) not in rank:  # (a node's children were ranked before it)
+                rank[id(x)] = len(rank)
+            op = isinstance(x, (Binary, Unary, Cast, Select)) and is_float(x.dtype)
             bind = op and (fanout.get(id(x), 0) > 1 or height[id(x)] % STAGE == STAGE - 1)
             was = self._bind.get(id(x))
             if bind and not was:
@@ -277,7 +282,45 @@ class ExprLowering:
                       Block(tuple(inner) + (Assign(v, y),))))
         return v
 
+    def evaluated(self, e: Expr, scope: Scope, cache: Dict[int, Dict[int, Expr]]) -> Dict[int, Expr]:
+        """The nodes computed into locals (``_analyse``) and not yet in ``scope`` that
+        are evaluated wherever ``e`` is, by id: through the children evaluated with
+        it (``evaluated_with``) and those evaluated in both branches of a select.
+        ``cache``: the latter per select, for one question."""
+        found: Dict[int, Expr] = {}
+        seen: set = set()
+        stack = [e]
+        while stack:
+            x = stack.pop()
+            if id(x) in seen:
+                continue
+            seen.add(id(x))
+            if self._bind.get(id(x)):
+                if ("cse", id(x)) in scope.memo:
+                    continue  # computed here, with what it needs
+                found[id(x)] = x
+            if isinstance(x, Select):
+                got = cache.get(id(x))
+                if got is None:
+                    b = self.evaluated(x.b, scope, cache)
+                    got = {k: v for k, v in self.evaluated(x.a, scope, cache).items()
+                           if k in b} if b else {}
+                    cache[id(x)] = got
+                found.update(got)
+            stack.extend(evaluated_with(x))
+        return found
+
     def select(self, e: Select, scope: Scope, out: List[Stmt]) -> CExpr:
+        # A value both branches compute is computed once, before them: the same
+        # operations on every path (its reads' checks hold on each path, so on
+        # their union), and a chain of selects sharing values stays a DAG in C
+        # (each branch had its own copy: twice the C per level).
+        cache: Dict[int, Dict[int, Expr]] = {}
+        b = self.evaluated(e.b, scope, cache)
+        if b:
+            both = [x for k, x in self.evaluated(e.a, scope, cache).items() if k in b]
+            for x in sorted(both, key=lambda x: self._rank[id(x)]):  # children first
+                self.expr(x, scope, out)
         c = self.expr(e.cond, scope, out)
         sa, sb = scope.child(guards=(e.cond,)), scope.child(guards=(Unary("not", e.cond, "bool"),))
         la: List[Stmt] = []

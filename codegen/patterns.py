@@ -321,8 +321,12 @@ def row_invariant_indices(t: Compute) -> List[Tuple[Read, int]]:
         return []
     j = t.axes[-1].uid
     out: List[Tuple[Read, int]] = []
+    seen: set = set()  # ids: a DAG's shared nodes once (its tree can be exponential)
 
     def visit(e: Expr) -> None:
+        if id(e) in seen:
+            return
+        seen.add(id(e))
         match e:
             case Select(c, _, _, _):
                 visit(c)

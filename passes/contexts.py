@@ -9,6 +9,10 @@ from tensorexpr.ir import TIE_TESTS, kept_on, Binary, Cast, Compute, Reduce, Sel
 from tensorexpr.transform import free_axes
 
 
+#: guard sets a node is reported under exactly (per axes bound and comparedness)
+MAX_GUARD_SETS = 16
+
+
 def contexts(t: Compute):
     """Every way ``t``'s body reaches its nodes: ``(node, axes around it by uid,
     guards, compared)`` once each, where ``guards`` are the ``(condition, polarity)``
@@ -16,7 +20,10 @@ def contexts(t: Compute):
     operand of ``&``/``|`` for the right one, a reduction's where for its body) and
     ``compared`` says whether its value reaches an equality test (``ir.TIE_TESTS``: a sum
     moved out of one would be summed in another order than where it is written, and a
-    tie test would see other bits) or a max's/min's body. Nodes
+    tie test would see other bits) or a max's/min's body. A node reached under more than
+    ``MAX_GUARD_SETS`` guard sets (selects nested in each other's branches) is reported
+    under the first ``MAX_GUARD_SETS`` of them exactly and under weaker ones (outermost guard only) for
+    the others, so the count stays linear in the body. Nodes
     inside a reduction whose axes' bounds hold other axes are not reached: no box
     holds them. Index expressions of reads are not visited.
 
@@ -38,13 +45,26 @@ def contexts(t: Compute):
 def _contexts(t: Compute) -> list:
     out = []
     seen = set()
+    variants: dict = {}  # (node, axes, compared) -> guard sets it was reached under
     stack = [(t.body, {a.uid: a for a in t.axes}, (), False)]
     while stack:
         x, bound, guards, cmp = stack.pop()
-        key = (id(x), frozenset(bound), tuple((id(g), p) for g, p in guards), cmp)
+        axes = frozenset(bound)
+        key = (id(x), axes, tuple((id(g), p) for g, p in guards), cmp)
         if key in seen:
             continue
+        group = (id(x), axes, cmp)
+        if guards and variants.get(group, 0) >= MAX_GUARD_SETS:
+            # Nested selects reach a node under one guard set per path: 2**depth. Past
+            # MAX_GUARD_SETS exact ones, a path keeps only its outermost guard (weaker:
+            # more points, so a box over them still holds the node's), and the paths
+            # below it merge. The exact ones already tell that it has several.
+            guards = guards[:1]
+            key = (id(x), axes, ((id(guards[0][0]), guards[0][1]),), cmp)
+            if key in seen:
+                continue
         seen.add(key)
+        variants[group] = variants.get(group, 0) + 1
         out.append((x, bound, guards, cmp))
         match x:
             case Reduce(op, body, axes, where, _) if all(

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Dict, List, Optional, Tuple
 
-from tensorexpr.bounds import check_tensor
+from tensorexpr.bounds import check_tensor, tests_data
 from tensorexpr.errors import BoundsError
 from tensorexpr.ir import (COSTLY_OPS, Axis, Binary, Compute, Const, Expr, INDEX_DTYPE, Read,
                            Reduce, Tensor, Unary, fresh_uid, is_float, is_int, reads,
@@ -198,12 +198,19 @@ class _Occurrences:
     def __init__(self, shape_form: Expr):
         self.form = shape_form
         self.entries: List[tuple] = []  # (tensor uid, node, index tuple, axes, conditions)
+        self.data: Dict[int, tuple] = {}  # guard id -> (guard, does it only test data)
         self.sites: Dict[Tuple[int, Tuple[Expr, ...]], float] = {}
         self.box: Optional[List[List[int]]] = None
         self.nodes: Dict[int, Tuple[int, Tuple[Expr, ...]]] = {}  # node id -> site
 
     def add(self, t: Compute, x: Expr, at: Tuple[Expr, ...], bound, guards) -> None:
-        conds = [g if p else Unary("not", g, "bool") for g, p in guards]
+        # (a guard that only tests data is dropped by index_box anyway: left out, isl's
+        # questions stay small when the data tested is a deep expression)
+        data = self.data
+        for g, _ in guards:
+            if id(g) not in data:
+                data[id(g)] = (g, tests_data(g))  # (g kept: its id stays its own)
+        conds = [g if p else Unary("not", g, "bool") for g, p in guards if not data[id(g)][1]]
         self.entries.append((t.uid, x, at, list(bound.values()), conds))
 
     def measure(self) -> bool:

@@ -14,7 +14,7 @@ from .api import (abs, cast, ceil, compute, const, cos, erf, exp, floor, log, ma
                   stop_gradient, sum, tanh, var)
 from .build import Function, build, saved_values
 from .errors import (BoundsError, CompilerError, CompilerNotFoundError, JacobianError,
-                     RecurrenceError, TensorExprError)
+                     ProgramTooLargeError, RecurrenceError, TensorExprError)
 from .ir import Tensor
 from codegen.schedule import Options as ScheduleOptions  # noqa: E402 - te.build(options=...)
 
@@ -22,7 +22,8 @@ __all__ = ["abs", "cast", "ceil", "compute", "const", "cos", "erf", "exp", "floo
            "maximum", "min", "minimum", "placeholder", "recurrence", "reduce_axis", "select",
            "sigmoid", "sin", "sqrt", "stop_gradient", "sum", "tanh", "var", "Function", "build",
            "saved_values", "BoundsError", "JacobianError",
-           "CompilerError", "CompilerNotFoundError", "RecurrenceError", "TensorExprError",
+           "CompilerError", "CompilerNotFoundError", "ProgramTooLargeError", "RecurrenceError",
+           "TensorExprError",
            "Tensor", "ScheduleOptions"]
 
 

@@ -14,7 +14,7 @@ from typing import Tuple
 
 from .errors import BoundsError, describe
 from .ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, ScatterAdd, Select,
-                 SizeVar, Tensor, Unary, children)
+                 SizeVar, Tensor, Unary, children, walk)
 from .printer import expr_str, shape_str
 from .transform import eval_int, substitute
 
@@ -26,7 +26,10 @@ def read_sites(e: Expr, guards: Tuple[Expr, ...] = (), axes: Tuple[Axis, ...] = 
     ``reduce_axes`` the reduction axes bound around it (outermost first). The
     right operand of ``a & b`` is guarded by ``a``, that of ``a | b`` by ``~a``. A
     sub-expression shared by several parents under the same guards is visited
-    once (expressions are DAGs), with an explicit stack (any depth).
+    once (expressions are DAGs), with an explicit stack (any depth). A guard that only
+    tests data (a comparison of values read, which every reader of these guards
+    drops as not affine) is left out: selects nested on data would otherwise reach a
+    shared read under 2**depth guard sets.
 
     >>> import tensorexpr as te
     >>> X = te.placeholder((4,), name="X")
@@ -35,8 +38,17 @@ def read_sites(e: Expr, guards: Tuple[Expr, ...] = (), axes: Tuple[Axis, ...] = 
     [('X[i - 1]', ['(i >= 1)'])]
     >>> x = X[1]
     >>> [(str(r), g) for r, g, _ in read_sites(te.select(x > 0, x, 0.0))]
-    [('X[1]', ()), ('X[1]', ((X[1] > 0.0),))]
+    [('X[1]', ())]
+    >>> [str(g[0]) for _, g, _ in read_sites(te.select((i > 0) & (x > 0), X[i - 1], 0.0))][1:]
+    ['((i > 0) & (X[1] > 0.0))']
     """
+    data: dict = {}  # guard id -> does it only test data (see tests_data)
+
+    def keep(g, c):
+        if id(c) not in data:
+            data[id(c)] = tests_data(c)
+        return g if data[id(c)] else g + (c,)
+
     seen = set()
     stack: list = [(e, guards, axes, False)]
     while stack:
@@ -50,21 +62,38 @@ def read_sites(e: Expr, guards: Tuple[Expr, ...] = (), axes: Tuple[Axis, ...] = 
         seen.add(key)
         match x:
             case Select(c, a, b, _):
-                todo = [(c, g, ax, False), (a, g + (c,), ax, False),
-                        (b, g + (Unary("not", c, "bool"),), ax, False)]
+                todo = [(c, g, ax, False), (a, keep(g, c), ax, False),
+                        (b, keep(g, Unary("not", c, "bool")), ax, False)]
             case Binary("and", a, b, _):
-                todo = [(a, g, ax, False), (b, g + (a,), ax, False)]
+                todo = [(a, g, ax, False), (b, keep(g, a), ax, False)]
             case Binary("or", a, b, _):
-                todo = [(a, g, ax, False), (b, g + (Unary("not", a, "bool"),), ax, False)]
+                todo = [(a, g, ax, False), (b, keep(g, Unary("not", a, "bool")), ax, False)]
             case Reduce(_, body, raxes, where, _):
                 inner = ax + tuple(raxes)
                 todo = [] if where is None else [(where, g, inner, False)]
-                todo.append((body, g if where is None else g + (where,), inner, False))
+                todo.append((body, g if where is None else keep(g, where), inner, False))
             case Read(_, idx, _):
                 todo = [(i, g, ax, False) for i in idx] + [(x, g, ax, True)]
             case _:
                 todo = [(c, g, ax, False) for c in children(x)]
         stack.extend(reversed(todo))
+
+
+def tests_data(g: Expr) -> bool:
+    """Is the condition ``g`` one test of values read (``X[i] > 0``, ``~(X[i] > 0)``),
+    not a conjunction or disjunction that may hold an affine part?
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4,), name="X")
+    >>> i = te.reduce_axis(4, name="i")
+    >>> tests_data(~(X[i] > 0.0)), tests_data((i > 0) & (X[i] > 0.0)), tests_data(i > 0)
+    (True, False, False)
+    """
+    while isinstance(g, Unary) and g.op == "not":
+        g = g.a
+    if isinstance(g, Binary) and g.op in ("and", "or"):
+        return False
+    return any(isinstance(x, (Read, Reduce)) for x in walk(g, unique=True))
 
 
 def _definitions(t: Tensor):

@@ -29,6 +29,10 @@ class JacobianError(TensorExprError, ValueError):
     """``te.differentiate(..., head=None)`` would build a Jacobian nobody asked for."""
 
 
+class ProgramTooLargeError(TensorExprError, ValueError):
+    """Lowering a program would make C far larger than its expressions (codegen.size_bound)."""
+
+
 class CompilerNotFoundError(TensorExprError, RuntimeError):
     """No C compiler is available for the C backend."""
 

@@ -18,7 +18,12 @@ Trees (all tuples):
 
 * float expressions: ``("read", T, idx, guards)``, ``("self", T, idx, guards)``,
   ``("const", v)``, ``("axis", a)``, ``("un", op, e)``, ``("bin", op, a, b)``,
-  ``("select", cond, a, b)``, ``("reduce", op, axes, where, body)``
+  ``("select", cond, a, b)``, ``("reduce", op, axes, where, body)``,
+  ``("deep", tag, start, steps)``: a chain of values ``v0 = start``, then one per step,
+  each a function of earlier values (``("un", op, j)``, ``("bin", op, j, k)``,
+  ``("sel", j, k, m)``: ``v_k if v_j > 0 else v_m``), the last one its value; values are
+  used several times, so its tree is exponentially larger than its DAG (printed with
+  ``:=``, as a user names intermediate values)
 * index expressions: ``("ax", a)``, ``("n",)``, ``("c", v)``, ``("add", a, b)``,
   ``("sub", a, b)``, ``("mul", k, a)``, ``("fdiv", a, k)``, ``("mod", a, k)``,
   ``("max", a, b)``, ``("min", a, b)``, ``("abs", a)`` (a reflection), ``("data", I, idx)``
@@ -211,6 +216,19 @@ def expr_src(e, p: str = "", dtype: str = "float64") -> str:
             ax = axes[0] if len(axes) == 1 else "[" + ", ".join(axes) + "]"
             w = "" if where is None else f", where={cond_src(where, p)}"
             return f"te.{op}({expr_src(body, p, dtype)}, axis={ax}{w})"
+        case ("deep", tag, start, steps):
+            v = [f"_d{tag}_{m}" for m in range(len(steps) + 1)]
+            parts = [f"({v[0]} := {expr_src(start, p, dtype)})"]
+            for m, step in enumerate(steps, 1):
+                match step:
+                    case ("un", op, j):
+                        x = _DEEP_UNARY[op].format(v[j])
+                    case ("bin", op, j, k):
+                        x = _DEEP_BINARY[op].format(v[j], v[k])
+                    case ("sel", j, k, m2):
+                        x = f"te.select({v[j]} > 0.0, {v[k]}, {v[m2]})"
+                parts.append(f"({v[m]} := {x})")
+            return f"({', '.join(parts)})[-1]"
     raise ValueError(f"not an expression tree: {e!r}")
 
 
@@ -396,6 +414,7 @@ class _Ctx:
         self.raxes = []                 # (name, lo, hi) created by this definition
         self.bound = []                 # reduce axes bound around the current point
         self.next_axis = 0
+        self.next_deep = 0              # deep chains drawn (their values' names)
         self.self_def = None            # (shape, carry) of a recurrence being defined
         self.no_self = 0                # inside a max/min: te differentiates only sums of
         #                                 a recurrence's earlier values (a documented limit)
@@ -813,10 +832,43 @@ def _read_with(draw, ctx: _Ctx, t: str, fixed: dict):
     return ("read", t, idx, tuple(guards))
 
 
+#: a deep chain's steps: none grows a value's magnitude (30 steps stay in range)
+_DEEP_UNARY = {"tanh": "te.tanh({})", "sin": "te.sin({})", "sigmoid": "te.sigmoid({})",
+               "half": "0.5 * ({})"}
+_DEEP_BINARY = {"avg": "0.5 * ({} + {})", "tmul": "te.tanh({}) * ({})", "max": "te.maximum({}, {})",
+                "min": "te.minimum({}, {})"}
+#: the most steps of a deep chain (30 asked for; past ~12 the gradient of a chain inside
+#: a reduction spends minutes in passes.partials' simplify: not fixed yet)
+DEEP_STEPS = 12
+
+
+def gen_deep(draw, ctx: _Ctx, depth: int):
+    """A chain of up to DEEP_STEPS values, each of one to three of the last few (so each
+    value is used several times: a DAG whose tree is exponential); shrinks to 1 step."""
+    start = gen_expr(draw, ctx, depth - 1)
+    steps = []
+    for m in range(1, draw(st.integers(1, DEEP_STEPS)) + 1):
+        recent = st.integers(max(0, m - 3), m - 1)
+        # ("sel" steps are not drawn yet: the numpy reference evaluates a select's
+        # branches in their own contexts, so a chain of selects sharing values takes
+        # 2**steps there (codegen.reference); the C backend is linear)
+        kind = _pick(draw, ["un", "bin"])
+        if kind == "un":
+            steps.append(("un", _pick(draw, list(_DEEP_UNARY)), draw(recent)))
+        elif kind == "bin":
+            steps.append(("bin", _pick(draw, list(_DEEP_BINARY)), draw(recent), draw(recent)))
+        else:
+            steps.append(("sel", draw(recent), draw(recent), draw(recent)))
+    ctx.next_deep += 1
+    return ("deep", ctx.next_deep, start, tuple(steps))
+
+
 def gen_expr(draw, ctx: _Ctx, depth: int):
     """A float expression; shrinks towards a single read."""
     if depth <= 0 or draw(st.integers(0, 3)) == 0:
         return gen_leaf(draw, ctx)
+    if draw(st.integers(0, 15)) == 0:  # (rare: a deep chain costs a whole batch's time)
+        return gen_deep(draw, ctx, depth)
     kind = _pick(draw, ["un", "bin", "select", "reduce"] + (["contract"] * 2 if ctx.sizes == "big"
                                                             else []))
     if kind == "contract":

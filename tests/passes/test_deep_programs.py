@@ -107,3 +107,96 @@ def test_second_order_source_of_nested_maxima_is_not_exponential_in_nesting():
     sizes = [_second_order_source(nested(d)) for d in (1, 2, 3)]
     growth = [b / a for a, b in zip(sizes, sizes[1:])]
     assert growth[0] < 6 and growth[1] < growth[0], (sizes, growth)
+
+
+def _select_chain(depth):
+    """Selects on data nested in each other's branches, each branch using the value
+    before (``e = select(C[..] > 0, tanh(e) * 0.5, e * C[..])``)."""
+    X = te.placeholder((8,), "float64", "X")
+    C = te.placeholder((8,), "float64", "C")
+
+    def body(i):
+        e = X[i]
+        for d in range(depth):
+            e = te.select(C[(i + d) % 8] > 0.0, te.tanh(e) * 0.5, e * C[(i + d + 1) % 8])
+        return e
+    return te.compute((8,), body, name="Y"), X, C
+
+
+def test_a_select_chain_sharing_its_value_grows_linearly_in_c():
+    # each branch re-emitted the value before: twice the C per level (850 KB at 12)
+    from codegen.pipeline import source_text
+    from codegen.signature import Signature
+    lines = []
+    for d in range(1, 7):
+        Y, X, C = _select_chain(d)
+        lines.append(source_text(Signature([Y], [X, C])).count("\n"))
+    steps = [b - a for a, b in zip(lines, lines[1:])]
+    assert max(steps) <= 2 * min(steps) and max(steps) < 20, lines
+
+
+def test_a_deep_select_chain_builds_in_seconds_and_matches_numpy():
+    # guard sets per path (passes.contexts, tensorexpr.bounds) were 2**depth: 19 deep
+    # never finished; 60 deep now takes well under a second
+    import time
+    Y, X, C = _select_chain(60)
+    rng = np.random.default_rng(2)
+    x, c = rng.uniform(-1, 1, 8), rng.uniform(-1, 1, 8)
+    t = time.process_time()
+    f = te.build(Y)
+    assert time.process_time() - t < 20
+    want = np.array(x)
+    for d in range(60):
+        cd, cn = np.roll(c, -d), np.roll(c, -d - 1)
+        want = np.where(cd > 0, np.tanh(want) * 0.5, want * cn)
+    assert np.allclose(f(x, c), want, rtol=1e-12, atol=1e-14)
+
+
+def test_a_40_level_chain_in_a_3_axis_sum_builds_in_seconds_and_agrees():
+    # ``e = tanh(e) * 0.5 + e * c`` 40 times: its gradient did not build in 120 s (a
+    # tree walk in codegen.patterns.row_invariant_indices), numpy took 0.03 s
+    import time
+    X = te.placeholder((3, 4, 5), "float64", "X")
+    Cv = te.placeholder((5,), "float64", "C")
+    i, j, k = te.reduce_axis(3, name="i"), te.reduce_axis(4, name="j"), te.reduce_axis(5, name="k")
+    e = X[i, j, k]
+    for _ in range(40):
+        e = te.tanh(e) * 0.5 + e * Cv[k]
+    L = te.compute((), lambda: te.sum(e, axis=[i, j, k]), name="L")
+    (g,) = te.differentiate(L, [X])
+    rng = np.random.default_rng(3)
+    x, c = rng.uniform(-1, 1, (3, 4, 5)), rng.uniform(-1, 1, 5)
+    for out in (L, g):
+        t = time.process_time()
+        f = te.build(out)
+        assert time.process_time() - t < 20
+        want = te.build(out, backend="numpy")(x, c)
+        assert np.allclose(f(x, c), want, rtol=1e-10, atol=1e-12)
+
+
+def test_second_order_c_of_nested_maxima_is_linear_in_its_distinct_nodes():
+    # the IR itself grows polynomially with nesting (each read's adjoint re-evaluates
+    # the chain at another index); the C must grow with it, not faster
+    from codegen.pipeline import source_text
+    from codegen.signature import Signature
+    from tensorexpr.ir import Compute, postorder
+    ratios = []
+    for depth in (1, 2, 3):
+        X = te.placeholder((4,), "float64", "X")
+
+        def body(i, depth=depth, X=X):
+            e = X[i]
+            for d in range(depth):
+                e = _relu_pow(e, X[(i + d + 1) % 4])
+            return e
+        Y = te.compute((4,), body, name="Y")
+        i2, i3 = te.reduce_axis(4, name="i2"), te.reduce_axis(4, name="i3")
+        L = te.compute((), lambda: te.sum(Y[i2], axis=i2), name="L")
+        (g,) = te.differentiate(L, [X])
+        L2 = te.compute((), lambda: te.sum(g[i3] * g[i3], axis=i3), name="L2")
+        (h,) = te.differentiate(L2, [X])
+        sig = Signature([h], [X])
+        nodes = len({id(x) for t in sig.order if isinstance(t, Compute)
+                     for x in postorder(t.body)})
+        ratios.append(source_text(sig).count("\n") / nodes)
+    assert max(ratios) < 2.0 and max(ratios) < 1.3 * min(ratios), ratios

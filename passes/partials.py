@@ -147,7 +147,7 @@ def _guarded_sum(parts: List[Tuple[Tuple[Expr, ...], Expr]]) -> Expr:
     >>> c = Const(True, "bool")
     >>> x, y = te.const(1.0, "float64"), te.const(2.0, "float64")
     >>> print(_guarded_sum([((c,), x), ((unary("not", c),), y)]))
-    select(True, 1.0, 2.0)
+    select(true, 1.0d, 2.0d)
     """
     total = None
     for v in [v for g, v in parts if not g]:

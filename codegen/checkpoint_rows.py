@@ -287,16 +287,22 @@ def classify(e, de, order: Sequence[Tensor], outputs, params,
         on_fore = any(reads(x, f[0]) for f in fore.values())
         on_e = any(reads(x, y) for y in es)
         if before:
+            # (read by an adjoint but after the first in the program, where the reversal
+            # runs: computed before the turns, or the turns would read it unwritten)
+            late = pos[x.uid] > first_de
             if not (on_e or on_fore) or x.uid in kept:
+                out.early += [x] if late else []
                 continue
             m = None if on_fore else _last_rows(x, es, params)
             if m is not None and not (isinstance(T, Const) and m >= T.value):
+                out.early += [x] if late else []
                 continue  # computed as the full tape computes it (from e's last rows)
             got = None
             if isinstance(x, Compute) and x.carry is None:
                 got = _step_axis(x, {u: v for u, v in stepped.items() if u not in out.des},
                                  params)
             if got is None and m is not None:
+                out.early += [x] if late else []
                 continue  # (every row of e, kept: exact, nothing saved)
             if got is None:
                 return refuse(why, f"{x.name} reads {_names(es)} other than within a constant "

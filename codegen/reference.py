@@ -282,7 +282,14 @@ def _binary(op: str, x, y):
             r = np.power(x, np.where(neg, 0, y))
             small = np.where(x == 1, 1, np.where(x == -1, np.where(y % 2 == 1, -1, 1), 0))
             return np.where(neg, small, r)
-        return np.power(x, y)
+        r = np.asarray(np.power(x, y))
+        half = np.asarray(y) == 0.5
+        if half.any():
+            # numpy takes an exponent 0.5 shared by all elements as sqrt (-inf -> nan,
+            # -0 -> -0); the IR's pow is C's, as for any other exponent: +inf and +0 there
+            r = np.where(half & (np.asarray(x) == -np.inf), np.inf,
+                         np.where(half, r + 0, r)).astype(r.dtype, copy=False)
+        return r
     if op == "max":
         return np.maximum(x, y)
     if op == "min":

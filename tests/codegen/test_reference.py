@@ -168,6 +168,23 @@ def test_float_floor_division_and_modulo_are_pythons(dtype):
         assert q[pairs.index((1.0, 0.1))] == 9.0 and r[pairs.index((3.0, np.inf))] == 3.0
 
 
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_pow_by_a_half_is_pow_not_sqrt(dtype):
+    # numpy computes x ** 0.5 with a constant exponent as sqrt: (-inf) ** 0.5 was NaN and
+    # (-0) ** 0.5 was -0 on the numpy backend, +inf and +0 in C (C's pow, Python's **)
+    x = np.array([-np.inf, -0.0, 0.0, -4.0, 4.0, np.inf, np.nan], dtype)
+    X = te.placeholder(x.shape, dtype, "X")
+    E = te.placeholder(x.shape, dtype, "E")
+    const = te.compute(x.shape, lambda i: X[i] ** 0.5, name="const")
+    tensor = te.compute(x.shape, lambda i: X[i] ** E[i], name="tensor")
+    want = np.array([np.inf, 0.0, 0.0, np.nan, 2.0, np.inf, np.nan], dtype)
+    halves = np.full(x.shape, 0.5, dtype)
+    for backend in BACKENDS:
+        got = te.build([const, tensor], backend=backend)(x, halves)
+        for g in got:
+            assert g.dtype == np.dtype(dtype) and same_bits(g, want).all(), (backend, g)
+
 def test_a_long_body_in_a_large_reduction_keeps_few_arrays_alive():
     # every node's values over the reduction's whole domain were kept until the tensor
     # was done: a fuzzed second-order gradient (thousands of nodes over 33**4 points)

@@ -930,6 +930,32 @@ def compared_rows(draw, h: Def, k: int, name: str):
             Input("Wm", (K, J), "float", 0))
 
 
+def lockstep(h: Def, name: str):
+    """A second recurrence in lockstep with checkpointed recurrence ``h`` (along its
+    first dimension): ``g[t] = tanh(h[t-1] + Xl[t] + 0.7 g[t-1])`` (``Xl`` a new input of
+    ``h``'s shape), checkpointed as ``h`` is, and a term ``exp(h[1])`` for the output to
+    read: the adjoint of an early row through a transcendental, stored once by hoist,
+    must be computed before the reversal's turns (``codegen.checkpoint_rows``: it ran
+    after them, and the reverse steps read memory never written). Returns ``(g, Xl,
+    term)``, ``term`` an expression over ``h``'s axes but the first.
+
+    >>> h = Def("T0", (6, 3), ("i0", "i1"), (), ("const", 1.0), 0, checkpoints=2)
+    >>> g, x, term = lockstep(h, "T1")
+    >>> g.checkpoints, x.shape, expr_src(term)
+    (2, (6, 3), 'te.exp(te.tanh(T0[1, i1]))')
+    """
+    t, rest = h.axes[0], tuple(("ax", a) for a in h.axes[1:])
+    start = (("cmp", ">=", ("ax", t), ("c", 1)),)
+    back = (("sub", ("ax", t), ("c", 1)),) + rest
+    here = (("ax", t),) + rest
+    body = ("un", "tanh", ("bin", "add", ("bin", "add", ("read", h.name, back, start),
+                                          ("read", "Xl", here, ())),
+                           ("bin", "mul", ("const", 0.7), ("self", "S", back, start))))
+    term = ("un", "exp", ("read", h.name, (("c", 1),) + rest, ()))
+    return (Def(name, h.shape, h.axes, (), body, 0, 0, h.checkpoints),
+            Input("Xl", h.shape, "float", 0), term)
+
+
 def _reads_tensor(e, name: str) -> bool:
     """Does the expression tree ``e`` read tensor ``name`` (anywhere, indices too)?
 
@@ -1149,8 +1175,16 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
         defs.append(Def(name, shape, axes, tuple(ctx.raxes), body, carry, chain, checkpoints))
         tensors[name] = Input(name, shape, "float", 0)
     ck = [d for d in defs if d.checkpoints]
+    early = None
+    if ck and ck[-1].carry == 0 and draw(st.integers(0, 2)) == 0:
+        # (a third of them: two checkpointed recurrences in lockstep, see lockstep)
+        g, xl, early = lockstep(ck[-1], f"T{len(defs)}")
+        inputs.append(xl)
+        defs.append(g)
+        ck.append(g)
     compared = bool(ck) and draw(st.booleans())
-    if ck and (compared or ck[-1] is defs[-1] or not _reads_tensor(defs[-1].body, ck[-1].name)):
+    if ck and (early is not None or compared or ck[-1] is defs[-1]
+               or not _reads_tensor(defs[-1].body, ck[-1].name)):
         # the output (kept whole: never checkpointed) reads the checkpointed recurrence at
         # every step, with what it read (its gradient has a head over every step)
         read = ("read", ck[-1].name, tuple(("ax", a) for a in ck[-1].axes), ())
@@ -1164,6 +1198,8 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
             defs.append(M)
             term = ("read", M.name, tuple(("ax", a) for a in M.axes), ())
             body = ("bin", "add", body, ("bin", "mul", ("const", 0.5), term))
+        if early is not None:  # (over the same axes but the first: read at each step)
+            body = ("bin", "add", body, early)
         defs.append(Def(f"T{len(defs)}", ck[-1].shape, ck[-1].axes, (), body, None))
     if head != "none" and defs[0] is not defs[-1] and defs[0].name not in _read_by(defs, defs[-1]):
         # a head definition nothing reads would not be built: the output adds it to the

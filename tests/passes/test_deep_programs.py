@@ -199,7 +199,11 @@ def test_second_order_c_of_nested_maxima_is_linear_in_its_distinct_nodes():
         nodes = len({id(x) for t in sig.order if isinstance(t, Compute)
                      for x in postorder(t.body)})
         ratios.append(source_text(sig).count("\n") / nodes)
-    assert max(ratios) < 2.0 and max(ratios) < 1.3 * min(ratios), ratios
+    # (nodes reached under several guards share one adjoint, a select of its
+    # contributions: the IR of depth 3 is a third smaller than when each path had its
+    # own, for the same C, 5520 -> 5556 lines, so a node stands for more C: 1.7-2.2
+    # lines; C three times larger a level, as before the fix, gives 2x between ends)
+    assert max(ratios) < 2.5 and max(ratios) < 1.4 * min(ratios), ratios
 
 
 def _shared_select_chain(depth, n=8):

@@ -1176,7 +1176,7 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
         tensors[name] = Input(name, shape, "float", 0)
     ck = [d for d in defs if d.checkpoints]
     early = None
-    if ck and ck[-1].carry == 0 and draw(st.integers(0, 2)) == 0:
+    if ck and ck[-1].carry == 0 and ck[-1].shape[0] != SYM and draw(st.integers(0, 2)) == 0:
         # (a third of them: two checkpointed recurrences in lockstep, see lockstep)
         g, xl, early = lockstep(ck[-1], f"T{len(defs)}")
         inputs.append(xl)

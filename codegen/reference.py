@@ -122,14 +122,47 @@ class _Eval:
                 return np.asarray(_binary(op, memo[id(a)], memo[id(b)])).astype(dt, copy=False)
             case Select(c, a, b, _):
                 cv = memo[id(c)]
-                x = self.ev(a, ctx, depth, _and(mask, cv))
-                y = self.ev(b, ctx, depth, _and(mask, ~cv))
+                # A value both branches compute wherever they are taken is computed
+                # once here, over both masks' union (the parent's: the same points),
+                # and handed to each branch: a chain of selects whose branches share
+                # the previous link costs its length, not 2**length
+                both = _frame_nodes(a, memo).keys() & _frame_nodes(b, memo).keys()
+                added = [n for k, n in _frame_nodes(a, memo).items() if k in both]
+                for n in reversed(added):  # (children first: each computed once)
+                    self.ev(n, ctx, depth, mask)
+                x = self._branch(a, ctx, depth, _and(mask, cv), memo)
+                y = self._branch(b, ctx, depth, _and(mask, ~cv), memo)
+                for n in added:
+                    if n is not e:
+                        memo.pop(id(n), None)
                 return np.where(cv, x, y).astype(dt, copy=False)
             case Read(t, idx, _):
                 return self._read(t, [memo[id(i)] for i in idx], mask, depth)
             case Reduce():
                 return self._reduce(e, ctx, depth, mask)
         raise TypeError(f"cannot evaluate {type(e).__name__}")
+
+    def _branch(self, e: Expr, ctx, depth: int, mask, parent: dict) -> np.ndarray:
+        """``e``'s values under ``mask`` (a select's branch), in a frame of its own seeded
+        with the values of ``parent``'s frame (computed over a wider mask) it reads."""
+        key = (id(ctx), depth, id(mask))
+        if key in self.frames:
+            return self.ev(e, ctx, depth, mask)
+        seed = {}
+        stack = [e]
+        while stack:
+            x = stack.pop()
+            if id(x) in parent:
+                seed[id(x)] = parent[id(x)]
+            elif id(x) not in seed:
+                seed[id(x)] = None  # (visited; removed below)
+                stack.extend(evaluated_with(x))
+        seed = {k: v for k, v in seed.items() if v is not None}
+        self.frames[key] = (seed, ctx, mask)
+        try:
+            return self.ev(e, ctx, depth, mask)
+        finally:
+            del self.frames[key]
 
     def _read(self, t: Tensor, idx: List[np.ndarray], mask, depth: int) -> np.ndarray:
         arr = self.env[t.uid]
@@ -190,6 +223,20 @@ class _Eval:
 def _distinct(nodes) -> list:
     """``nodes`` without repeats (by identity), in order."""
     return list({id(c): c for c in nodes}.values())
+
+
+def _frame_nodes(e: Expr, memo: dict) -> Dict[int, Expr]:
+    """The nodes evaluating ``e`` computes in its own frame (``evaluated_with``, not
+    inside a select's branch or a reduction), by id, stopping at those in ``memo``."""
+    out: Dict[int, Expr] = {}
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if id(x) in out or id(x) in memo:
+            continue
+        out[id(x)] = x
+        stack.extend(evaluated_with(x))
+    return out
 
 
 def _uses(e: Expr, memo: dict) -> Dict[int, int]:

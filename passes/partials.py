@@ -20,7 +20,7 @@ from tensorexpr import api
 from tensorexpr.ir import (Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, binary, is_float,
                            unary)
 
-from .simplify import simplify
+from .simplify import simplify_each
 
 
 class Site(NamedTuple):
@@ -51,7 +51,8 @@ def read_partials(body: Expr, owner=None) -> List[Site]:
     out: List[Site] = []
     if is_float(body.dtype):
         _back(body, _one(body.dtype), out, owner)
-    return [Site(s.read, simplify(s.factor), s.guards, s.axes) for s in out]
+    factors = simplify_each(s.factor for s in out)
+    return [Site(s.read, f, s.guards, s.axes) for s, f in zip(out, factors)]
 
 
 def _back(root: Expr, adj: Expr, out: list, owner=None) -> None:
@@ -60,11 +61,16 @@ def _back(root: Expr, adj: Expr, out: list, owner=None) -> None:
     ``root`` is a DAG: a sub-expression shared by several parents (``x`` in
     ``tanh(x) * 0.5 + x``) receives the sum of their contributions and passes it
     on once, so the work and the partials grow with the DAG, not with its
-    (possibly exponential) tree. A node is keyed with the select conditions and
-    reduction axes around it: under other guards it is another contribution.
-    Nodes are visited parents first (reverse post-order, with an explicit stack);
-    on a tree this is the pre-order, so the sites come in reading order. A read
-    gets one site per contribution.
+    (possibly exponential) tree. A node is keyed with the reduction axes around it
+    (under other axes it is another contribution). Its guards are the select
+    conditions common to every path reaching it (:func:`_common_guards`); a
+    contribution arriving under more (``x`` in both branches of ``select(c, f(x),
+    g(x))``) keeps them as a select around itself, ``select(c, from_f, from_g)``:
+    a chain of such selects then has one adjoint per node, not one per path
+    through it (2**depth). Nodes are visited parents first (reverse post-order,
+    with an explicit stack); on a tree this is the pre-order, so the sites come in
+    reading order. A read, a leaf, gets one site per contribution, under that
+    contribution's own guards (a domain, not a multiplication by a 0/1 mask).
     """
     rules: dict = {}
 
@@ -73,41 +79,97 @@ def _back(root: Expr, adj: Expr, out: list, owner=None) -> None:
             rules[id(e)] = _rules(e, owner) if is_float(e.dtype) else []
         return rules[id(e)]
 
-    def key(e, guards, axes):
-        return (id(e), tuple(id(g) for g in guards), tuple(a.uid for a in axes))
+    def key(e, axes):
+        return (id(e), tuple(a.uid for a in axes))
 
-    # Discover the (node, guards, axes) keys and order them parents first.
+    # Discover the (node, axes) keys and order them parents first.
     where = {}
     post = []
-    stack = [((root, (), ()), False)]
+    stack = [((root, ()), False)]
     while stack:
-        (e, guards, axes), expanded = stack.pop()
-        k = key(e, guards, axes)
+        (e, axes), expanded = stack.pop()
+        k = key(e, axes)
         if expanded:
             post.append(k)
             continue
         if k in where:
             continue
-        where[k] = (e, guards, axes)
-        stack.append(((e, guards, axes), True))
+        where[k] = (e, axes)
+        stack.append(((e, axes), True))
         if not isinstance(e, Read):
-            for child, _, g, ax in rules_of(e):
-                stack.append(((child, guards + g, axes + ax), False))
-    pending = {key(root, (), ()): [adj]}
+            for child, _, _, ax in rules_of(e):
+                stack.append(((child, axes + ax), False))
+    # (guards of the edge, contribution) per key, in arrival order
+    pending = {key(root, ()): [((), adj)]}
     for k in reversed(post):
-        e, guards, axes = where[k]
-        contribs = pending.pop(k, [])
+        e, axes = where[k]
+        arrived = pending.pop(k, [])
         if isinstance(e, Read):
             if is_float(e.dtype):
-                out.extend(Site(e, c, guards, axes) for c in contribs)
+                out.extend(Site(e, c, g, axes) for g, c in arrived)
             continue
-        if not contribs:
+        if not arrived:
             continue
-        total = contribs[0]
-        for c in contribs[1:]:
-            total = binary("add", total, c)
+        guards = _common_guards([g for g, _ in arrived])
+        total = _guarded_sum([(g[len(guards):], c) for g, c in arrived])
         for child, fn, g, ax in rules_of(e):
-            pending.setdefault(key(child, guards + g, axes + ax), []).append(fn(total))
+            pending.setdefault(key(child, axes + ax), []).append((guards + g, fn(total)))
+
+
+def _common_guards(paths: List[Tuple[Expr, ...]]) -> Tuple[Expr, ...]:
+    """The longest common prefix (by node identity) of the guard tuples ``paths``.
+
+    >>> from tensorexpr.ir import Const
+    >>> a, b, c = Const(True, "bool"), Const(False, "bool"), Const(True, "bool")
+    >>> _common_guards([(a, b), (a, c)]) == (a,)
+    True
+    """
+    first = paths[0]
+    n = len(first)
+    for p in paths[1:]:
+        n = min(n, len(p))
+        for i in range(n):
+            if p[i] is not first[i]:
+                n = i
+                break
+    return first[:n]
+
+
+def _guarded_sum(parts: List[Tuple[Tuple[Expr, ...], Expr]]) -> Expr:
+    """The sum of the contributions ``parts``, each ``(guards, value)`` counting only
+    where its guards hold: ``value`` itself when it has none, else inside selects (the
+    untaken branch is not evaluated, so a NaN or inf there cannot leak in). Parts under
+    one condition and under its ``not`` (a select's two branches) share one select,
+    ``select(c, a, b)``.
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import Const, unary
+    >>> c = Const(True, "bool")
+    >>> x, y = te.const(1.0, "float64"), te.const(2.0, "float64")
+    >>> print(_guarded_sum([((c,), x), ((unary("not", c),), y)]))
+    select(true, 1.0d, 2.0d)
+    """
+    total = None
+    for v in [v for g, v in parts if not g]:
+        total = v if total is None else binary("add", total, v)
+    # the guarded parts, grouped by their first condition (c and not c: one group)
+    groups: dict = {}
+    for g, v in parts:
+        if g:
+            c, taken = (g[0].a, False) if _is_not(g[0]) else (g[0], True)
+            pos, neg = groups.setdefault(id(c), (c, [], []))[1:]
+            (pos if taken else neg).append((g[1:], v))
+    for c, pos, neg in groups.values():
+        dtype = (pos or neg)[0][1].dtype
+        a = _guarded_sum(pos) if pos else api.const(0.0, dtype)
+        b = _guarded_sum(neg) if neg else api.const(0.0, dtype)
+        term = api.select(c, a, b)
+        total = term if total is None else binary("add", total, term)
+    return total
+
+
+def _is_not(c: Expr) -> bool:
+    return isinstance(c, Unary) and c.op == "not"
 
 
 def _rules(e: Expr, owner=None) -> list:

@@ -56,6 +56,21 @@ def simplify(e: Expr) -> Expr:
     return bottom_up(e, _rule)
 
 
+def simplify_each(exprs) -> list:
+    """:func:`simplify` of each of ``exprs``, a node they share simplified once for all
+    (and shared by the results): the partials of one body are such a family.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4,), name="x")
+    >>> a, b = simplify_each([X[0] * 1.0, (X[0] * 1.0) + 0.0])
+    >>> print(a, b)
+    x[0] x[0]
+    """
+    memo: dict = {}
+    exprs = list(exprs)  # alive until the end: no id in memo is reused
+    return [bottom_up(e, _rule, memo=memo) for e in exprs]
+
+
 def _rule(e: Expr) -> Expr:
     match e:
         case Binary(op, Const(x, _), Const(y, _), dt) if op not in ("and", "or"):

@@ -226,7 +226,7 @@ def test_a_compared_sum_along_checkpointed_steps_keeps_written_order():
     # and the max's tie test recomputes the sum in written order; a max over sums
     # *across* the steps keeps the full tape. Were the orders to differ, the gradient
     # would silently be 0 (no tie found): checked against central differences (float64)
-    # and numpy, first and second order, both checkpoint modes (harness seeds 0..3)
+    # and numpy, first and second order, both checkpoint modes (harness seeds 0..1)
     from tests.fuzz.harness import check
     T, K, B = 6, 5, 3
     x = te.placeholder((T, K), dtype="float64", name="x")
@@ -244,7 +244,7 @@ def test_a_compared_sum_along_checkpointed_steps_keeps_written_order():
     f = te.build([within, *te.differentiate(within, [x, W], head=H)], [x, W, H])
     assert f.schedule["M_sum"].strategy == "step-rows"
     a = [rand((T, K), "float64"), rand((K, B), "float64", seed=1)]
-    for seed in range(4):
+    for seed in range(2):  # (CI time: each seed ~6 s)
         check(within, [x, W], a, seed=seed, second_order=True)
         check(across, [x], a[:1], seed=seed, second_order=True)
 

@@ -9,7 +9,6 @@ axis of a replacement. Each case is checked by evaluating with the numpy backend
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, settings, strategies as st
 
 import tensorexpr as te

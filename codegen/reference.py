@@ -126,8 +126,8 @@ class _Eval:
                 # once here, over both masks' union (the parent's: the same points),
                 # and handed to each branch: a chain of selects whose branches share
                 # the previous link costs its length, not 2**length
-                both = _frame_nodes(a, memo).keys() & _frame_nodes(b, memo).keys()
-                added = [n for k, n in _frame_nodes(a, memo).items() if k in both]
+                in_b = _frame_nodes(b, memo)
+                added = [n for k, n in _frame_nodes(a, memo).items() if k in in_b]
                 for n in reversed(added):  # (children first: each computed once)
                     self.ev(n, ctx, depth, mask)
                 x = self._branch(a, ctx, depth, _and(mask, cv), memo)

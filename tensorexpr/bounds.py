@@ -42,12 +42,17 @@ def read_sites(e: Expr, guards: Tuple[Expr, ...] = (), axes: Tuple[Axis, ...] = 
     >>> [str(g[0]) for _, g, _ in read_sites(te.select((i > 0) & (x > 0), X[i - 1], 0.0))][1:]
     ['((i > 0) & (X[1] > 0.0))']
     """
-    data: dict = {}  # guard id -> does it only test data (see tests_data)
+    # condition id -> does it only test data (see tests_data). Keyed by the condition
+    # in the expression (alive throughout), never by a ``not`` made here: one dropped
+    # would be freed and its id reused by the next
+    data: dict = {}
 
-    def keep(g, c):
+    def keep(g, c, negated=False):
         if id(c) not in data:
             data[id(c)] = tests_data(c)
-        return g if data[id(c)] else g + (c,)
+        if data[id(c)]:
+            return g
+        return g + (Unary("not", c, "bool") if negated else c,)
 
     seen = set()
     stack: list = [(e, guards, axes, False)]
@@ -63,11 +68,11 @@ def read_sites(e: Expr, guards: Tuple[Expr, ...] = (), axes: Tuple[Axis, ...] = 
         match x:
             case Select(c, a, b, _):
                 todo = [(c, g, ax, False), (a, keep(g, c), ax, False),
-                        (b, keep(g, Unary("not", c, "bool")), ax, False)]
+                        (b, keep(g, c, negated=True), ax, False)]
             case Binary("and", a, b, _):
                 todo = [(a, g, ax, False), (b, keep(g, a), ax, False)]
             case Binary("or", a, b, _):
-                todo = [(a, g, ax, False), (b, keep(g, Unary("not", a, "bool")), ax, False)]
+                todo = [(a, g, ax, False), (b, keep(g, a, negated=True), ax, False)]
             case Reduce(_, body, raxes, where, _):
                 inner = ax + tuple(raxes)
                 todo = [] if where is None else [(where, g, inner, False)]

@@ -118,9 +118,15 @@ def _helper_src(name: str) -> str:
                 f"  return ({T})r;\n}}\n")
     if kind in ("max", "min"):
         cmp = ">" if kind == "max" else "<"
-        if dt.startswith("float"):  # like np.maximum: a NaN operand wins
+        if dt.startswith("float"):
+            # like np.maximum: a NaN operand wins, a tie gives a (-0.0 or 0.0 as a is).
+            # Written as the machine's max (b > a ? b : a: keeps a NaN a) and one test
+            # for a NaN b, it vectorizes to 3 operations where (a >= b || a != a) took
+            # 4 (two compares, their or, a blend): a max over rows of 512 floats (one
+            # thread, 16 MiB) 0.39 -> 0.33 ms. (Of two NaNs it gives b: the IR says
+            # nothing of NaN payloads.)
             return (f"static inline {T} {name}({T} a, {T} b) "
-                    f"{{ return (a {cmp}= b || a != a) ? a : b; }}\n")
+                    f"{{ {T} m = b {cmp} a ? b : a; return b != b ? b : m; }}\n")
         return f"static inline {T} {name}({T} a, {T} b) {{ return a {cmp} b ? a : b; }}\n"
     if kind == "blend":  # c ? a : b without a branch (the bits of a or b)
         U = "uint32_t" if dt == "float32" else "uint64_t"

@@ -21,6 +21,15 @@ the contiguous one):
   chain of dependent additions), and the block walks ``rows`` rows along, a cache
   line of each at a time.
 
+When, besides, every self-read is the point's own row at the previous step
+(``c[r, t - 1]``) and the block's rows are the only loop inside the carried one, the
+previous step's values of the block are *carried in registers*: a local array of
+``rows`` elements, written with each point's value and read back at the next step,
+which the C compiler keeps in registers. Read back from the output instead, each step
+waited for its store to reach the load (and ``X[r, t]`` and ``c[r, t - 1]``, 4 KiB apart
+in rows of 1024 floats, alias in the store buffer): a cumulative sum along rows of
+2048 floats, 512 rows, one thread, ran 1.20 ms reading ``c`` back, 0.33 ms carried.
+
 Every point still computes the same expression from the same values as the IR says.
 
 >>> import tensorexpr as te
@@ -28,7 +37,7 @@ Every point still computes the same expression from the same values as the IR sa
 >>> c = te.recurrence((64, 100), lambda c, r, t: te.select(t == 0, X[r, 0],
 ...     c[r, t - 1] + X[r, t]), name="c")
 >>> print(plan(c, 16))
-r (blocks of 16), t (sequential), r
+r (blocks of 16), t (sequential, previous step in registers), r
 """
 from __future__ import annotations
 
@@ -38,11 +47,12 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from tensorexpr.ir import Axis, Compute, SelfRef, reads
+from tensorexpr.ir import Axis, Compute, Read, SelfRef, reads
+from tensorexpr.polyhedral import offset_range
 from tensorexpr.transform import const_value
 
-from .cexpr import I64, add, cast
-from .loopast import Block, For, Lit, Op, Stmt, Store, simd_safe
+from .cexpr import I64, add, cast, zero
+from .loopast import Block, Decl, For, Lit, Load, Local, Op, Stmt, Store, simd_safe
 from .scope import Scope
 
 #: a set of the L1 data cache holds this many lines, and consecutive 64-byte lines fall
@@ -62,18 +72,22 @@ class Order:
     """The loops of an interchanged recurrence ``t``, by axis position: ``outer`` run
     outside the carried loop, in order (the first threaded), ``inner`` inside it,
     innermost last. ``block``: an axis of ``outer`` run in blocks of ``rows`` (its
-    block loop in ``outer``'s place), whose rows are the last of ``inner``."""
+    block loop in ``outer``'s place), whose rows are the last of ``inner``.
+    ``carried``: the previous step's values of a block are kept in a local array
+    (registers) for the next step, not read back from ``t`` (:func:`previous_step_reads`)."""
     t: Compute
     outer: Tuple[int, ...]
     inner: Tuple[int, ...]
     block: Optional[int] = None
     rows: int = 1
+    carried: bool = False
 
     def __str__(self):
         axes = self.t.axes
         out = [axes[k].name + (f" (blocks of {self.rows})" if k == self.block else "")
                for k in self.outer]
-        out.append(axes[self.t.carry.axis].name + " (sequential)")
+        out.append(axes[self.t.carry.axis].name + (
+            " (sequential, previous step in registers)" if self.carried else " (sequential)"))
         return ", ".join(out + [axes[k].name for k in self.inner])
 
 
@@ -88,12 +102,53 @@ def independent(t: Compute) -> List[int]:
     >>> independent(h)
     [1]
     """
-    own = [r for r in reads(t.body) if isinstance(r.tensor, SelfRef)
-           and r.tensor.uid == t.self_ref.uid]
+    own = self_reads(t)
     # (an axis of one point has only the point's own index: simplified to a constant)
     return [k for k, ax in enumerate(t.axes) if k != t.carry.axis and (
         const_value(t.dims[k]) == 1 or
         all(isinstance(r.indices[k], Axis) and r.indices[k].uid == ax.uid for r in own))]
+
+
+def self_reads(t: Compute) -> List[Read]:
+    """The reads the recurrence ``t``'s body makes of itself.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4, 6), name="X")
+    >>> c = te.recurrence((4, 6), lambda c, r, t: te.select(t == 0, X[r, 0],
+    ...     c[r, t - 1] + X[r, t]), name="c")
+    >>> [str(r) for r in self_reads(c)]
+    ['c[r, t - 1]']
+    """
+    return [r for r in reads(t.body) if isinstance(r.tensor, SelfRef)
+            and r.tensor.uid == t.self_ref.uid]
+
+
+def previous_step_reads(t: Compute) -> Optional[List[Read]]:
+    """The self-reads of the recurrence ``t`` when every one is of the point's own
+    index on each axis but the carried one, and of the previous step on that (``t -
+    1`` ascending, ``t + 1`` descending); else None.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4, 6), name="X")
+    >>> c = te.recurrence((4, 6), lambda c, r, t: te.select(t == 0, X[r, 0],
+    ...     c[r, t - 1] * 0.5 + X[r, t]), name="c")
+    >>> [str(r) for r in previous_step_reads(c)]
+    ['c[r, t - 1]']
+    >>> d = te.recurrence((4, 6), lambda d, r, t: te.select(t < 2, X[r, t],
+    ...     d[r, t - 2] + X[r, t]), name="d")
+    >>> previous_step_reads(d) is None   # two steps back: not the value just computed
+    True
+    """
+    own = self_reads(t)
+    c = t.carry.axis
+    ax = t.axes[c]
+    for r in own:
+        if any(k != c and not (isinstance(x, Axis) and x.uid == a.uid)
+               for k, (x, a) in enumerate(zip(r.indices, t.axes))):
+            return None
+        if offset_range([ax], (), r.indices[c], ax) != (-t.carry.step, -t.carry.step):
+            return None
+    return own if own else None
 
 
 def block_rows(t: Compute, block: int, lanes: int) -> int:
@@ -170,7 +225,8 @@ def plan(t: Compute, lanes: int) -> Optional[Order]:
             n *= size if size is not None else MIN_OUTER
         if n < MIN_OUTER:
             return None
-    return Order(t, outer, inner, block, rows)
+    carried = block is not None and inner == (block,) and previous_step_reads(t) is not None
+    return Order(t, outer, inner, block, rows, carried)
 
 
 def lower(lw, t: Compute, order: Order) -> List[Stmt]:
@@ -182,16 +238,29 @@ def lower(lw, t: Compute, order: Order) -> List[Stmt]:
     vars_ = {k: lw.fresh("i", I64) for k in range(len(axes))}
     scope = Scope({axes[k].uid: vars_[k] for k in range(len(axes))}, tuple(axes), (), {})
     stmts: List[Stmt] = []
-    value = lw.expr(t.body, scope, stmts)
+    start = lw.fresh("i", I64) if order.block is not None else None
+    carry = None
+    if order.carried:
+        # the previous step's value of row i is carry[i - start] (a read of the first
+        # step's previous one is on a branch the body's select does not take, or
+        # blended away: the array starts at zero, not uninitialised)
+        carry = lw.fresh("carry", t.dtype)
+        slot = Op("sub", (vars_[order.block], start), I64)
+        for r in previous_step_reads(t):
+            scope.memo[r] = Load(carry.name, slot, t.dtype)
+    value = cast(lw.expr(t.body, scope, stmts), t.dtype)
+    if carry is not None:
+        v = lw.fresh("t", t.dtype)
+        stmts += [Decl(v, value), Store(carry.name, slot, v)]
+        value = v
     stmts.append(Store(lw.buf[t.uid].name, lw.offset(t.uid, [vars_[k] for k in range(len(axes))]),
-                       cast(value, t.dtype)))
+                       value))
     body = Block(tuple(stmts))
     work = lw.work(t, axes)
     lw.record.note("order", str(order))
     # inside the carried loop: the block's rows innermost (scalar: its lanes would be
     # gathers down a column), else the last axis in vector lanes
     inner = list(order.inner)
-    start = lw.fresh("i", I64) if order.block is not None else None
     for n, k in enumerate(reversed(inner)):
         ax = axes[k]
         if k == order.block:
@@ -203,6 +272,11 @@ def lower(lw, t: Compute, order: Order) -> List[Stmt]:
     ax = axes[c]
     body = Block((For(vars_[c], lw.size_expr(ax.lo), lw.size_expr(ax.hi), 1, body,
                       descending=t.carry.step < 0, note=ax.name + " (sequential)"),))
+    if carry is not None:
+        k = lw.fresh("i", I64)
+        body = Block((Local(carry.name, t.dtype, order.rows),
+                      For(k, Lit(0, I64), Lit(order.rows, I64), 1,
+                          Block((Store(carry.name, k, zero(t.dtype)),)))) + body.stmts)
     for k in reversed(order.outer):
         ax = axes[k]
         first = k == order.outer[0] and work is not False

@@ -37,6 +37,7 @@ from tensorexpr.printer import shape_str
 from tensorexpr.polyhedral import NotAffine, Space, params_of, simplify_affine, solve_fiber
 from tensorexpr.transform import map_reads, replace_subexprs_each, substitute
 
+from .common_factors import factored_sum
 from .gradients import Gradients, resolve_inputs
 from .normalize import hoist_reductions, normalize
 from .partials import Site, read_partials
@@ -302,7 +303,9 @@ class _Differentiator:
                  api.cast(Read(h, axes, h.dtype), t.dtype) for h in self.seeds.get(t.uid, ())]
         terms = seeds + [f(axes) for f in self.terms.get(t.uid, [])]
         self_ref = self.self_handle.get(t.uid)
-        terms = _merge_sums(terms)
+        # (terms sharing a factor, the head or a chain's partials, are added before
+        # multiplying by it: passes.common_factors)
+        terms = factored_sum(_merge_sums(terms))
         body = balanced_sum(terms) if terms else api.const(0.0, t.dtype)
         body = simplify(api.cast(body, t.dtype))
         if self_ref is None and _is_copy(body, axes):

@@ -26,7 +26,7 @@ LAYERS = [["tensorexpr.errors", "tensorexpr.collector"], ["tensorexpr.ir.dtypes"
           ["tensorexpr.recurrence"], ["tensorexpr.api"], ["passes.extract", "passes.gradients"],
           ["passes.contexts"],
           ["passes.simplify", "passes.normalize", "passes.hoist", "passes.squeeze",
-           "passes.share"], ["passes.partials", "passes.factor_sums"],
+           "passes.share"], ["passes.partials", "passes.factor_sums", "passes.common_factors"],
           ["tensorexpr.nn.arguments"],
           ["tensorexpr.nn.reductions", "tensorexpr.nn.activations", "tensorexpr.nn.products",
            "tensorexpr.nn.convolution", "tensorexpr.nn.embeddings", "tensorexpr.nn.resampling",

@@ -85,3 +85,43 @@ def test_rows_whose_lines_share_a_cache_set_run_fewer_at_a_time():
     assert interchange.block_rows(_scan(64, 2048)[1], 0, 16) == 4   # 8 KiB apart
     assert interchange.block_rows(_scan(64, 2000)[1], 0, 16) == 16  # spread over the sets
     assert interchange.block_rows(_scan(64, 48)[1], 0, 16) == 16    # 3 lines apart
+
+
+@SETTINGS
+@given(st.integers(1, 3), st.integers(1, 37), st.integers(2, 50), st.booleans())
+def test_a_scan_reading_its_previous_step_carries_it_in_registers_and_agrees(B, R, N, affine):
+    # an affine step (two reads of the previous value) or a nonlinear one
+    X = te.placeholder((B, R, N), name="X")
+    if affine:
+        body = lambda c, b, r, t: te.select(  # noqa: E731
+            t == 0, X[b, r, 0], c[b, r, t - 1] * 0.5 + X[b, r, t] * c[b, r, t - 1])
+    else:
+        body = lambda c, b, r, t: te.select(  # noqa: E731
+            t == 0, X[b, r, 0], te.tanh(c[b, r, t - 1]) + X[b, r, t])
+    c = te.recurrence((B, R, N), body, name="c")
+    f, _ = agree([c], [X], rand((B, R, N)))
+    order = f.schedule["c"].param("order")
+    assert order.startswith("b, r (blocks of "), str(f.schedule)
+    assert "t (sequential, previous step in registers), r" in order, str(f.schedule)
+    assert "carry" in f.source
+
+
+@SETTINGS
+@given(st.integers(1, 20), st.integers(3, 30))
+def test_a_scan_reading_two_steps_back_reads_its_output(R, N):
+    # c[r, t - 2] is not the value the step before computed: no carry
+    X = te.placeholder((R, N), name="X")
+    c = te.recurrence((R, N), lambda c, r, t: te.select(
+        t < 2, X[r, t], c[r, t - 2] + c[r, t - 1] * 0.5 + X[r, t]), name="c")
+    f, _ = agree([c], [X], rand((R, N)))
+    order = f.schedule["c"].param("order")
+    assert order.startswith("r (blocks of ") and "t (sequential), r" in order, order
+    assert "carry" not in f.source
+
+
+def test_previous_step_reads_are_own_row_at_the_step_before():
+    X, c = _scan(8, 16)
+    assert [str(r) for r in interchange.previous_step_reads(c)] == ["c[r, t - 1]"]
+    h = te.recurrence((8, 16), lambda h, r, t: te.select(
+        t == 0, X[r, 0], h[(r + 1) % 8, t - 1] + X[r, t]), name="h")
+    assert interchange.previous_step_reads(h) is None

@@ -286,8 +286,41 @@ class ExprLowering:
         """The nodes computed into locals (``_analyse``) and not yet in ``scope`` that
         are evaluated wherever ``e`` is, by id: through the children evaluated with
         it (``evaluated_with``) and those evaluated in both branches of a select.
-        ``cache``: the latter per select, for one question."""
+        ``cache``: the latter per select, for one question.
+
+        Iterative: the selects under ``e`` are answered innermost first, from an
+        explicit stack (a chain of 1,000 selects nested in each other's branches
+        recursed once per level past Python's limit)."""
+        found, missing = self._evaluated_flat(e, scope, cache)
+        todo = list(missing)
+        while todo:
+            s = todo[-1]
+            if id(s) in cache:
+                todo.pop()
+                continue
+            fb, mb = self._evaluated_flat(s.b, scope, cache)
+            if mb:
+                todo.extend(mb)
+                continue
+            if not fb:
+                cache[id(s)] = {}
+                todo.pop()
+                continue
+            fa, ma = self._evaluated_flat(s.a, scope, cache)
+            if ma:
+                todo.extend(ma)
+                continue
+            cache[id(s)] = {k: v for k, v in fa.items() if k in fb}
+            todo.pop()
+        if missing:
+            found, _ = self._evaluated_flat(e, scope, cache)
+        return found
+
+    def _evaluated_flat(self, e: Expr, scope: Scope, cache) -> tuple:
+        """``(found, missing)``: what :meth:`evaluated` answers for ``e`` from the selects
+        already in ``cache``, and the selects under ``e`` not yet in it."""
         found: Dict[int, Expr] = {}
+        missing: List[Select] = []
         seen: set = set()
         stack = [e]
         while stack:
@@ -302,13 +335,11 @@ class ExprLowering:
             if isinstance(x, Select):
                 got = cache.get(id(x))
                 if got is None:
-                    b = self.evaluated(x.b, scope, cache)
-                    got = {k: v for k, v in self.evaluated(x.a, scope, cache).items()
-                           if k in b} if b else {}
-                    cache[id(x)] = got
-                found.update(got)
+                    missing.append(x)
+                else:
+                    found.update(got)
             stack.extend(evaluated_with(x))
-        return found
+        return found, missing
 
     def select(self, e: Select, scope: Scope, out: List[Stmt]) -> CExpr:
         # A value both branches compute is computed once, before them: the same

@@ -66,6 +66,13 @@ class ExprLowering:
         self.compared: set = set()
         #: node id -> its rank in a post-order of all analysed roots (children first)
         self._rank: Dict[int, int] = {}
+        #: node id -> the region its uses have in common (see ``_place``)
+        self._region: Dict[int, int] = {}
+        #: region -> (parent region, depth); region -> the bound nodes placed there
+        #: that its code does not evaluate itself: only regions under it do
+        self._regions: Dict[int, tuple] = {}
+        self._placed: Dict[int, List[Expr]] = {}
+        self._branch: Dict[tuple, int] = {}  # (node id, which child) -> its region
 
     # {{{ loops over a (reduction or scatter) domain
 
@@ -170,6 +177,86 @@ class ExprLowering:
                 self._bind[id(x)] = True
             elif was is None:
                 self._bind[id(x)] = False
+        self._place(e, nodes)
+
+    def _place(self, e: Expr, nodes: List[Expr]) -> None:
+        """Give each node of ``e`` the innermost region holding all its uses: regions
+        are ``e`` itself and, under a region, a select's branches and the right operand
+        of ``&``/``|`` (evaluated only where a condition holds) and a reduction's body.
+        A bound node whose region is R but which only regions under R evaluate (the
+        same value in the guarded terms of a gradient, ``select(g1, v * a, 0) +
+        select(g2, v * b, 0)``) is listed for R: ``select`` computes it once, before the
+        first select of R, where that is safe without the guards (``_speculable``)."""
+        regions, region, branch = self._regions, self._region, self._branch
+        root = len(regions) + 1
+        regions[root] = (0, 0)
+        if id(e) not in region:
+            region[id(e)] = root
+        direct: Dict[int, int] = {}  # node id -> a region evaluating it itself
+
+        def lca(a: int, b: int) -> int:
+            while a != b:
+                (pa, da), (pb, db) = regions[a], regions[b]
+                if da >= db:
+                    a = pa
+                if db >= da:
+                    b = pb
+                if not a or not b:
+                    return root
+            return a
+
+        def sub(x, which, parent):
+            key = (id(x), which)
+            r = branch.get(key)
+            if r is None:
+                r = branch[key] = len(regions) + 1
+                regions[r] = (parent, regions[parent][1] + 1)
+            return r
+
+        for x in reversed(nodes):  # parents before children
+            here = region.get(id(x), root)
+            match x:
+                case Select(c, a, b, _):
+                    uses = [(c, here), (a, sub(x, "a", here)), (b, sub(x, "b", here))]
+                case Binary("and" | "or", a, b, _):
+                    uses = [(a, here), (b, sub(x, "b", here))]
+                case Reduce():
+                    uses = [(c, sub(x, "body", here)) for c in children(x)]
+                case _:
+                    uses = [(c, here) for c in children(x)]
+            for c, r in uses:
+                old = region.get(id(c))
+                region[id(c)] = r if old is None else lca(old, r)
+                if r == here:
+                    direct[id(c)] = r
+        for x in nodes:  # (children first: the order to compute them in)
+            r = region.get(id(x))
+            if self._bind.get(id(x)) and r is not None and direct.get(id(x)) != r:
+                self._placed.setdefault(r, []).append(x)
+
+    def _speculable(self, x: Expr, scope: Scope, memo: Dict[int, bool]) -> bool:
+        """Can ``x`` be computed in ``scope`` without the guards of the branches that
+        use it: no reduction, no inlined tensor, no integer division by a variable,
+        and every read proven in range here (a value computed and not used costs time,
+        never a trap: -fno-trapping-math)."""
+        for y in postorder(x):
+            got = memo.get(id(y))
+            if got is None:
+                match y:
+                    case Reduce():
+                        got = False
+                    case Read(tensor=t, indices=idx):
+                        got = (t.uid in self.buf and t.uid not in self.inline
+                               and all(scope.proves_inside(i, n, self.params)
+                                       for i, n in zip(idx, self.dims[t.uid])))
+                    case Binary("floordiv" | "mod", _, b, _):
+                        got = isinstance(b, Const)
+                    case _:
+                        got = True
+                memo[id(y)] = got
+            if not got:
+                return False
+        return True
 
     def _binds_below(self, e: Expr) -> bool:
         """Is a node strictly under ``e`` computed into a local? (Else staging ``e`` has
@@ -346,6 +433,13 @@ class ExprLowering:
         # operations on every path (its reads' checks hold on each path, so on
         # their union), and a chain of selects sharing values stays a DAG in C
         # (each branch had its own copy: twice the C per level).
+        placed = self._placed.pop(self._region.get(id(e)), None)
+        if placed:
+            # values the guarded regions under this one share: once, before them
+            memo: Dict[int, bool] = {}
+            for x in placed:
+                if ("cse", id(x)) not in scope.memo and self._speculable(x, scope, memo):
+                    self.expr(x, scope, out)
         cache: Dict[int, Dict[int, Expr]] = {}
         b = self.evaluated(e.b, scope, cache)
         if b:

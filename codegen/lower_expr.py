@@ -66,6 +66,13 @@ class ExprLowering:
         self.compared: set = set()
         #: node id -> its rank in a post-order of all analysed roots (children first)
         self._rank: Dict[int, int] = {}
+        #: node id -> the region its uses have in common (see ``_place``)
+        self._region: Dict[int, int] = {}
+        #: region -> (parent region, depth); region -> the bound nodes placed there
+        #: that its code does not evaluate itself: only regions under it do
+        self._regions: Dict[int, tuple] = {}
+        self._placed: Dict[int, List[Expr]] = {}
+        self._branch: Dict[tuple, int] = {}  # (node id, which child) -> its region
 
     # {{{ loops over a (reduction or scatter) domain
 
@@ -170,6 +177,86 @@ class ExprLowering:
                 self._bind[id(x)] = True
             elif was is None:
                 self._bind[id(x)] = False
+        self._place(e, nodes)
+
+    def _place(self, e: Expr, nodes: List[Expr]) -> None:
+        """Give each node of ``e`` the innermost region holding all its uses: regions
+        are ``e`` itself and, under a region, a select's branches and the right operand
+        of ``&``/``|`` (evaluated only where a condition holds) and a reduction's body.
+        A bound node whose region is R but which only regions under R evaluate (the
+        same value in the guarded terms of a gradient, ``select(g1, v * a, 0) +
+        select(g2, v * b, 0)``) is listed for R: ``select`` computes it once, before the
+        first select of R, where that is safe without the guards (``_speculable``)."""
+        regions, region, branch = self._regions, self._region, self._branch
+        root = len(regions) + 1
+        regions[root] = (0, 0)
+        if id(e) not in region:
+            region[id(e)] = root
+        direct: Dict[int, int] = {}  # node id -> a region evaluating it itself
+
+        def lca(a: int, b: int) -> int:
+            while a != b:
+                (pa, da), (pb, db) = regions[a], regions[b]
+                if da >= db:
+                    a = pa
+                if db >= da:
+                    b = pb
+                if not a or not b:
+                    return root
+            return a
+
+        def sub(x, which, parent):
+            key = (id(x), which)
+            r = branch.get(key)
+            if r is None:
+                r = branch[key] = len(regions) + 1
+                regions[r] = (parent, regions[parent][1] + 1)
+            return r
+
+        for x in reversed(nodes):  # parents before children
+            here = region.get(id(x), root)
+            match x:
+                case Select(c, a, b, _):
+                    uses = [(c, here), (a, sub(x, "a", here)), (b, sub(x, "b", here))]
+                case Binary("and" | "or", a, b, _):
+                    uses = [(a, here), (b, sub(x, "b", here))]
+                case Reduce():
+                    uses = [(c, sub(x, "body", here)) for c in children(x)]
+                case _:
+                    uses = [(c, here) for c in children(x)]
+            for c, r in uses:
+                old = region.get(id(c))
+                region[id(c)] = r if old is None else lca(old, r)
+                if r == here:
+                    direct[id(c)] = r
+        for x in nodes:  # (children first: the order to compute them in)
+            r = region.get(id(x))
+            if self._bind.get(id(x)) and r is not None and direct.get(id(x)) != r:
+                self._placed.setdefault(r, []).append(x)
+
+    def _speculable(self, x: Expr, scope: Scope, memo: Dict[int, bool]) -> bool:
+        """Can ``x`` be computed in ``scope`` without the guards of the branches that
+        use it: no reduction, no inlined tensor, no integer division by a variable,
+        and every read proven in range here (a value computed and not used costs time,
+        never a trap: -fno-trapping-math)."""
+        for y in postorder(x):
+            got = memo.get(id(y))
+            if got is None:
+                match y:
+                    case Reduce():
+                        got = False
+                    case Read(tensor=t, indices=idx):
+                        got = (t.uid in self.buf and t.uid not in self.inline
+                               and all(scope.proves_inside(i, n, self.params)
+                                       for i, n in zip(idx, self.dims[t.uid])))
+                    case Binary("floordiv" | "mod", _, b, _):
+                        got = isinstance(b, Const)
+                    case _:
+                        got = True
+                memo[id(y)] = got
+            if not got:
+                return False
+        return True
 
     def _binds_below(self, e: Expr) -> bool:
         """Is a node strictly under ``e`` computed into a local? (Else staging ``e`` has
@@ -286,8 +373,41 @@ class ExprLowering:
         """The nodes computed into locals (``_analyse``) and not yet in ``scope`` that
         are evaluated wherever ``e`` is, by id: through the children evaluated with
         it (``evaluated_with``) and those evaluated in both branches of a select.
-        ``cache``: the latter per select, for one question."""
+        ``cache``: the latter per select, for one question.
+
+        Iterative: the selects under ``e`` are answered innermost first, from an
+        explicit stack (a chain of 1,000 selects nested in each other's branches
+        recursed once per level past Python's limit)."""
+        found, missing = self._evaluated_flat(e, scope, cache)
+        todo = list(missing)
+        while todo:
+            s = todo[-1]
+            if id(s) in cache:
+                todo.pop()
+                continue
+            fb, mb = self._evaluated_flat(s.b, scope, cache)
+            if mb:
+                todo.extend(mb)
+                continue
+            if not fb:
+                cache[id(s)] = {}
+                todo.pop()
+                continue
+            fa, ma = self._evaluated_flat(s.a, scope, cache)
+            if ma:
+                todo.extend(ma)
+                continue
+            cache[id(s)] = {k: v for k, v in fa.items() if k in fb}
+            todo.pop()
+        if missing:
+            found, _ = self._evaluated_flat(e, scope, cache)
+        return found
+
+    def _evaluated_flat(self, e: Expr, scope: Scope, cache) -> tuple:
+        """``(found, missing)``: what :meth:`evaluated` answers for ``e`` from the selects
+        already in ``cache``, and the selects under ``e`` not yet in it."""
         found: Dict[int, Expr] = {}
+        missing: List[Select] = []
         seen: set = set()
         stack = [e]
         while stack:
@@ -302,19 +422,24 @@ class ExprLowering:
             if isinstance(x, Select):
                 got = cache.get(id(x))
                 if got is None:
-                    b = self.evaluated(x.b, scope, cache)
-                    got = {k: v for k, v in self.evaluated(x.a, scope, cache).items()
-                           if k in b} if b else {}
-                    cache[id(x)] = got
-                found.update(got)
+                    missing.append(x)
+                else:
+                    found.update(got)
             stack.extend(evaluated_with(x))
-        return found
+        return found, missing
 
     def select(self, e: Select, scope: Scope, out: List[Stmt]) -> CExpr:
         # A value both branches compute is computed once, before them: the same
         # operations on every path (its reads' checks hold on each path, so on
         # their union), and a chain of selects sharing values stays a DAG in C
         # (each branch had its own copy: twice the C per level).
+        placed = self._placed.pop(self._region.get(id(e)), None)
+        if placed:
+            # values the guarded regions under this one share: once, before them
+            memo: Dict[int, bool] = {}
+            for x in placed:
+                if ("cse", id(x)) not in scope.memo and self._speculable(x, scope, memo):
+                    self.expr(x, scope, out)
         cache: Dict[int, Dict[int, Expr]] = {}
         b = self.evaluated(e.b, scope, cache)
         if b:

@@ -34,6 +34,10 @@ def contexts(t: Compute):
     ...  if str(x).startswith("exp")]
     [('exp(X[i - 1])', [('(i > 0)', True)])]
 
+    Equal guard sets are one tuple object: compare them by ``id`` (a chain of 1,000
+    selects reaches its innermost nodes under 1,000 guards; spelling each set out per
+    node made the walk quadratic in depth).
+
     Kept on the (immutable) tensor, as its inputs are (``ir.tensor_inputs``): the passes
     of a build ask again of the tensors the passes before left as they were
     (``passes.factor_sums`` twice, ``passes.hoist``, each round of ``passes.share``).
@@ -46,11 +50,23 @@ def _contexts(t: Compute) -> list:
     out = []
     seen = set()
     variants: dict = {}  # (node, axes, compared) -> guard sets it was reached under
-    stack = [(t.body, {a.uid: a for a in t.axes}, (), False)]
+    # a guard set is named by an int, (its parent set's, the new guard's id, polarity)
+    # interned: the key of a node under 1,000 guards is not a tuple of 1,000 ids
+    names: dict = {}
+    sets: dict = {0: ()}  # name -> the one tuple of that guard set
+
+    def extend(gk, guards, cond, polarity):
+        k = names.setdefault((gk, id(cond), polarity), len(names) + 1)
+        if k not in sets:
+            sets[k] = guards + ((cond, polarity),)
+        return k, sets[k]
+
+    stack = [(t.body, {a.uid: a for a in t.axes}, 0, False)]
     while stack:
-        x, bound, guards, cmp = stack.pop()
+        x, bound, gk, cmp = stack.pop()
+        guards = sets[gk]
         axes = frozenset(bound)
-        key = (id(x), axes, tuple((id(g), p) for g, p in guards), cmp)
+        key = (id(x), axes, gk, cmp)
         if key in seen:
             continue
         group = (id(x), axes, cmp)
@@ -59,8 +75,8 @@ def _contexts(t: Compute) -> list:
             # MAX_GUARD_SETS exact ones, a path keeps only its outermost guard (weaker:
             # more points, so a box over them still holds the node's), and the paths
             # below it merge. The exact ones already tell that it has several.
-            guards = guards[:1]
-            key = (id(x), axes, ((id(guards[0][0]), guards[0][1]),), cmp)
+            gk, guards = extend(0, (), *guards[0])
+            key = (id(x), axes, gk, cmp)
             if key in seen:
                 continue
         seen.add(key)
@@ -73,17 +89,18 @@ def _contexts(t: Compute) -> list:
                 # a max's or min's values are compared (its gradient tests for ties)
                 c = cmp or op in ("max", "min")
                 if where is not None:
-                    stack.append((where, inner, guards, c))
-                stack.append((body, inner, guards + (((where, True),) if where is not None
-                                                     else ()), c))
+                    stack.append((where, inner, gk, c))
+                stack.append((body, inner, extend(gk, guards, where, True)[0]
+                              if where is not None else gk, c))
             case Binary("and" | "or" as op, a, b, _):
-                stack += [(b, bound, guards + ((a, op == "and"),), cmp), (a, bound, guards, cmp)]
+                stack += [(b, bound, extend(gk, guards, a, op == "and")[0], cmp),
+                          (a, bound, gk, cmp)]
             case Select(c, a, b, _):
-                stack += [(b, bound, guards + ((c, False),), cmp),
-                          (a, bound, guards + ((c, True),), cmp), (c, bound, guards, cmp)]
+                stack += [(b, bound, extend(gk, guards, c, False)[0], cmp),
+                          (a, bound, extend(gk, guards, c, True)[0], cmp), (c, bound, gk, cmp)]
             case Binary(op, a, b, _):
                 c = cmp or op in TIE_TESTS
-                stack += [(b, bound, guards, c), (a, bound, guards, c)]
+                stack += [(b, bound, gk, c), (a, bound, gk, c)]
             case Unary(_, a, _) | Cast(a, _):
-                stack.append((a, bound, guards, cmp))
+                stack.append((a, bound, gk, cmp))
     return out

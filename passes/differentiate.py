@@ -35,7 +35,7 @@ from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, Sca
                            tensor_inputs, walk, INDEX_DTYPE)
 from tensorexpr.printer import shape_str
 from tensorexpr.polyhedral import NotAffine, Space, params_of, simplify_affine, solve_fiber
-from tensorexpr.transform import map_reads, replace_subexprs_each, substitute
+from tensorexpr.transform import interned, map_reads, replace_subexprs_each, substitute
 
 from .common_factors import factored_sum
 from .gradients import Gradients, resolve_inputs
@@ -307,7 +307,10 @@ class _Differentiator:
         # multiplying by it: passes.common_factors)
         terms = factored_sum(_merge_sums(terms))
         body = balanced_sum(terms) if terms else api.const(0.0, t.dtype)
-        body = simplify(api.cast(body, t.dtype))
+        # one object per distinct sub-expression: each term substituted its own copy of
+        # the chain it shares with the others (a shared select chain's gradient held
+        # D**2 nodes for 2*D distinct, and its C computed each copy again)
+        body = interned(simplify(api.cast(body, t.dtype)))
         if self_ref is None and _is_copy(body, axes):
             self.adj[t.uid] = body.tensor  # the adjoint is another tensor verbatim: no copy
             return

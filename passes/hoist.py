@@ -141,7 +141,7 @@ def invariant_parts(t: Compute) -> List[Tuple[Expr, Tuple[Expr, ...]]]:
     where: Dict[int, set] = {}
     compared = set()
     for x, _, guards, cmp in reached:
-        where.setdefault(id(x), set()).add(tuple((id(g), p) for g, p in guards))
+        where.setdefault(id(x), set()).add(id(guards))  # (one tuple per guard set)
         if cmp:
             compared.add(id(x))
     # several sums in one body (an LSTM's gates: x @ Wx + h @ Wh + b): each becomes a

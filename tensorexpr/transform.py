@@ -105,6 +105,26 @@ def bottom_up(e: Expr, post: Callable[[Expr], Expr],
     return memo[id(e)]
 
 
+def interned(e: Expr, table: Optional[Dict[Expr, Expr]] = None) -> Expr:
+    """``e`` with structurally equal sub-expressions made one object (hash-consing):
+    the first met of each stands for all. ``table`` (node -> its one object) may be
+    shared between calls, so that several expressions share their equal parts.
+
+    Passes and backends key their work by identity (a local per node in C, a partial
+    per node): the terms of a gradient, each built by its own substitution, hold equal
+    copies of one chain, and each copy was computed again.
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4,), name="X")
+    >>> e = interned(te.exp(X[0]) + te.exp(X[0]))
+    >>> e.a is e.b
+    True
+    """
+    if table is None:
+        table = {}
+    return bottom_up(e, lambda x: table.setdefault(x, x))
+
+
 def substitute(e: Expr, mapping: Dict[Expr, Expr]) -> Expr:
     """Replace axes / size variables (keys, matched structurally) by expressions.
 

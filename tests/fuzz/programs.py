@@ -837,9 +837,9 @@ _DEEP_UNARY = {"tanh": "te.tanh({})", "sin": "te.sin({})", "sigmoid": "te.sigmoi
                "half": "0.5 * ({})"}
 _DEEP_BINARY = {"avg": "0.5 * ({} + {})", "tmul": "te.tanh({}) * ({})", "max": "te.maximum({}, {})",
                 "min": "te.minimum({}, {})"}
-#: the most steps of a deep chain (30 asked for; past ~12 the gradient of a chain inside
-#: a reduction spends minutes in passes.partials' simplify: not fixed yet)
-DEEP_STEPS = 12
+#: the most steps of a deep chain (a gradient's terms share one object per distinct
+#: node, and the C one local per value their guarded terms share: linear in steps)
+DEEP_STEPS = 30
 
 
 def gen_deep(draw, ctx: _Ctx, depth: int):
@@ -849,10 +849,7 @@ def gen_deep(draw, ctx: _Ctx, depth: int):
     steps = []
     for m in range(1, draw(st.integers(1, DEEP_STEPS)) + 1):
         recent = st.integers(max(0, m - 3), m - 1)
-        # ("sel" steps are not drawn yet: the numpy reference evaluates a select's
-        # branches in their own contexts, so a chain of selects sharing values takes
-        # 2**steps there (codegen.reference); the C backend is linear)
-        kind = _pick(draw, ["un", "bin"])
+        kind = _pick(draw, ["un", "bin", "sel"])
         if kind == "un":
             steps.append(("un", _pick(draw, list(_DEEP_UNARY)), draw(recent)))
         elif kind == "bin":

@@ -48,7 +48,7 @@ def resolve_inputs(outputs: Sequence[Tensor], inputs) -> List[Tensor]:
     (['A', 'B'], ['B'])
     >>> resolve_inputs([C], [A, idx])  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    TypeError: differentiate at <doctest ...>: input tensor 'idx' (defined at ...) is int32, which has no gradient; differentiate with respect to floating-point inputs only, or cast it (idx.astype("float32")) where it is read if it is a value
+    TypeError: differentiate at <doctest ...: input tensor 'idx' (defined at ...) is int32, which has no gradient; ...value
     """
     if inputs is None:
         return sorted((t for t in topo_order(list(outputs))
@@ -56,7 +56,12 @@ def resolve_inputs(outputs: Sequence[Tensor], inputs) -> List[Tensor]:
                       key=lambda t: t.uid)
     got = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     for t in got:
-        if isinstance(t, Tensor) and not is_float(t.dtype):
+        if not isinstance(t, Tensor):
+            raise TypeError(
+                f"differentiate at {user_origin()}: inputs= takes the tensors to differentiate "
+                f"with respect to (te.placeholder, te.compute...), not a "
+                f"{type(t).__name__}; pass arrays when calling the built gradient")
+        if not is_float(t.dtype):
             raise TypeError(
                 f"differentiate at {user_origin()}: input {describe(t)} is {t.dtype}, which "
                 f"has no gradient; differentiate with respect to floating-point inputs only, "

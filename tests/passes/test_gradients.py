@@ -41,3 +41,10 @@ def test_without_inputs_only_the_float_placeholders_are_differentiated():
         if m[k]:
             want[ids[k]] += 2 * e[ids[k]]
     assert np.allclose(got, want)
+
+
+@pytest.mark.parametrize("bad", [np.ones((5, 3)), te.var("n"), "E", 3.0])
+def test_an_input_that_is_not_a_tensor_is_refused_with_the_line(bad):
+    E, idx, mask, L = embedding_loss()
+    with pytest.raises(TypeError, match=rf"test_gradients.py.*not a {type(bad).__name__}"):
+        te.differentiate(L, [E, bad])

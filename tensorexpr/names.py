@@ -15,6 +15,7 @@ import dataclasses
 from typing import Dict, List, Sequence, Tuple
 
 from .ir import Compute, Placeholder, Read, ScatterAdd, Tensor, tensor_inputs, topo_order
+from .transform import map_tensor_reads
 
 
 def free_name(name: str, taken) -> str:
@@ -67,7 +68,6 @@ def names_apart(outputs: Sequence[Tensor], inputs: Sequence[Tensor]
         t = new.get(r.tensor.uid)
         return r if t is None or t is r.tensor else Read(t, r.indices, r.dtype)
 
-    from .transform import map_tensor_reads
     for t in order:
         if t.uid not in rename and not any(p.uid in new for p in tensor_inputs(t)):
             continue

@@ -70,8 +70,11 @@ def check_dtype(dtype) -> str:
             name = np.dtype(dtype).name
         except TypeError:
             name = None
-        if name in DTYPES and dtype is not None and dtype not in (float, int, bool):
-            return name  # (Python's float is float64 to numpy, float32 here: refused)
+        # (Python's float is float64 to numpy, float32 here: refused; `is`, as a numpy
+        # dtype compares equal to the Python type)
+        if name in DTYPES and dtype is not None and not any(dtype is t for t in (float, int, bool)):
+            return name
+        raise TypeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     if dtype not in DTYPES:
         raise TypeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     return dtype

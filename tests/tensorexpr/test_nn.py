@@ -466,3 +466,19 @@ def test_logsumexp_of_infinite_rows_is_torchs(backend):
     np.testing.assert_array_equal(y[:3], ty.detach().numpy()[:3])
     np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-15)
     np.testing.assert_allclose(g, tg.numpy(), rtol=1e-15)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_relu_keeps_a_nan(backend):
+    # select(x > 0, x, 0) turned a NaN into 0: a diverged activation passed on silently
+    v = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 2.0, -3.0])
+    X = te.placeholder(v.shape, dtype="float64", name="X")
+    H = te.placeholder(v.shape, dtype="float64", name="H")
+    Y = nn.relu(X)
+    (dX,) = te.differentiate(Y, [X], head=H)
+    y, g = te.build([Y, dX], inputs=[X, H], backend=backend)(v, np.ones_like(v))
+    tx = torch.tensor(v, requires_grad=True)
+    ty = F.relu(tx)
+    (tg,) = torch.autograd.grad(ty, [tx], torch.ones_like(tx))
+    np.testing.assert_array_equal(y, ty.detach().numpy())
+    np.testing.assert_array_equal(g, tg.numpy())

@@ -50,15 +50,18 @@ def names_apart(outputs: Sequence[Tensor], inputs: Sequence[Tensor]
     (True, 'Y_2', True, '(Y[i] + 1.0)')
     """
     order = topo_order(list(outputs))
-    every = {t.name for t in order} | {t.name for t in inputs}
+    # names held so far (placeholders first), and every name of the program: a new
+    # name is neither
     taken = {t.name for t in order if isinstance(t, Placeholder)} | \
         {t.name for t in inputs if isinstance(t, Placeholder)}
+    used = taken | {t.name for t in order} | {t.name for t in inputs}
     rename: Dict[int, str] = {}
     for t in order:
         if isinstance(t, Placeholder):
             continue
         if t.name in taken:
-            rename[t.uid] = free_name(t.name, every | taken)
+            rename[t.uid] = free_name(t.name, used)
+            used.add(rename[t.uid])
         taken.add(rename.get(t.uid, t.name))
     if not rename:
         return list(outputs), list(inputs)

@@ -183,10 +183,12 @@ class Signature:
         for t in self._sized:
             shape = self.shape(t, sizes)
             if any(d < 0 for d in shape):
+                from tensorexpr.printer import expr_str
+                neg = next(e for e, d in zip(t.dims, shape) if d < 0)
                 raise ValueError(
                     f"{describe(t)} would have the negative shape {shape} with "
                     f"{', '.join(f'{k}={v}' for k, v in sizes.items())}; pass larger inputs "
-                    f"or clamp the shape (e.g. te.maximum(n - 3, 0))")
+                    f"or clamp the shape (te.maximum({expr_str(neg)}, 0))")
         zero = frozenset(k for k, v in sizes.items() if v == 0)
         if zero:
             self.check_empty(zero, sizes)

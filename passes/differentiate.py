@@ -362,7 +362,9 @@ class _Differentiator:
                     fwd = dataclasses.replace(t, body=body, self_ref=None, carry=None)
                     # the partials are simplified (Wh[k, 0 + j] reads Wh[k, j]): the
                     # reduction is found in either form
-                    pairs = [(form, value) for r, value in hoist_reductions(fwd)
+                    hoisted = hoist_reductions(fwd, self.taken)
+                    self.taken |= {value.tensor.name for _, value in hoisted}
+                    pairs = [(form, value) for r, value in hoisted
                              for form in dict.fromkeys((r, simplify(r)), None)]
                     sites = _replaced(sites, pairs)
                 adj_idx = p_axes + tuple(t.axes)

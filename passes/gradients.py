@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Sequence
 
-from tensorexpr.ir import Placeholder, Tensor, topo_order
+from tensorexpr.errors import describe, user_origin
+from tensorexpr.ir import Placeholder, Tensor, is_float, topo_order
 
 
 class Gradients(tuple):
@@ -33,20 +34,39 @@ class Gradients(tuple):
 
 def resolve_inputs(outputs: Sequence[Tensor], inputs) -> List[Tensor]:
     """The tensors ``differentiate(outputs, inputs)`` differentiates with respect to, as a
-    list: ``inputs=None`` means every placeholder the outputs read, in creation order.
+    list: ``inputs=None`` means every floating-point placeholder the outputs read, in
+    creation order (an index or label array has no gradient, so it is not one of them).
+
+    An integer or boolean tensor listed explicitly is a ``TypeError``: its gradient
+    would be a silent zero, which hides a mistake (a float cast to int on the way).
 
     >>> import tensorexpr as te
     >>> A, B = te.placeholder((2,), name="A"), te.placeholder((2,), name="B")
-    >>> C = te.compute((2,), lambda i: B[i] * A[i], name="C")
+    >>> idx = te.placeholder((2,), "int32", name="idx")
+    >>> C = te.compute((2,), lambda i: B[i] * A[idx[i]], name="C")
     >>> [t.name for t in resolve_inputs([C], None)], [t.name for t in resolve_inputs([C], B)]
     (['A', 'B'], ['B'])
+    >>> resolve_inputs([C], [A, idx])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    TypeError: differentiate at <doctest ...: input tensor 'idx' (defined at ...) is int32, which has no gradient; ...value
     """
     if inputs is None:
-        return sorted((t for t in topo_order(list(outputs)) if isinstance(t, Placeholder)),
+        return sorted((t for t in topo_order(list(outputs))
+                       if isinstance(t, Placeholder) and is_float(t.dtype)),
                       key=lambda t: t.uid)
-    if isinstance(inputs, Tensor):
-        return [inputs]
-    return list(inputs)
+    got = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    for t in got:
+        if not isinstance(t, Tensor):
+            raise TypeError(
+                f"differentiate at {user_origin()}: inputs= takes the tensors to differentiate "
+                f"with respect to (te.placeholder, te.compute...), not a "
+                f"{type(t).__name__}; pass arrays when calling the built gradient")
+        if not is_float(t.dtype):
+            raise TypeError(
+                f"differentiate at {user_origin()}: input {describe(t)} is {t.dtype}, which "
+                f"has no gradient; differentiate with respect to floating-point inputs only, "
+                f"or cast it ({t.name}.astype(\"float32\")) where it is read if it is a value")
+    return got
 
 
 __all__ = ["Gradients", "resolve_inputs"]

@@ -14,11 +14,12 @@ from typing import Dict, List, Tuple
 from tensorexpr.ir import (Axis, Binary, Compute, Expr, Read, Reduce, Select,
                            Tensor, Unary, topo_order, walk)
 from tensorexpr.transform import free_axes, rebuild, substitute
+from tensorexpr.names import free_name
 
 from .extract import extract, has_reduce, is_box, is_canonical, redirect
 
 
-def hoist_reductions(t: Compute) -> List[Tuple[Reduce, Read]]:
+def hoist_reductions(t: Compute, taken=frozenset()) -> List[Tuple[Reduce, Read]]:
     """Each reduction inside ``t.body`` paired with a read of a new tensor computing it.
 
     Outermost first; the body itself (a top-level reduction) and reductions reading
@@ -34,11 +35,11 @@ def hoist_reductions(t: Compute) -> List[Tuple[Reduce, Read]]:
     [('(sum_{k in [0, 4)} X[i, k])', 'M_sum[i]')]
     """
     found: List[Tuple[Reduce, Read]] = []
-    _extract(t, [], found)
+    _extract(t, [], found, set(taken))
     return found[::-1]
 
 
-def _extract(t: Compute, new: List[Tensor], found=None) -> Expr:
+def _extract(t: Compute, new: List[Tensor], found=None, taken=None) -> Expr:
     """``t.body`` with inner reductions replaced by reads of new tensors (appended to ``new``).
 
     ``guards`` are the conditions under which a sub-expression is evaluated, already
@@ -68,7 +69,7 @@ def _extract(t: Compute, new: List[Tensor], found=None) -> Expr:
                 r = e if (body2 is body and where2 is where) else Reduce(op, body2, axes, where2, dt)
                 if top or _reads_self(r, t) or not is_box(r):
                     return r  # a recurrence's own values cannot leave its body
-                read = _hoist(t, r, guards, new)
+                read = _hoist(t, r, guards, new, taken)
                 if found is not None:
                     found.append((e, read))
                 return read
@@ -84,7 +85,7 @@ def _reads_self(e: Expr, t: Compute) -> bool:
                                    for x in walk(e, unique=True))
 
 
-def _hoist(t: Compute, r: Reduce, guards, new: List[Tensor]) -> Read:
+def _hoist(t: Compute, r: Reduce, guards, new: List[Tensor], taken=None) -> Read:
     free = free_axes(r)
     own = {a.uid for a in free}
     # The reduction must not be evaluated where the original program never evaluated
@@ -107,12 +108,17 @@ def _hoist(t: Compute, r: Reduce, guards, new: List[Tensor]) -> Read:
     for g in ([implied] if implied is not None else []) + usable + (
             [r.where] if r.where is not None else []):
         where = g if where is None else (where & g)
-    s, read = extract(Reduce(r.op, r.body, r.axes, where, r.dtype), f"{t.name}_{r.op}", t.origin)
+    # several reductions of one body (an LSTM's four gates) are named apart: s_sum,
+    # s_sum_2..., and apart from the program's other tensors (``taken``, which gets it)
+    taken = set() if taken is None else taken
+    name = free_name(f"{t.name}_{r.op}", taken | {x.name for x in new})
+    s, read = extract(Reduce(r.op, r.body, r.axes, where, r.dtype), name, t.origin)
     key = reduction_key(s)
     for old in new:  # the same reduction written twice in one body is computed once
         if reduction_key(old) == key:
             return Read(old, read.indices, r.dtype)
     new.append(s)
+    taken.add(name)
     return read
 
 
@@ -157,20 +163,22 @@ def normalize(outputs, owners: Dict[int, int] = None) -> Dict[int, Tensor]:
     ['M', 'M_sum', 'X']
     """
     out: Dict[int, Tensor] = {}
-    for t in topo_order(outputs):
+    order = topo_order(outputs)
+    taken = {t.name for t in order}
+    for t in order:
         before = set(out)
-        out[t.uid] = _canonical(redirect(t, out), out)
+        out[t.uid] = _canonical(redirect(t, out), out, taken)
         if owners is not None:
             for uid in set(out) - before - {t.uid}:
                 owners[uid] = t.uid
     return out
 
 
-def _canonical(t: Tensor, out: Dict[int, Tensor]) -> Tensor:
+def _canonical(t: Tensor, out: Dict[int, Tensor], taken: set) -> Tensor:
     if is_canonical(t):
         return t
     new: List[Tensor] = []
-    body = _extract(t, new)
+    body = _extract(t, new, None, taken)
     for s in new:
         out[s.uid] = s
     return dataclasses.replace(t, body=body)

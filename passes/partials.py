@@ -9,7 +9,9 @@ by a 0/1 mask), so a NaN or inf in the untaken branch cannot leak in.
 Integer and boolean values carry no gradient.
 
 Tie rule for ``maximum``/``minimum``: where both operands are equal each gets
-half of the adjoint (the average of the two one-sided derivatives).
+half of the adjoint (the average of the two one-sided derivatives); where either is
+NaN (so is the result) neither gets any, as ``jnp.maximum`` and as a ``te.max``
+reduction's row holding a NaN.
 """
 from __future__ import annotations
 
@@ -207,16 +209,19 @@ def _rules(e: Expr, owner=None) -> list:
                     (b, lambda adj: api.select(flat_in_b, 0.0, m("mul", adj, m(
                         "mul", e, api.log(a)))), (), ())]
         case Binary("max" | "min", a, b, _):
-            win = m("gt", a, b) if e.op == "max" else m("lt", a, b)
-            lose = m("lt", a, b) if e.op == "max" else m("gt", a, b)
+            # a reaches the result where it wins or ties; a NaN operand makes the result
+            # NaN, which neither operand equals, so neither gets anything (as jnp.maximum,
+            # and as te.max's row holding a NaN): not a half each as at a tie
+            wins_a, wins_b = ("gt", "lt") if e.op == "max" else ("lt", "gt")
+            reach_a, reach_b = ("ge", "le") if e.op == "max" else ("le", "ge")
 
             # the adjoint once, scaled by 1 (exact, NaN and inf kept), 0.5 or nothing:
             # written in two branches, nested maxima copied it 2**depth times (their
             # second-order gradients: megabytes of C, MemoryError)
-            def share(first, second):
-                return lambda adj: api.select(second, 0.0, m("mul", adj, api.select(
-                    first, 1.0, 0.5)))
-            return [(a, share(win, lose), (), ()), (b, share(lose, win), (), ())]
+            def share(wins, reaches):
+                return lambda adj: api.select(m(reaches, a, b), m("mul", adj, api.select(
+                    m(wins, a, b), 1.0, 0.5)), 0.0)
+            return [(a, share(wins_a, reach_a), (), ()), (b, share(wins_b, reach_b), (), ())]
         case Binary("mod", a, b, _):
             # a - b * (a // b), a // b locally constant; not floor(a / b), which rounds
             # up at 1.0 % 0.1 (10, where a // b is 9)

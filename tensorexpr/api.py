@@ -169,7 +169,7 @@ def placeholder(shape, dtype: str = "float32", name: Optional[str] = None) -> Pl
     >>> A.shape, A.dtype, A.name
     ((2, 3), 'float64', 'A')
     """
-    check_dtype(dtype)
+    dtype = check_dtype(dtype)
     uid = fresh_uid()
     name = name or f"placeholder{uid}"
     return Placeholder(name, _shape(shape, f"placeholder {name!r}"), dtype, uid, user_origin())

@@ -8,6 +8,8 @@ import numpy as np
 from .ir import (Binary, Compute, Placeholder, Read, Reduce, ScatterAdd, SelfRef, Tensor,
                  Unary, COSTLY_OPS, fresh_uid, same, tensor_inputs, topo_order, walk)
 
+from .names import names_apart
+
 BACKENDS = ("c", "numpy")
 
 
@@ -140,9 +142,9 @@ class Function:
             out = (out,)
         if not isinstance(out, (tuple, list)) or len(out) != n:
             raise TypeError(f"out= takes {'an array' if n == 1 else f'a tuple of {n} arrays'} "
-                            f"(one per output: {', '.join(t.name for t in self.outputs)}; None "
+                            f"(one per output: {', '.join(t.name for t in self.signature.outputs)}; None "
                             f"for a new array)")
-        for t, dst in zip(self.outputs, out):
+        for t, dst in zip(self.signature.outputs, out):  # named apart (tensorexpr.names)
             if dst is None:
                 continue
             if not isinstance(dst, np.ndarray):
@@ -219,7 +221,7 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
         raise TypeError(f"inputs= takes the tensors of the program (placeholders, or computed "
                         f"tensors given as values), not {type(bad[0]).__name__}; pass arrays "
                         f"when calling the built function")
-    cut_outs, cut_inputs = cut(outs, inputs)
+    cut_outs, cut_inputs = program(outs, inputs)
     sig = Signature(cut_outs, cut_inputs, inferred=inputs_inferred)
     if backend == "numpy":
         from codegen import reference
@@ -241,6 +243,21 @@ def build(outputs: Union[Tensor, Sequence[Tensor]], inputs: Optional[Sequence[Te
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     fn.inputs = inputs  # the caller's tensors (given ones included), not their stand-ins
     return fn
+
+
+def program(outputs: Sequence[Tensor], inputs: Sequence[Tensor]
+            ) -> Tuple[List[Tensor], List[Tensor]]:
+    """The program ``te.build(outputs, inputs)`` compiles: the given tensors of ``inputs``
+    :func:`cut` out, and its tensors named apart (:func:`tensorexpr.names.names_apart`).
+
+    >>> import tensorexpr as te
+    >>> X = te.placeholder((4,), name="X")
+    >>> dX1 = te.compute((4,), lambda i: X[i] * 2.0, name="dX")
+    >>> dX2 = te.compute((4,), lambda i: X[i] * 3.0, name="dX")
+    >>> [t.name for t in program([dX1, dX2], [X])[0]]
+    ['dX', 'dX_2']
+    """
+    return names_apart(*cut(outputs, inputs))
 
 
 def cut(outputs: Sequence[Tensor], inputs: Sequence[Tensor]

@@ -18,6 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 LAYERS = [["tensorexpr.errors", "tensorexpr.collector"], ["tensorexpr.ir.dtypes"], ["tensorexpr.ir.nodes"],
           ["tensorexpr.ir.traversal"], ["tensorexpr.ir"],
           ["tensorexpr.transform", "tensorexpr.printer"],
+          ["tensorexpr.names"],
           ["tensorexpr.polyhedral.recent"], ["tensorexpr.polyhedral.renamed"],
           ["tensorexpr.polyhedral.spaces"],
           ["tensorexpr.polyhedral.affine"],

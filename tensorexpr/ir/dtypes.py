@@ -53,15 +53,28 @@ def promote(a: str, b: str) -> str:
     return a if _RANK[a] >= _RANK[b] else b
 
 
-def check_dtype(dtype: str) -> str:
-    """``dtype`` if it is one of ``DTYPES``, else a TypeError naming the choices.
+def check_dtype(dtype) -> str:
+    """The name of ``dtype`` if it is one of ``DTYPES`` (a name, or a numpy type or dtype
+    of one: ``np.float64``, ``np.dtype("int32")``), else a TypeError naming the choices.
 
-    >>> check_dtype("int64")
-    'int64'
+    >>> import numpy as np
+    >>> check_dtype("int64"), check_dtype(np.float64), check_dtype(np.dtype("bool"))
+    ('int64', 'float64', 'bool')
     >>> check_dtype("float16")
     Traceback (most recent call last):
     TypeError: unknown dtype 'float16'; use one of bool, int32, int64, float32, float64
     """
+    if not isinstance(dtype, str):
+        import numpy as np
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = None
+        # (Python's float is float64 to numpy, float32 here: refused; `is`, as a numpy
+        # dtype compares equal to the Python type)
+        if name in DTYPES and dtype is not None and not any(dtype is t for t in (float, int, bool)):
+            return name
+        raise TypeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     if dtype not in DTYPES:
         raise TypeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     return dtype

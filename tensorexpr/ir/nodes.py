@@ -487,7 +487,7 @@ def const(value, dtype: Optional[str] = None) -> Const:
     if dtype is None:
         dtype = ("bool" if isinstance(value, bool) else
                  "int64" if isinstance(value, int) else "float32")
-    check_dtype(dtype)
+    dtype = check_dtype(dtype)
     if dtype == "bool":
         value = bool(value)
     elif is_int(dtype):
@@ -571,7 +571,7 @@ def cast(x, dtype: str) -> Expr:
     >>> te.cast(te.const(1), "float32").dtype
     'float32'
     """
-    check_dtype(dtype)
+    dtype = check_dtype(dtype)
     x = as_expr(x)
     if x.dtype == dtype:
         return x

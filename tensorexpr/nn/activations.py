@@ -23,14 +23,16 @@ def _elementwise(x: Tensor, fn, name: str) -> Tensor:
 
 
 def relu(x: Tensor) -> Tensor:
-    """``max(x, 0)``; its gradient is 0 at 0, as torch's.
+    """``max(x, 0)``; its gradient is 0 at 0, as torch's, and a NaN stays NaN (as in
+    torch and JAX: ``x > 0`` is false for NaN, so it is not the test that picks ``x``).
 
     >>> import tensorexpr as te
     >>> te.nn.relu(te.placeholder((3,), name="x")).name
     'x_relu'
     """
     check_float_tensor(x, "relu")
-    return _elementwise(x, lambda v: api.select(v > 0, v, 0.0), f"{x.name}_relu")
+    return _elementwise(x, lambda v: api.select(v <= 0, api.const(0.0, v.dtype), v),
+                        f"{x.name}_relu")
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:

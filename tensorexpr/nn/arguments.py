@@ -18,6 +18,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 from .. import api
 from ..errors import describe, user_origin
+from ..names import free_name
 from ..ir import Expr, Tensor, is_float, same, tensor_inputs, topo_order
 
 #: torch's spelling of a window argument: one int for every dimension, or one per dimension
@@ -187,10 +188,5 @@ def compute(shape, body, name: str) -> Tensor:
     'x_2'
     """
     t = api.compute(shape, body, name=name)
-    taken = {u.name for u in topo_order(list(tensor_inputs(t)))}
-    if name not in taken:
-        return t
-    k = 2
-    while f"{name}_{k}" in taken:
-        k += 1
-    return api.compute(shape, body, name=f"{name}_{k}")
+    free = free_name(name, {u.name for u in topo_order(list(tensor_inputs(t)))})
+    return t if free == name else api.compute(shape, body, name=free)

@@ -11,6 +11,8 @@ count of tied maxima and another pass over ``x``.
 """
 from __future__ import annotations
 
+import math
+
 from .. import api
 from ..ir import Tensor
 from .arguments import check_float_tensor, compute, dim_index, dim_indices
@@ -74,12 +76,18 @@ def logsumexp(x: Tensor, dim, keepdim: bool = False) -> Tensor:
     check_float_tensor(x, "logsumexp")
     dims = dim_indices(x, dim, "logsumexp")
     m = reduce_over(x, dims, False, "max", lambda idx: x[idx], f"{x.name}_logsumexp_max")
+    # the shift: the row maximum where it is finite, else 0 (as torch and
+    # jax.nn.logsumexp): a row of -inf (every state forbidden, a fully masked row) is
+    # log(0) = -inf, one holding +inf is +inf; shifted by an infinite maximum both were
+    # inf - inf = NaN. A tensor of its own: the gradient reads it, not a test per element
+    c = compute(m.shape, lambda *r: api.select(api.abs(m[r]) < math.inf, m[r], 0.0),
+                name=f"{x.name}_logsumexp_shift")
     s = reduce_over(x, dims, False, "sum",
-                    lambda idx: api.exp(x[idx] - api.stop_gradient(reduced_at(m, idx, dims))),
+                    lambda idx: api.exp(x[idx] - api.stop_gradient(reduced_at(c, idx, dims))),
                     f"{x.name}_logsumexp_sum")
 
     def body(*ax):
         if keepdim:
             ax = tuple(a for k, a in enumerate(ax) if k not in dims)
-        return api.stop_gradient(m[ax]) + api.log(s[ax])
+        return api.stop_gradient(c[ax]) + api.log(s[ax])
     return compute(reduced_shape(x, dims, keepdim), body, name=f"{x.name}_logsumexp")

@@ -28,7 +28,7 @@ import tensorexpr as te
 from codegen import target
 from codegen.pipeline import source_text
 from codegen.signature import Signature
-from tensorexpr.build import cut
+from tensorexpr.build import program
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: where the hashes live
@@ -360,7 +360,7 @@ def sources(names=None) -> Dict[str, str]:
         outputs, inputs = make()
         for tname, tgt in TARGETS.items():
             with target.use(tgt):
-                outs, ins = cut(outputs, inputs)
+                outs, ins = program(outputs, inputs)
                 out[f"{name}@{tname}"] = source_text(Signature(outs, ins), name=name)
     return out
 

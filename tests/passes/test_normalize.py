@@ -64,3 +64,33 @@ def test_a_reduction_in_the_right_operand_of_and_keeps_the_left_as_guard():
     x = np.random.default_rng(2).standard_normal((5, 4)).astype(np.float32)
     for (s,) in run_both(Y, X, x):
         np.testing.assert_allclose(s[1:], x[:-1].sum(1), rtol=1e-6)
+
+
+def test_the_reductions_of_one_body_and_of_the_program_are_named_apart():
+    # an LSTM's gates: several sums in one body were all "s_sum", so saved_values,
+    # printed gradients and schedules listed eight tensors of one name
+    X = te.placeholder((3, 4), "float64", name="X")
+    k1, k2, k3 = (te.reduce_axis(4, name=n) for n in ("k1", "k2", "k3"))
+    taken = te.compute((3,), lambda i: X[i, 0] * 2.0, name="Y_sum")  # a user's name
+    Y = te.compute((3,), lambda i: te.tanh(te.sum(X[i, k1], axis=k1)) * te.exp(te.sum(
+        X[i, k2] * X[i, k2], axis=k2)) + te.max(X[i, k3], axis=k3) + taken[i], name="Y")
+    names = sorted(t.name for t in normalize([Y]).values())
+    assert names == ["X", "Y", "Y_max", "Y_sum", "Y_sum_2", "Y_sum_3"], names
+    saved = te.saved_values(te.differentiate(te.compute((), lambda: Y[0], name="L"), [X]), Y)
+    assert len({t.name for t in saved}) == len(saved)
+
+
+def test_sums_over_a_recurrences_previous_step_are_named_apart_in_its_gradient():
+    T, H = 4, 3
+    x = te.placeholder((T, H), "float64", name="x")
+    U = te.placeholder((2, H, H), "float64", name="U")
+    k = te.reduce_axis(H, name="k")
+    s = te.recurrence((T, H), lambda h, t, j: te.select(t == 0, x[0, j], x[t, j] + te.sigmoid(
+        te.sum(h[t - 1, k] * U[0, k, j], axis=k)) * te.tanh(te.sum(h[t - 1, k] * U[1, k, j],
+                                                                  axis=k))), name="s", dtype="float64")
+    r = te.reduce_axis(H, name="r")
+    (dU,) = te.differentiate(te.compute((), lambda: te.sum(s[T - 1, r] ** 2, axis=r), name="L"),
+                             [U])
+    from tensorexpr.ir import topo_order
+    names = [t.name for t in topo_order([dU])]
+    assert len(names) == len(set(names)), sorted(names)

@@ -145,3 +145,35 @@ def test_max_adjoint_values_keep_inf_and_nan(x0, x1, a, want):
     for backend in ("numpy", "c"):
         got = te.build(g, [X, A], backend)(np.array([x0, x1]), np.array(a))
         np.testing.assert_array_equal(got, np.array(want), err_msg=backend)
+
+
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+@pytest.mark.parametrize("x0, x1", [(np.nan, 1.0), (1.0, np.nan), (np.nan, np.nan),
+                                    (np.nan, np.inf), (-np.inf, np.nan)])
+def test_a_nan_operand_of_max_or_min_gets_no_adjoint_and_neither_does_the_other(op, x0, x1):
+    # the result is NaN and equals neither operand: no arg-extremum, as a te.max row
+    # holding a NaN (and as jnp.maximum; torch.maximum gives each the whole adjoint)
+    X = te.placeholder((2,), dtype="float64", name="X")
+    L = te.compute((), lambda: getattr(te, op)(X[0], X[1]) * 3.0, name="L")
+    r = te.reduce_axis(2, name="r")
+    R = te.compute((), lambda: getattr(te, op[:3])(X[r], axis=r) * 3.0, name="R")
+    (g,), (gr,) = te.differentiate(L, [X]), te.differentiate(R, [X])
+    x = np.array([x0, x1])
+    for backend in ("numpy", "c"):
+        np.testing.assert_array_equal(te.build(g, [X], backend)(x), [0.0, 0.0], err_msg=backend)
+        np.testing.assert_array_equal(te.build(gr, [X], backend)(x), [0.0, 0.0], err_msg=backend)
+        assert np.isnan(te.build(L, [X], backend)(x))
+
+
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+def test_max_or_min_of_infinities_ties_and_finite_values_keep_their_rule(op):
+    X = te.placeholder((2, 4), dtype="float64", name="X")
+    L = te.compute((4,), lambda j: getattr(te, op)(X[0, j], X[1, j]), name="L")
+    H = te.placeholder((4,), dtype="float64", name="H")
+    (g,) = te.differentiate(L, [X], head=H)
+    x = np.array([[np.inf, 2.0, 1.0, -np.inf], [np.inf, 1.0, 3.0, -np.inf]])
+    first = (x[0] > x[1]) if op == "maximum" else (x[0] < x[1])
+    want0 = np.where(x[0] == x[1], 0.5, np.where(first, 1.0, 0.0))
+    for backend in ("numpy", "c"):
+        got = te.build(g, [X, H], backend)(x, np.ones(4))
+        np.testing.assert_array_equal(got, [want0, 1.0 - want0], err_msg=backend)

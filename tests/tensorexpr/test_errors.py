@@ -224,6 +224,10 @@ def test_negative_shape_at_call_time(backend):
     check(f(np.arange(3, dtype=np.float32)), np.zeros(0, np.float32))
     with pytest.raises(ValueError, match=r"'tail3'.*negative shape \(-1,\) with n=2"):
         f(np.arange(2, dtype=np.float32))
+    # the fix names the shape that went negative, not an example of another
+    R = te.compute((n // 2 - 2,), lambda i: P[i + 2], name="mid")
+    with pytest.raises(ValueError, match=r"'mid'.*clamp the shape \(te.maximum\(\(\(n // 2\) - 2\), 0\)\)"):
+        te.build(R, backend=backend)(np.arange(2, dtype=np.float32))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -446,3 +446,39 @@ def test_layers_on_layers_keep_names_apart():
     assert len(names) == len(set(names)), names
     f = te.build(y, [x])
     assert len(f.schedule.choices) == len({c.tensor for c in f.schedule.choices})
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_logsumexp_of_infinite_rows_is_torchs(backend):
+    # shifted by an infinite row maximum, a row of -inf (a fully masked row, a CRF state
+    # no transition reaches) was inf - inf = NaN instead of log(0) = -inf, and a row
+    # holding +inf NaN instead of +inf
+    rows = np.array([[-np.inf] * 4, [np.inf, 0.0, 1.0, 2.0], [-np.inf, 0.0, 1.0, -np.inf],
+                     [np.nan, 0.0, 1.0, 2.0], [1.0, 2.0, 3.0, 4.0]])
+    X = te.placeholder(rows.shape, dtype="float64", name="X")
+    H = te.placeholder((5,), dtype="float64", name="H")
+    Y = nn.logsumexp(X, 1)
+    (dX,) = te.differentiate(Y, [X], head=H)
+    y, g = te.build([Y, dX], inputs=[X, H], backend=backend)(rows, np.full(5, 0.5))
+    tx = torch.tensor(rows, requires_grad=True)
+    ty = torch.logsumexp(tx, 1)
+    (tg,) = torch.autograd.grad(ty, [tx], torch.full((5,), 0.5, dtype=torch.float64))
+    np.testing.assert_array_equal(y[:3], ty.detach().numpy()[:3])
+    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-15)
+    np.testing.assert_allclose(g, tg.numpy(), rtol=1e-15)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_relu_keeps_a_nan(backend):
+    # select(x > 0, x, 0) turned a NaN into 0: a diverged activation passed on silently
+    v = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 2.0, -3.0])
+    X = te.placeholder(v.shape, dtype="float64", name="X")
+    H = te.placeholder(v.shape, dtype="float64", name="H")
+    Y = nn.relu(X)
+    (dX,) = te.differentiate(Y, [X], head=H)
+    y, g = te.build([Y, dX], inputs=[X, H], backend=backend)(v, np.ones_like(v))
+    tx = torch.tensor(v, requires_grad=True)
+    ty = F.relu(tx)
+    (tg,) = torch.autograd.grad(ty, [tx], torch.ones_like(tx))
+    np.testing.assert_array_equal(y, ty.detach().numpy())
+    np.testing.assert_array_equal(g, tg.numpy())

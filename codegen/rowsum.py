@@ -121,7 +121,7 @@ class RowSumLowering:
             got = alike.shape(self, t, red)
             if got is not None:
                 return self.alike.get(("rows", got[0]), lambda: self._lower_rows(t, red, None),
-                                      slots=got[1])
+                                      slots=got[1], axes=got[2])
         return self._lower_rows(t, red, sp)
 
     def _lower_rows(self, t: Compute, red: Reduce, sp) -> List[Stmt]:

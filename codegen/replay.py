@@ -20,8 +20,12 @@ state, except for what it allocates and records:
   ``of``, would have that word renamed too: a comment's text, never the code's.)
 
 The bounds are *holes*: the template is lowered with a marker variable for each,
-which a replay (and the first use) replaces by the caller's expression; a hole
-given as None is part of the key (the lowering then uses its own bound).
+which a replay (and the use that made it) replaces by the caller's expression; a hole
+given as None is part of the key (the lowering then uses its own bound). A lowering
+with holes is lowered as itself at its first use and made a template at its second:
+most are used once (a checkpointed step is a function, its call the only use: every
+one of an LSTM's gradient), and filling a template's markers walks all of it (~14,000 nodes to
+rebuild ~30) where lowering as itself walks nothing more.
 
 >>> import tensorexpr as te
 >>> from codegen.lower import Lowerer
@@ -84,7 +88,9 @@ class Replays:
 
     def __init__(self, lw):
         self.lw = lw
-        self.kept: Dict[tuple, Optional[Template]] = {}
+        #: by key: its template, None if it is not replayable, or :data:`_ONCE` (a
+        #: lowering with holes, lowered as itself once so far)
+        self.kept: Dict[tuple, object] = {}
 
     def get(self, key, lower: Callable[..., List], slots: Tuple[str, ...] = (),
             axes: Tuple[str, ...] = (), **holes) -> List:
@@ -98,10 +104,13 @@ class Replays:
         if not ENABLED:
             return lower(**holes)
         key = (key,) + tuple((n, h is None) for n, h in sorted(holes.items()))
-        if key in self.kept:
-            t = self.kept[key]
-            if t is None:  # not replayable
-                return lower(**holes)
+        t = self.kept.get(key, _NEW)
+        if t is None:  # not replayable
+            return lower(**holes)
+        if t is _NEW and any(h is not None for h in holes.values()):
+            self.kept[key] = _ONCE
+            return lower(**holes)
+        if t is not _NEW and t is not _ONCE:
             words = _renamed_words(t.axes, axes)
             if words is None:
                 return lower(**holes)
@@ -179,6 +188,9 @@ class Replays:
             t.plan = _compile(t.stmts)
         return _rebuild(t.plan, names, fill, words)
 
+
+#: :attr:`Replays.kept`'s marks: a key never asked, a lowering with holes lowered once
+_NEW, _ONCE = object(), object()
 
 #: a word of prose (a name it may hold)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")

@@ -81,6 +81,8 @@ class Template:
     #: template replayed once is walked once either way)
     plan: Optional[tuple] = None
     replays: int = 0
+    #: whether it depends on its slots only through their names (``Replays._abstracted``)
+    checked: bool = True
 
 
 class Replays:
@@ -111,6 +113,11 @@ class Replays:
             self.kept[key] = _ONCE
             return lower(**holes)
         if t is not _NEW and t is not _ONCE:
+            if not t.checked:
+                if not self._abstracted(t.stmts, t.slots, t.allocated):
+                    self.kept[key] = None
+                    return lower(**holes)
+                t.checked = True
             words = _renamed_words(t.axes, axes)
             if words is None:
                 return lower(**holes)
@@ -141,18 +148,17 @@ class Replays:
         allocated = {p: (before.get(p, 0), n - before.get(p, 0)) for p, n in lw.counters.items()
                      if n != before.get(p, 0)}
         outer = [(name, value) for at, name, value in notes if at < nchoices]
-        if slots and not self._abstracted(stmts, slots, allocated, len(rec.choices) - nchoices):
+        if slots and len(rec.choices) != nchoices:  # (a choice names its tensor)
             return None, stmts
+        # (whether it names only its slots is asked at its first replay: most are used once)
         return Template(stmts, allocated, rec.choices[nchoices:], outer, tuple(slots),
-                        tuple(axes)), stmts
+                        tuple(axes), checked=not slots), stmts
 
-    def _abstracted(self, stmts, slots, allocated, choices: int) -> bool:
+    def _abstracted(self, stmts, slots, allocated) -> bool:
         """Does a lowering keyed modulo its tensors and sizes (``slots``) depend on them
         only through the names of ``slots``: no other buffer named, no tensor nor size
-        named in its prose (a comment, a loop's note), no choice recorded (a choice names
-        its tensor), no name it allocated spelled like a slot or a buffer?"""
-        if choices:
-            return False
+        named in its prose (a comment, a loop's note), no name it allocated spelled like
+        a slot or a buffer?"""
         names: set = set()
         prose: List[str] = []
         _names(tuple(stmts), names, prose)

@@ -192,3 +192,19 @@ def test_a_lowering_with_holes_is_a_template_from_its_second_use(monkeypatch):
     assert len(calls) == 2
     assert [(s.var.name, s.lo) for s in (first, second, third)] == [
         ("i0", Lit(0, "int64")), ("i1", Var("k", "int64")), ("i2", Var("m", "int64"))]
+
+
+def test_a_template_keyed_modulo_its_tensors_is_checked_at_its_first_replay(monkeypatch):
+    # (walking it for the names it holds is the check's cost: a template used once,
+    # most of an LSTM's, never pays it)
+    lw, r, _ = _doubling()
+    checked = []
+    real = replay.Replays._abstracted
+    monkeypatch.setattr(replay.Replays, "_abstracted",
+                        lambda self, *a: checked.append(1) or real(self, *a))
+    nest = lambda: [Store("b1", Lit(0, "int64"), Lit(1.0, "float32"))]  # noqa: E731
+    r.get("k", nest, slots=("b1",))
+    assert not checked
+    r.get("k", nest, slots=("b1",))
+    r.get("k", nest, slots=("b1",))
+    assert len(checked) == 1

@@ -149,6 +149,8 @@ def shape(lw, t, red) -> Optional[Tuple[tuple, Tuple[str, ...], Tuple[str, ...]]
         key = (params, of(t.axes), of(t.body), of(red), tensor(t), t.carry is None)
     except (_NoShape, RecursionError):
         return None
+    finally:  # (of and tensor call themselves: a cycle the collector alone would free)
+        of = tensor = None  # noqa: F811, F841
     # (a node's id is only a key while the node lives: the shape keeps none of them,
     # and t, red and the lowerer keep every node walked alive until it is made)
     return key, tuple(sorted(slots, key=slots.get)), tuple(names)

@@ -48,6 +48,7 @@ rebuild ~30) where lowering as itself walks nothing more.
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass, fields
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -89,10 +90,18 @@ class Replays:
     """The replayable lowerings of one lowerer ``lw`` (see the module docstring)."""
 
     def __init__(self, lw):
-        self.lw = lw
+        # (by a weak reference: the lowerer holds its replays, and a cycle of the two
+        # would keep every template, the lowering's nodes, alive until the cyclic
+        # collector's next pass, ~20 ms after an LSTM's build, not freed when it ends)
+        self._lw = weakref.ref(lw)
         #: by key: its template, None if it is not replayable, or :data:`_ONCE` (a
         #: lowering with holes, lowered as itself once so far)
         self.kept: Dict[tuple, object] = {}
+
+    @property
+    def lw(self):
+        """The lowerer whose lowerings these are."""
+        return self._lw()
 
     def get(self, key, lower: Callable[..., List], slots: Tuple[str, ...] = (),
             axes: Tuple[str, ...] = (), **holes) -> List:
@@ -304,6 +313,7 @@ def _compile(stmts) -> tuple:
         return (_NODE, len(steps) - 1)
 
     roots = [ref(s) for s in stmts]
+    ref = None  # noqa: F811, F841 (it calls itself: a cycle holding every step made)
     assert all(r is not None and r[0] == _NODE for r in roots), "a statement is a node"
     return tuple(steps), tuple(r[1] for r in roots)
 

@@ -375,6 +375,9 @@ class RowSumLowering:
             loops = [For(jc, Lit(0, I64), Lit(chunks, I64), 1, Block(tuple(nest_from(0, [None]))),
                 parallel=work is not False, work=work if work is not False else None,
                 note=f"{jt.name} (chunks of {chunk})")]
+        # (the recursive closures hold themselves, and through their cells the nests
+        # made: unbound, reference counting frees them now, not the cyclic collector)
+        nest_from = tile_block = None  # noqa: F811, F841
         return self.finite_checks(finite) + loops
 
     def buffer_dtype(self, name: str) -> str:

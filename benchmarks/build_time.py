@@ -226,15 +226,21 @@ def measure_cell_build(cell: str, mode: str, T: int, B: int, H: int, D: int) -> 
             "sha": hashlib.sha256(f.source.encode()).hexdigest()[:12]}
 
 
-#: a fresh process for :func:`measure_cell_build`, after the once-per-process set-up
+#: a fresh process for :func:`measure_cell_build`, after the once-per-process set-up:
+#: finding the compiler, probing OpenMP, importing the lowering and the differentiation
+#: (a tiny program built and differentiated) and the cells' module (their import is
+#: ~65 ms without bytecode caches, once per process: no cell's differentiation)
 _CELL_PROCESS = """
 import json, sys
 import numpy as np
 import tensorexpr as te
+from benchmarks import recurrence_cells
 from benchmarks.build_time import measure_cell_build
 X = te.placeholder((64, 64), name="X")
 k = te.reduce_axis(64, name="k")
-te.build(te.compute((64,), lambda i: te.sum(X[i, k], axis=k)))(np.zeros((64, 64), np.float32))
+Y = te.compute((64,), lambda i: te.sum(X[i, k], axis=k))
+te.build(Y)(np.zeros((64, 64), np.float32))
+te.differentiate(Y, [X])
 print(json.dumps(measure_cell_build(sys.argv[1], sys.argv[2], *map(int, sys.argv[3:]))))
 """
 
@@ -243,8 +249,8 @@ def measure_cells(cells=("gru", "lstm"), modes=CELL_MODES, sizes=CELL_SIZES,
                   long_T: Optional[int] = 4096, repeats: int = 3, log=lambda s: None
                   ) -> List[dict]:
     """A row per cell and mode: :func:`measure_cell_build` in ``repeats`` fresh processes
-    (each with an empty kernel cache, one thread), the least of each figure, and once
-    more with ``T = long_T`` (``long_*``) if given."""
+    (each with an empty kernel cache, one thread), the least of each figure, and the
+    least total of as many more with ``T = long_T`` (``long_s``) if given."""
     rows = []
     for cell in cells:
         for mode in modes:
@@ -254,8 +260,10 @@ def measure_cells(cells=("gru", "lstm"), modes=CELL_MODES, sizes=CELL_SIZES,
             row.update({key: min(r[key] for r in runs)
                         for key in ("diff_s", "build_s", "lower_s", "emit_s")})
             if long_T is not None:
-                run = _cell_child(cell, mode, (long_T,) + tuple(sizes[1:]))
-                row.update({"long_T": long_T, "long_s": run["diff_s"] + run["build_s"]})
+                runs = [_cell_child(cell, mode, (long_T,) + tuple(sizes[1:]))
+                        for _ in range(repeats)]
+                row.update({"long_T": long_T,
+                            "long_s": min(r["diff_s"] + r["build_s"] for r in runs)})
             rows.append(row)
     return rows
 
@@ -277,28 +285,30 @@ def _cell_child(cell: str, mode: str, sizes) -> dict:
 
 def cells_report(rows: List[dict]) -> str:
     """The table of :func:`measure_cells` (milliseconds of CPU time), ``!`` where
-    differentiate + build is over the goal of 0.5 s.
+    differentiate + build is over the goal of 0.5 s (at either T).
 
     >>> print(cells_report([{"cell": "gru", "mode": "tape", "T": 64, "diff_s": 0.1,
     ...     "build_s": 0.5, "lower_s": 0.4, "emit_s": 0.05, "sha": "ab12", "long_T": 4096,
     ...     "long_s": 0.61}]))  # doctest: +NORMALIZE_WHITESPACE
     cell  mode         diff  build  total  goal  (lower  emit wall)  T=4096      C
-    gru   tape          100    500   600!   500     400    50          610   ab12
-    over 0.5 s: 1 of 1
+    gru   tape          100    500   600!   500     400    50         610!   ab12
+    over 0.5 s: 2 of 2
     """
     lines = [f"{'cell':5s} {'mode':10s} {'diff':>6s} {'build':>6s} {'total':>6s} {'goal':>5s}"
              f"  {'(lower':>6s} {'emit wall)':>5s}  {'T=' + str(rows[0].get('long_T', '')):>6s}"
              f" {'C':>6s}"]
-    over = 0
+    over = runs = 0
     for r in rows:
-        total = r["diff_s"] + r["build_s"]
-        over += total > DIFF_LOWER_GOAL
+        total, long = r["diff_s"] + r["build_s"], r.get("long_s")
+        over += (total > DIFF_LOWER_GOAL) + (long is not None and long > DIFF_LOWER_GOAL)
+        runs += 1 + (long is not None)
+        mark = "!" if long is not None and long > DIFF_LOWER_GOAL else ""
         lines.append(f"{r['cell']:5s} {r['mode']:10s} {_ms(r['diff_s']):>6s} "
                      f"{_ms(r['build_s']):>6s} "
                      f"{_ms(total) + ('!' if total > DIFF_LOWER_GOAL else ''):>6s} "
                      f"{_ms(DIFF_LOWER_GOAL):>5s}  {_ms(r['lower_s']):>6s} {_ms(r['emit_s']):>5s}"
-                     f"       {_ms(r.get('long_s')):>6s} {r['sha']:>6s}")
-    lines.append(f"over {DIFF_LOWER_GOAL} s: {over} of {len(rows)}")
+                     f"       {_ms(long) + mark:>6s} {r['sha']:>6s}")
+    lines.append(f"over {DIFF_LOWER_GOAL} s: {over} of {runs}")
     return "\n".join(lines)
 
 

@@ -16,7 +16,10 @@ lowered to the same nest, buffer for buffer:
 * every node of the body and of the axes' bounds, as a DAG (a node met again is a
   reference to its first appearance: the lowering computes a sub-expression used
   twice into a local once); constants by type and ``repr`` (``0.0`` and ``-0.0``
-  differ), axes by name (loop notes show them), bounds and dtype, each numbered by uid;
+  differ), axes by bounds and dtype, each numbered by uid, not by name: a name is
+  another slot (a loop's note shows it: the replay renames it in the prose,
+  ``codegen.replay``), so the gates' projections ``sum_{di} x[t, b, di] * Wi[di, j]``
+  and ``sum_{df} ...`` share one lowering;
 * per tensor: its slot, kind, dtype and dimensions, and what the lowerer keeps of it
   (``Lowerer.dims``, ``shifts``, ``rings``; inlined, then its axes and body too; the
   width of a zero-padded copy, ``codegen.copies``; run by steps, added a step at a
@@ -45,9 +48,9 @@ compare the C of both ways).
 >>> a, b = proj(W1, "a"), proj(W2, "b")
 >>> c = te.compute((8, 16), lambda i, j: a[i, j] + b[i, j], name="c")
 >>> lw = Lowerer(Signature([c], [x, W1, W2]))
->>> (sa, slots_a), (sb, slots_b) = shape(lw, a, a.body), shape(lw, b, b.body)
->>> sa == sb, slots_a, slots_b
-(True, ('b0', 'b1', 'b3'), ('b0', 'b2', 'b4'))
+>>> (sa, slots_a, axes_a), (sb, slots_b, _) = shape(lw, a, a.body), shape(lw, b, b.body)
+>>> sa == sb, slots_a, slots_b, axes_a
+(True, ('b0', 'b1', 'b3'), ('b0', 'b2', 'b4'), ('i', 'j', 'k'))
 """
 from __future__ import annotations
 
@@ -71,16 +74,18 @@ class _NoShape(Exception):
     pass
 
 
-def shape(lw, t, red) -> Optional[Tuple[tuple, Tuple[str, ...]]]:
-    """``(shape, slots)``: the row sum ``t`` (its reduction ``red``) as lowerer ``lw`` would
-    lower it, with its tensors and size variables as slots (see the module docstring),
-    and the buffer or C variable of each slot; None when it has none (``ENABLED`` off, a padded-copy plan, a body too
-    large)."""
+def shape(lw, t, red) -> Optional[Tuple[tuple, Tuple[str, ...], Tuple[str, ...]]]:
+    """``(shape, slots, axes)``: the row sum ``t`` (its reduction ``red``) as lowerer ``lw``
+    would lower it, with its tensors, size variables and axes' names as slots (see the
+    module docstring), the buffer or C variable of each slot and the name of each axis
+    (in order of first appearance); None when it has none (``ENABLED`` off, a
+    padded-copy plan, a body too large)."""
     if not ENABLED:
         return None
     slots: Dict[str, int] = {}
     tensors: Dict[int, int] = {}
     axes: Dict[int, int] = {}
+    names: list = []
     nodes: Dict[int, int] = {}
     budget = [LARGEST]
 
@@ -123,7 +128,8 @@ def shape(lw, t, red) -> Optional[Tuple[tuple, Tuple[str, ...]]]:
             if k is not None:
                 return ("axis", k)
             axes[x.uid] = len(axes)
-            return ("axis", len(axes) - 1, x.name, x.dtype, of(x.lo), of(x.hi))
+            names.append(x.name)
+            return ("axis", len(axes) - 1, x.dtype, of(x.lo), of(x.hi))
         k = nodes.get(id(x))
         if k is not None:  # (the same node again: a DAG's shared sub-expression)
             return ("node", k)
@@ -143,6 +149,8 @@ def shape(lw, t, red) -> Optional[Tuple[tuple, Tuple[str, ...]]]:
         key = (params, of(t.axes), of(t.body), of(red), tensor(t), t.carry is None)
     except (_NoShape, RecursionError):
         return None
+    finally:  # (of and tensor call themselves: a cycle the collector alone would free)
+        of = tensor = None  # noqa: F811, F841
     # (a node's id is only a key while the node lives: the shape keeps none of them,
     # and t, red and the lowerer keep every node walked alive until it is made)
-    return key, tuple(sorted(slots, key=slots.get))
+    return key, tuple(sorted(slots, key=slots.get)), tuple(names)

@@ -589,8 +589,8 @@ class _Emitter:
                 self.if_(s, ind)
             case Local(name, dtype, size, init) if init:
                 self.line(ind, f"static const {CTYPE[dtype]} {name}[{size}] = {{")
-                for k in range(0, len(init), 24):
-                    self.line(ind + 1, ", ".join(str(v) for v in init[k:k + 24]) + ",")
+                for k in range(0, len(init), 24):  # (a revolve schedule: 44,000 at T=4096)
+                    self.line(ind + 1, ", ".join(map(str, init[k:k + 24])) + ",")
                 self.line(ind, "};")
             case Local(name, dtype, size):
                 self.locals.add(name)

@@ -377,7 +377,9 @@ def mark_inner_simd(stmts: List[Stmt], reduction=(), only=None) -> List[Stmt]:
                     return replace(s, simd=True, reduction=tuple(reduction))
                 return replace(s, body=go(s.body))
         return s
-    return [go(x) for x in stmts]
+    out = [go(x) for x in stmts]
+    go = None  # noqa: F811, F841 (it calls itself: a cycle)
+    return out
 
 CASCADE = 256  # vectors a long sum adds into fresh lanes before they join the running ones
 
@@ -482,7 +484,9 @@ def lane_sums(stmts: List[Stmt], accs, fresh, lanes: int) -> List[Stmt]:
                     return [s]
                 return [replace(s, body=Block(tuple(go(s.body)[0].stmts)))]
         return [s]
-    return [y for x in stmts for y in go(x)]
+    out = [y for x in stmts for y in go(x)]
+    adds = to_lanes = split = go = None  # noqa: F811, F841 (they call themselves: cycles)
+    return out
 
 # }}}
 

@@ -345,6 +345,7 @@ def row_invariant_indices(t: Compute) -> List[Tuple[Read, int]]:
             case Unary(_, a, _) | Cast(a, _):
                 visit(a)
     visit(t.body)
+    visit = None  # noqa: F811, F841 (it calls itself: a cycle the collector alone would free)
     return out
 
 

@@ -276,4 +276,5 @@ def _accesses(s) -> Tuple[Set[str], Set[str]]:
             case Assign(_, value) | Accumulate(_, _, value):
                 expr(value)
     stmt(s)
+    expr = stmt = None  # noqa: F811, F841 (they call themselves: a cycle)
     return reads, writes

@@ -13,11 +13,19 @@ state, except for what it allocates and records:
 * the schedule's choices (``Recorder``): those opened inside are appended again,
   the notes it made to a choice open outside are made again;
 * run-time check sites: a lowering that records one is not replayed (its index is
-  in the C), nor one that adds to any other list of the schedule.
+  in the C), nor one that adds to any other list of the schedule;
+* the names of the axes a lowering keyed modulo them (``codegen.alike``) shows in its
+  prose (a loop's note, a comment, a note made to a choice): a replay renames them,
+  word by word, to the caller's. (An axis named like a word of the lowerings' own prose,
+  ``of``, would have that word renamed too: a comment's text, never the code's.)
 
 The bounds are *holes*: the template is lowered with a marker variable for each,
-which a replay (and the first use) replaces by the caller's expression; a hole
-given as None is part of the key (the lowering then uses its own bound).
+which a replay (and the use that made it) replaces by the caller's expression; a hole
+given as None is part of the key (the lowering then uses its own bound). A lowering
+with holes is lowered as itself at its first use and made a template at its second:
+most are used once (a checkpointed step is a function, its call the only use: every
+one of an LSTM's gradient), and filling a template's markers walks all of it (~14,000 nodes to
+rebuild ~30) where lowering as itself walks nothing more.
 
 >>> import tensorexpr as te
 >>> from codegen.lower import Lowerer
@@ -40,6 +48,7 @@ given as None is part of the key (the lowering then uses its own bound).
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass, fields
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -66,36 +75,64 @@ class Template:
     notes: List[Tuple[str, object]]
     #: the buffers of its slots (``codegen.alike``), renamed to the caller's by a replay
     slots: Tuple[str, ...] = ()
+    #: the names of the axes it was keyed modulo (``codegen.alike``), in its order: a
+    #: replay renames them in its prose
+    axes: Tuple[str, ...] = ()
     #: its nodes as rebuild steps (:func:`_compile`), made at its second replay (a
     #: template replayed once is walked once either way)
     plan: Optional[tuple] = None
     replays: int = 0
+    #: whether it depends on its slots only through their names (``Replays._abstracted``)
+    checked: bool = True
 
 
 class Replays:
     """The replayable lowerings of one lowerer ``lw`` (see the module docstring)."""
 
     def __init__(self, lw):
-        self.lw = lw
-        self.kept: Dict[tuple, Optional[Template]] = {}
+        # (by a weak reference: the lowerer holds its replays, and a cycle of the two
+        # would keep every template, the lowering's nodes, alive until the cyclic
+        # collector's next pass, ~20 ms after an LSTM's build, not freed when it ends)
+        self._lw = weakref.ref(lw)
+        #: by key: its template, None if it is not replayable, or :data:`_ONCE` (a
+        #: lowering with holes, lowered as itself once so far)
+        self.kept: Dict[tuple, object] = {}
+
+    @property
+    def lw(self):
+        """The lowerer whose lowerings these are."""
+        return self._lw()
 
     def get(self, key, lower: Callable[..., List], slots: Tuple[str, ...] = (),
-            **holes) -> List:
+            axes: Tuple[str, ...] = (), **holes) -> List:
         """``lower(**holes)``: lowered once per ``key`` (with the holes that are None
         as part of it), replayed after that. ``slots``: the buffers of the tensors
         ``key`` abstracts (``codegen.alike``), in its order: a replay's are renamed to
         them; a lowering that names another buffer, a tensor in its prose, or records a
-        choice is not replayed."""
+        choice is not replayed. ``axes``: the names of the axes ``key`` abstracts, in
+        its order: a replay's prose is renamed to them (one name given two new ones:
+        lowered again)."""
         if not ENABLED:
             return lower(**holes)
         key = (key,) + tuple((n, h is None) for n, h in sorted(holes.items()))
-        if key in self.kept:
-            t = self.kept[key]
-            if t is None:  # not replayable
+        t = self.kept.get(key, _NEW)
+        if t is None:  # not replayable
+            return lower(**holes)
+        if t is _NEW and any(h is not None for h in holes.values()):
+            self.kept[key] = _ONCE
+            return lower(**holes)
+        if t is not _NEW and t is not _ONCE:
+            if not t.checked:
+                if not self._abstracted(t.stmts, t.slots, t.allocated):
+                    self.kept[key] = None
+                    return lower(**holes)
+                t.checked = True
+            words = _renamed_words(t.axes, axes)
+            if words is None:
                 return lower(**holes)
-            return self._replay(t, holes, slots)
+            return self._replay(t, holes, slots, words)
         markers = {n: None if h is None else Var(f"\0{n}", INDEX_DTYPE) for n, h in holes.items()}
-        t, stmts = self._capture(lambda: lower(**markers), slots)
+        t, stmts = self._capture(lambda: lower(**markers), slots, axes)
         self.kept[key] = t
         fill = {f"\0{n}": h for n, h in holes.items() if h is not None}
         if not fill:  # (the template's own nodes: immutable, shared with its replays)
@@ -103,7 +140,8 @@ class Replays:
         memo: Dict[int, tuple] = {}
         return [_filled(s, fill, memo) for s in stmts]
 
-    def _capture(self, lower, slots: Tuple[str, ...] = ()) -> Tuple[Optional[Template], List]:
+    def _capture(self, lower, slots: Tuple[str, ...] = (), axes: Tuple[str, ...] = ()
+                 ) -> Tuple[Optional[Template], List]:
         lw, rec = self.lw, self.lw.record
         before = dict(lw.counters)
         nsites, nchoices = len(lw.sites), len(rec.choices)
@@ -119,17 +157,17 @@ class Replays:
         allocated = {p: (before.get(p, 0), n - before.get(p, 0)) for p, n in lw.counters.items()
                      if n != before.get(p, 0)}
         outer = [(name, value) for at, name, value in notes if at < nchoices]
-        if slots and not self._abstracted(stmts, slots, allocated, len(rec.choices) - nchoices):
+        if slots and len(rec.choices) != nchoices:  # (a choice names its tensor)
             return None, stmts
-        return Template(stmts, allocated, rec.choices[nchoices:], outer, tuple(slots)), stmts
+        # (whether it names only its slots is asked at its first replay: most are used once)
+        return Template(stmts, allocated, rec.choices[nchoices:], outer, tuple(slots),
+                        tuple(axes), checked=not slots), stmts
 
-    def _abstracted(self, stmts, slots, allocated, choices: int) -> bool:
+    def _abstracted(self, stmts, slots, allocated) -> bool:
         """Does a lowering keyed modulo its tensors and sizes (``slots``) depend on them
         only through the names of ``slots``: no other buffer named, no tensor nor size
-        named in its prose (a comment, a loop's note), no choice recorded (a choice names
-        its tensor), no name it allocated spelled like a slot or a buffer?"""
-        if choices:
-            return False
+        named in its prose (a comment, a loop's note), no name it allocated spelled like
+        a slot or a buffer?"""
         names: set = set()
         prose: List[str] = []
         _names(tuple(stmts), names, prose)
@@ -143,7 +181,8 @@ class Replays:
                  | set(self.lw.sizes))
         return not any(w in named for text in prose for w in _WORD.findall(text))
 
-    def _replay(self, t: Template, holes, slots: Tuple[str, ...] = ()) -> List:
+    def _replay(self, t: Template, holes, slots: Tuple[str, ...] = (),
+                words: Optional[Dict[str, str]] = None) -> List:
         lw, rec = self.lw, self.lw.record
         names: Dict[str, str] = {a: b for a, b in zip(t.slots, slots) if a != b}
         for p, (first, n) in t.allocated.items():
@@ -154,19 +193,49 @@ class Replays:
         for c in t.choices:
             rec.choices.append(c)
         for name, value in t.notes:
-            rec.note(name, value)
+            rec.note(name, reworded(value, words) if type(value) is str else value)
         fill = {f"\0{n}": h for n, h in holes.items() if h is not None}
         t.replays += 1
         if t.plan is None:
             if t.replays == 1:
                 memo: Dict[object, object] = {}
-                return [_rename(s, names, fill, memo) for s in t.stmts]
+                return [_rename(s, names, fill, memo, words) for s in t.stmts]
             t.plan = _compile(t.stmts)
-        return _rebuild(t.plan, names, fill)
+        return _rebuild(t.plan, names, fill, words)
 
+
+#: :attr:`Replays.kept`'s marks: a key never asked, a lowering with holes lowered once
+_NEW, _ONCE = object(), object()
 
 #: a word of prose (a name it may hold)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+def _renamed_words(old: Tuple[str, ...], new: Tuple[str, ...]) -> Optional[Dict[str, str]]:
+    """``{old name: new name}`` of the axes a replay renames in its prose (empty: none),
+    or None when one old name would become two new ones (two axes of one name in the
+    template, of two names in the caller's: the words cannot tell them apart).
+
+    >>> _renamed_words(("di", "j"), ("df", "j")), _renamed_words(("k", "k"), ("a", "b"))
+    ({'di': 'df'}, None)
+    """
+    got: Dict[str, str] = {}
+    for a, b in zip(old, new):
+        if got.setdefault(a, b) != b:
+            return None
+    return {a: b for a, b in got.items() if a != b}
+
+
+def reworded(text: str, words: Optional[Dict[str, str]]) -> str:
+    """``text`` (prose) with each whole word of ``words`` replaced by its new one, all at
+    once (two names swapped stay swapped).
+
+    >>> reworded("k (remainder of k1, j)", {"k": "j", "j": "k"})
+    'j (remainder of k1, k)'
+    """
+    if not words:
+        return text
+    return _WORD.sub(lambda m: words.get(m.group(0), m.group(0)), text)
 
 
 def _names(x, names: set, prose: List[str]) -> None:
@@ -197,8 +266,9 @@ def _names(x, names: set, prose: List[str]) -> None:
 # {{{ replay by a plan: each node of the template once, children first
 
 # how a step finds a field's new value: kept, a name renamed, a node rebuilt before (by
-# index), a tuple of such nodes, or a tuple of anything (:func:`_value`)
-_NAME, _NODE, _NODES, _MIXED = range(1, 5)  # (0: a value kept as it is)
+# index), a tuple of such nodes, a tuple of anything (:func:`_value`), or prose whose
+# words may be renamed (:func:`reworded`)
+_NAME, _NODE, _NODES, _MIXED, _TEXT = range(1, 6)  # (0: a value kept as it is)
 
 
 def _compile(stmts) -> tuple:
@@ -235,20 +305,25 @@ def _compile(stmts) -> tuple:
                     r = ref(v)
                     if r is not None:
                         subs.append((f,) + r)
+                elif type(v) is str and (cls, f) in _PROSE:
+                    subs.append((f, _TEXT, v))
             step = (cls, kept, tuple(subs))
         ids[id(x)] = len(steps)
         steps.append(step)
         return (_NODE, len(steps) - 1)
 
     roots = [ref(s) for s in stmts]
+    ref = None  # noqa: F811, F841 (it calls itself: a cycle holding every step made)
     assert all(r is not None and r[0] == _NODE for r in roots), "a statement is a node"
     return tuple(steps), tuple(r[1] for r in roots)
 
 
-def _rebuild(plan: tuple, names: Dict[str, str], fill: Dict[str, object]) -> List:
+def _rebuild(plan: tuple, names: Dict[str, str], fill: Dict[str, object],
+             words: Optional[Dict[str, str]] = None) -> List:
     """The statements of :func:`_compile`'s ``plan`` with the variables of ``names``
-    renamed and the markers of ``fill`` replaced: what :func:`_rename` gives (each node
-    made once, each renamed variable once per name and type)."""
+    renamed, the markers of ``fill`` replaced and the words of ``words`` renamed in
+    the prose: what :func:`_rename` gives (each node made once, each renamed variable
+    once per name and type)."""
     steps, roots = plan
     out: list = []
     made: Dict[tuple, Var] = {}
@@ -279,6 +354,9 @@ def _rebuild(plan: tuple, names: Dict[str, str], fill: Dict[str, object]) -> Lis
                 od[f] = tuple([out[k] for k in what])
             elif how == _NAME:
                 od[f] = names.get(what, what)
+            elif how == _TEXT:
+                if words:
+                    od[f] = reworded(what, words)
             else:
                 od[f] = _value((_MIXED, what), out, names)
         o = new_object(cls)
@@ -380,9 +458,11 @@ def _filled(x, fill: Dict[str, object], memo: Dict[int, tuple]):
     return out
 
 
-def _rename(x, names: Dict[str, str], fill: Dict[str, object], memo: Dict[object, object]):
-    """``x`` (a loop-AST node, tuple or value) with the variables of ``names`` renamed
-    and the marker variables of ``fill`` replaced by their expressions.
+def _rename(x, names: Dict[str, str], fill: Dict[str, object], memo: Dict[object, object],
+            words: Optional[Dict[str, str]] = None):
+    """``x`` (a loop-AST node, tuple or value) with the variables of ``names`` renamed,
+    the marker variables of ``fill`` replaced by their expressions and the words of
+    ``words`` renamed in its prose.
 
     A replay rebuilds every node of its template (nearly all hold a loop variable), so
     this is the replay's cost: the nodes are copied field by field into a new object's
@@ -404,7 +484,7 @@ def _rename(x, names: Dict[str, str], fill: Dict[str, object], memo: Dict[object
     if cls in _LEAVES:
         return x
     if cls is tuple:
-        return tuple([_rename(y, names, fill, memo) for y in x])
+        return tuple([_rename(y, names, fill, memo, words) for y in x])
     if cls is str:
         return names.get(x, x)
     got = memo.get(id(x))
@@ -419,7 +499,9 @@ def _rename(x, names: Dict[str, str], fill: Dict[str, object], memo: Dict[object
             if t is str:
                 v = names.get(v, v)
             elif t not in _LEAVES:
-                v = _rename(v, names, fill, memo)
+                v = _rename(v, names, fill, memo, words)
+        elif words and type(v) is str and (cls, f) in _PROSE:
+            v = reworded(v, words)
         od[f] = v
     memo[id(x)] = (x, out)  # (x kept: its id is not reused while the memo lives)
     return out

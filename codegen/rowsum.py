@@ -121,7 +121,7 @@ class RowSumLowering:
             got = alike.shape(self, t, red)
             if got is not None:
                 return self.alike.get(("rows", got[0]), lambda: self._lower_rows(t, red, None),
-                                      slots=got[1])
+                                      slots=got[1], axes=got[2])
         return self._lower_rows(t, red, sp)
 
     def _lower_rows(self, t: Compute, red: Reduce, sp) -> List[Stmt]:
@@ -375,6 +375,9 @@ class RowSumLowering:
             loops = [For(jc, Lit(0, I64), Lit(chunks, I64), 1, Block(tuple(nest_from(0, [None]))),
                 parallel=work is not False, work=work if work is not False else None,
                 note=f"{jt.name} (chunks of {chunk})")]
+        # (the recursive closures hold themselves, and through their cells the nests
+        # made: unbound, reference counting frees them now, not the cyclic collector)
+        nest_from = tile_block = None  # noqa: F811, F841
         return self.finite_checks(finite) + loops
 
     def buffer_dtype(self, name: str) -> str:

@@ -126,6 +126,7 @@ def widen(tree, start: Expr, end: Expr, keep=()):
         return node
 
     out = go(tree)
+    go = moves = short = None  # noqa: F811, F841 (go calls itself: a cycle)
     return out, changed
 
 

@@ -164,6 +164,7 @@ def _closed(stmts: List[Stmt], known: set, bufs: set):
 
     for s in stmts:
         stmt(s)
+    expr = stmt = None  # noqa: F811, F841 (they call themselves: a cycle)
     outer = (used | assigned) - own - known
     if outer:
         return f"it reads the caller's {', '.join(sorted(outer))}"

@@ -103,4 +103,7 @@ class JamLowering:
             return [For(vars_[k], lo, hi, 1, Block(tuple(nest_from(k + 1, rows))),
                         note=ax.name, **kw)]
 
-        return nest_from(0, [None])
+        out = nest_from(0, [None])
+        # (they call each other, holding the lowerer: a cycle the collector alone frees)
+        block = split = columns = nest_from = None  # noqa: F811, F841
+        return out

@@ -150,7 +150,10 @@ def expand(e: Expr, distribute: bool) -> Optional[List[Term]]:
         memo[id(x)] = out
         return out
 
-    return go(e)
+    try:
+        return go(e)
+    finally:
+        go = None  # noqa: F811, F841 (it calls itself: a cycle holding its memo)
 
 
 def _same_factors(a: Tuple[Expr, ...], b: Tuple[Expr, ...]) -> bool:

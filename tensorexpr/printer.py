@@ -97,6 +97,9 @@ def expr_str(e: Expr) -> str:
 # A shared sub-expression of more nodes than this is named instead of repeated.
 LET_NODES = 32
 
+#: expressions without sub-expressions (their text is their own)
+_LEAVES = (Const, SizeVar, Axis)
+
 
 def _fmt(e: Expr, top: bool, shown: dict | None = None) -> str:
     """``e`` as text; ``top`` says no operator surrounds it (so no parentheses needed).
@@ -107,6 +110,8 @@ def _fmt(e: Expr, top: bool, shown: dict | None = None) -> str:
     mean ``-(s / 9.0)`` and ``-x ** 2`` would read as ``-(x ** 2)``.
     ``shown`` renames axes (:func:`axis_names`; None: those of ``e`` alone).
     """
+    if type(e) in _LEAVES:  # (a bound, a size: most calls; nothing to name nor rename)
+        return "".join(_layout(e, top, {} if shown is None else shown))
     if shown is None:
         shown = axis_names([e])
     names = _shared_names(e)
@@ -120,9 +125,13 @@ def _shared_names(e: Expr) -> dict:
     """``id -> $k`` for the sub-expressions of ``e`` worth naming (used twice, big)."""
     uses: dict = {}
     nodes = postorder(e)
+    edges = 0
     for n in nodes:
         for c in children(n):
             uses[id(c)] = uses.get(id(c), 0) + 1
+            edges += 1
+    if edges == len(uses):  # (a tree: no node used twice, none to name)
+        return {}
     # Children first: a node's size counts its named children as one node.
     size: dict = {}
     names: dict = {}

@@ -109,6 +109,8 @@ def shape(key, names: bool = False) -> Optional[Tuple[tuple, List[Axis]]]:
         return of(key), axes
     except (_TooLarge, RecursionError):  # (a condition thousands of operations deep)
         return None
+    finally:  # (of calls itself: a cycle, with all it made, the collector alone would free)
+        of = None  # noqa: F811, F841
 
 
 #: the most nodes :func:`shape` walks (isl's questions are indices and conditions)

@@ -176,3 +176,69 @@ def test_sizes_are_told_apart():
     rng = np.random.default_rng(4)
     agree([A, B, C], [x, y, z, W1, W2], *[rng.standard_normal(s).astype(np.float32) for s in
                                            ((6, 16), (4, 16), (3, 16), (16, 16), (16, 16))])
+
+
+def _renamed_twins(second_axis):
+    """``P = x @ W1`` over reduction axis ``k`` and ``Q = x @ W2`` over the axis
+    ``second_axis()`` makes (its name, bounds, the way ``x`` reads it may differ)."""
+    x = te.placeholder((8, 16), name="x")
+    W1, W2 = (te.placeholder((16, 16), name=n) for n in ("W1", "W2"))
+    k = te.reduce_axis(16, name="k")
+    P = te.compute((8, 16), lambda i, j: te.sum(x[i, k] * W1[k, j], axis=k), name="P")
+    Q = second_axis(x, W2)
+    return [x, W1, W2], [P, Q]
+
+
+def _over(name, lo=0, stride=1):
+    def second(x, W):
+        d = te.reduce_axis((lo, 16 // stride), name=name)
+        return te.compute((8, 16), lambda i, j: te.sum(
+            x[i, d if stride == 1 else stride * d] * W[d, j], axis=d), name="Q")
+    return second
+
+
+def test_sums_differing_only_in_their_axes_names_share_a_lowering(monkeypatch):
+    # an LSTM's gate projections: sum_{di} x[.., di] * Wi[di, j], sum_{df} ... (alike but
+    # for the names: one lowering, the replay's loop notes naming its own axis)
+    ins, outs = _renamed_twins(_over("d_other"))
+    sig = Signature(outs, ins)
+    assert _key(outs, ins, "P")[0] == _key(outs, ins, "Q")[0]
+    assert _key(outs, ins, "Q")[2] == ("i", "j", "d_other")
+    counts, source = _count(sig)
+    assert counts == {"asked": 2, "lowered": 1}, counts
+    assert "/* d_other */" in source and "/* k */" in source
+    (a, sa), (b, sb) = both_ways(sig, Options(), monkeypatch, alike)
+    assert (a, sa) == (b, sb)
+    rng = np.random.default_rng(5)
+    agree(outs, ins, *[rng.standard_normal(t.shape).astype(np.float32) for t in ins])
+
+
+@pytest.mark.parametrize("second", [_over("k", lo=1), _over("k", stride=2),
+                                    _over("d", lo=1), _over("d", stride=2)],
+                         ids=["bounds", "stride", "renamed bounds", "renamed stride"])
+def test_sums_over_other_bounds_or_strides_are_told_apart(second):
+    ins, outs = _renamed_twins(second)
+    assert _key(outs, ins, "P")[0] != _key(outs, ins, "Q")[0]
+    counts, _ = _count(Signature(outs, ins))
+    assert counts == {"asked": 2, "lowered": 2}, counts
+    rng = np.random.default_rng(6)
+    agree(outs, ins, *[rng.standard_normal(t.shape).astype(np.float32) for t in ins])
+
+
+def test_two_axes_of_one_name_are_not_renamed_to_two():
+    # the template's two axes share the name "k", the caller's are "a" and "b": its prose
+    # cannot say which "k" is which, so the caller is lowered as itself
+    x = te.placeholder((8, 4, 16), name="x")
+    W1, W2 = (te.placeholder((4, 16, 16), name=n) for n in ("W1", "W2"))
+
+    def two_sums(W, n1, n2, name):
+        a, b = te.reduce_axis(4, name=n1), te.reduce_axis(16, name=n2)
+        return te.compute((8, 16), lambda i, j: te.sum(x[i, a, b] * W[a, b, j], axis=[a, b]),
+                          name=name)
+    P, Q = two_sums(W1, "k", "k", "P"), two_sums(W2, "a", "b", "Q")
+    ins, outs = [x, W1, W2], [P, Q]
+    assert _key(outs, ins, "P")[0] == _key(outs, ins, "Q")[0]
+    counts, source = _count(Signature(outs, ins))
+    assert counts == {"asked": 2, "lowered": 2}, counts
+    rng = np.random.default_rng(7)
+    agree(outs, ins, *[rng.standard_normal(t.shape).astype(np.float32) for t in ins])

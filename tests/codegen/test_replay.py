@@ -168,3 +168,43 @@ def test_a_first_use_fills_what_renaming_gives_sharing_the_nodes_without_a_marke
     assert got.body.stmts[1].stmts[0] is inner.stmts[0]
     assert got.body.stmts[1].stmts[1].value == Var("k2", "int64")
     assert replay._filled(inner.stmts[0], fill, {}) is inner.stmts[0]
+
+
+def test_a_lowering_with_holes_is_a_template_from_its_second_use(monkeypatch):
+    # most are used once (a checkpointed step's function): lowered as themselves, with
+    # the caller's bounds, no markers to fill; the second use makes the template, the
+    # third on replay it
+    lw, r, _ = _doubling()
+    calls = []
+
+    def nest(lo):
+        calls.append(lo)
+        v = lw.fresh("i", "int64")
+        return [For(v, lo, Lit(4, "int64"), 1, Block((Store("b1", v, Lit(0.0, "float32")),)))]
+    filled = []
+    real = replay._filled
+    monkeypatch.setattr(replay, "_filled", lambda *a: filled.append(1) or real(*a))
+    (first,) = r.get("B", nest, lo=Lit(0, "int64"))
+    assert calls == [Lit(0, "int64")] and not filled  # the caller's bound itself
+    (second,) = r.get("B", nest, lo=Var("k", "int64"))
+    assert len(calls) == 2 and calls[1].name == "\0lo" and filled
+    (third,) = r.get("B", nest, lo=Var("m", "int64"))
+    assert len(calls) == 2
+    assert [(s.var.name, s.lo) for s in (first, second, third)] == [
+        ("i0", Lit(0, "int64")), ("i1", Var("k", "int64")), ("i2", Var("m", "int64"))]
+
+
+def test_a_template_keyed_modulo_its_tensors_is_checked_at_its_first_replay(monkeypatch):
+    # (walking it for the names it holds is the check's cost: a template used once,
+    # most of an LSTM's, never pays it)
+    lw, r, _ = _doubling()
+    checked = []
+    real = replay.Replays._abstracted
+    monkeypatch.setattr(replay.Replays, "_abstracted",
+                        lambda self, *a: checked.append(1) or real(self, *a))
+    nest = lambda: [Store("b1", Lit(0, "int64"), Lit(1.0, "float32"))]  # noqa: E731
+    r.get("k", nest, slots=("b1",))
+    assert not checked
+    r.get("k", nest, slots=("b1",))
+    r.get("k", nest, slots=("b1",))
+    assert len(checked) == 1

@@ -7,5 +7,5 @@ tensor, at the top), partials (local derivatives of an expression), simplify
 >>> X = te.placeholder((3,), name="X")
 >>> Y = te.compute((3,), lambda i: X[i] * X[i], name="Y")
 >>> print(differentiate(Y, [X], head=te.placeholder((3,), name="H"))[0])
-dX[i0] = 2.0 * (H[i0] * X[i0])    for i0 in [0, 3)    float32
+dX[i0] = H[i0] * (X[i0] * 2.0)    for i0 in [0, 3)    float32
 """

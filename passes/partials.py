@@ -16,7 +16,7 @@ reduction's row holding a NaN.
 from __future__ import annotations
 
 import math
-from typing import List, NamedTuple, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 from tensorexpr import api
 from tensorexpr.ir import (Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, binary, is_float,
@@ -114,6 +114,13 @@ def _back(root: Expr, adj: Expr, out: list, owner=None) -> None:
             continue
         guards = _common_guards([g for g, _ in arrived])
         total = _guarded_sum([(g[len(guards):], c) for g, c in arrived])
+        # Where no contribution arrives, the node is not evaluated by the forward
+        # either (``v`` in ``select(i < n, v, 0) + select(c, v * v, 0)``, reading
+        # ``Z[i]``): its own partials may read out of range there, so its children's
+        # contributions are guarded by where some arrived.
+        live = _reached([g[len(guards):] for g, _ in arrived])
+        if live is not None:
+            guards = guards + (live,)
         for child, fn, g, ax in rules_of(e):
             pending.setdefault(key(child, axes + ax), []).append((guards + g, fn(total)))
 
@@ -168,6 +175,47 @@ def _guarded_sum(parts: List[Tuple[Tuple[Expr, ...], Expr]]) -> Expr:
         term = api.select(c, a, b)
         total = term if total is None else binary("add", total, term)
     return total
+
+
+def _reached(paths: List[Tuple[Expr, ...]]) -> Optional[Expr]:
+    """Where at least one of the guard tuples ``paths`` holds (each the conjunction of
+    its conditions), or None where that is everywhere: some path has no guard, or
+    the paths cover both branches of a select (``(c,)`` and ``(not c,)``), as those
+    through a value both branches read.
+
+    >>> import tensorexpr as te
+    >>> from tensorexpr.ir import unary
+    >>> X = te.placeholder((4,), name="X")
+    >>> c, d = X[0] > 0.0, X[1] > 0.0
+    >>> _reached([(c,), (unary("not", c),)]) is None
+    True
+    >>> print(_reached([(c,), (d, c)]))
+    ((X[0] > 0.0) | ((X[1] > 0.0) & (X[0] > 0.0)))
+    """
+    if any(not p for p in paths):
+        return None
+    groups: dict = {}  # id(condition) -> (condition, its not, rests under it, under its not)
+    for p in paths:
+        c, taken = (p[0].a, False) if _is_not(p[0]) else (p[0], True)
+        entry = groups.setdefault(id(c), [c, None, [], []])
+        if not taken:
+            entry[1] = p[0]
+        entry[2 if taken else 3].append(p[1:])
+    out = None
+    for c, not_c, pos, neg in groups.values():
+        a = _reached(pos) if pos else api.const(False, "bool")
+        b = _reached(neg) if neg else api.const(False, "bool")
+        if a is None and b is None:
+            return None  # both branches of a select: everywhere the paths meet
+        parts = []
+        if pos:
+            parts.append(c if a is None else binary("and", c, a))
+        if neg:
+            n = not_c if not_c is not None else unary("not", c)
+            parts.append(n if b is None else binary("and", n, b))
+        for x in parts:
+            out = x if out is None else binary("or", out, x)
+    return out
 
 
 def _is_not(c: Expr) -> bool:

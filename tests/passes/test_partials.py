@@ -177,3 +177,23 @@ def test_max_or_min_of_infinities_ties_and_finite_values_keep_their_rule(op):
     for backend in ("numpy", "c"):
         got = te.build(g, [X, H], backend)(x, np.ones(4))
         np.testing.assert_array_equal(got, [want0, 1.0 - want0], err_msg=backend)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_a_value_read_only_under_guards_passes_on_its_adjoint_only_where_one_holds(backend):
+    # v reads Z[i], in range only where i < n; both selects reading v guard it, by
+    # different conditions: v's own partial (cos(Z[i] * X[i]) * Z[i]) was evaluated
+    # everywhere, an out-of-range read of Z (IndexError on a valid program)
+    from .gradcheck import check_grads
+    n = 2
+    X = te.placeholder((4,), "float64", name="X")
+    Z = te.placeholder((n,), "float64", name="Z")
+
+    def body(i):
+        v = te.sin(Z[i] * X[i])
+        return te.select(i < n, v, 0.0) + te.select((i < n) & (X[i] > 0), v * v, 0.0)
+    Y = te.compute((4,), body, name="Y")
+    r = te.reduce_axis(4, name="r")
+    L = te.compute((), lambda: te.sum(Y[r] * Y[r], axis=r), name="L")
+    rng = np.random.default_rng(0)
+    check_grads(L, [X, Z], [rng.standard_normal(4), rng.standard_normal(n)], backend=backend)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tensorexpr as te
-from benchmarks.deep_programs import chain, deep
+from benchmarks.deep_programs import chain, deep, select_chain
 
 from .gradcheck import check_grads
 
@@ -109,27 +109,13 @@ def test_second_order_source_of_nested_maxima_is_not_exponential_in_nesting():
     assert growth[0] < 6 and growth[1] < growth[0], (sizes, growth)
 
 
-def _select_chain(depth):
-    """Selects on data nested in each other's branches, each branch using the value
-    before (``e = select(C[..] > 0, tanh(e) * 0.5, e * C[..])``)."""
-    X = te.placeholder((8,), "float64", "X")
-    C = te.placeholder((8,), "float64", "C")
-
-    def body(i):
-        e = X[i]
-        for d in range(depth):
-            e = te.select(C[(i + d) % 8] > 0.0, te.tanh(e) * 0.5, e * C[(i + d + 1) % 8])
-        return e
-    return te.compute((8,), body, name="Y"), X, C
-
-
 def test_a_select_chain_sharing_its_value_grows_linearly_in_c():
     # each branch re-emitted the value before: twice the C per level (850 KB at 12)
     from codegen.pipeline import source_text
     from codegen.signature import Signature
     lines = []
     for d in range(1, 7):
-        Y, X, C = _select_chain(d)
+        Y, X, C = select_chain(d)
         lines.append(source_text(Signature([Y], [X, C])).count("\n"))
     steps = [b - a for a, b in zip(lines, lines[1:])]
     assert max(steps) <= 2 * min(steps) and max(steps) < 20, lines
@@ -139,7 +125,7 @@ def test_a_deep_select_chain_builds_in_seconds_and_matches_numpy():
     # guard sets per path (passes.contexts, tensorexpr.bounds) were 2**depth: 19 deep
     # never finished; 60 deep now takes well under a second
     import time
-    Y, X, C = _select_chain(60)
+    Y, X, C = select_chain(60)
     rng = np.random.default_rng(2)
     x, c = rng.uniform(-1, 1, 8), rng.uniform(-1, 1, 8)
     t = time.process_time()

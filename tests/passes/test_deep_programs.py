@@ -78,6 +78,17 @@ def _relu_pow(e, y):
     return te.maximum(e, 0.0) ** te.minimum(te.maximum(y, 0.0), 2.0)
 
 
+def _nested_relu_pow(X, depth):
+    """``Y[i]``: ``_relu_pow`` nested ``depth`` times from ``X[i]``, level ``d`` reading
+    ``X`` at ``i + d + 1`` (a shift per level)."""
+    def body(i):
+        e = X[i]
+        for d in range(depth):
+            e = _relu_pow(e, X[(i + d + 1) % 4])
+        return e
+    return te.compute((4,), body, name="Y")
+
+
 def test_second_order_source_of_a_chain_of_maxima_grows_linearly():
     def chain_of(depth):
         def make(X):
@@ -95,16 +106,7 @@ def test_second_order_source_of_nested_maxima_is_not_exponential_in_nesting():
     # a max's adjoint written into both branches of its select doubled per level:
     # 116 KB of C at depth 1, 1.45 MB at depth 2 (x12.5; a fuzzed program's 1.5 MB
     # took 65 s to lower, and its numpy evaluation ran out of memory)
-    def nested(depth):
-        def make(X):
-            def body(i):
-                e = X[i]
-                for d in range(depth):
-                    e = _relu_pow(e, X[(i + d + 1) % 4])
-                return e
-            return te.compute((4,), body, name="Y")
-        return make
-    sizes = [_second_order_source(nested(d)) for d in (1, 2, 3)]
+    sizes = [_second_order_source(lambda X, d=d: _nested_relu_pow(X, d)) for d in (1, 2, 3)]
     growth = [b / a for a, b in zip(sizes, sizes[1:])]
     # (values the shifted reads share are tensors from depth 2 on: 26/33/47 KB, was
     # x12.5 a level before the select fix, then 16/64/172 KB with the chain copied
@@ -171,19 +173,7 @@ def test_second_order_c_of_nested_maxima_is_linear_in_its_distinct_nodes():
     from tensorexpr.ir import Compute, postorder
     ratios = []
     for depth in (1, 2, 3):
-        X = te.placeholder((4,), "float64", "X")
-
-        def body(i, depth=depth, X=X):
-            e = X[i]
-            for d in range(depth):
-                e = _relu_pow(e, X[(i + d + 1) % 4])
-            return e
-        Y = te.compute((4,), body, name="Y")
-        i2, i3 = te.reduce_axis(4, name="i2"), te.reduce_axis(4, name="i3")
-        L = te.compute((), lambda: te.sum(Y[i2], axis=i2), name="L")
-        (g,) = te.differentiate(L, [X])
-        L2 = te.compute((), lambda: te.sum(g[i3] * g[i3], axis=i3), name="L2")
-        (h,) = te.differentiate(L2, [X])
+        X, _, h = _nested_max_pow_hvp(depth, square=True)
         sig = Signature([h], [X])
         nodes = len({id(x) for t in sig.order if isinstance(t, Compute)
                      for x in postorder(t.body)})
@@ -309,22 +299,17 @@ def test_gradient_of_a_30_deep_shared_select_chain_agrees_on_both_backends():
     assert np.allclose(got, want, rtol=1e-9, atol=1e-12)
 
 
-def _nested_max_pow_hvp(depth):
+def _nested_max_pow_hvp(depth, square=False):
     """The HVP of ``sum(Y)``, ``Y[i]`` the nested ``_relu_pow`` chain reading ``X`` at
-    ``i + 1 .. i + depth``: ``h = d sum(dX * V) / dX``."""
+    ``i + 1 .. i + depth``: ``h = d sum(dX * V) / dX`` (``sum(dX * dX)`` if ``square``)."""
     X = te.placeholder((4,), "float64", "X")
     V = te.placeholder((4,), "float64", "V")
-
-    def body(i):
-        e = X[i]
-        for d in range(depth):
-            e = _relu_pow(e, X[(i + d + 1) % 4])
-        return e
-    Y = te.compute((4,), body, name="Y")
+    Y = _nested_relu_pow(X, depth)
     i2, i3 = te.reduce_axis(4, name="i2"), te.reduce_axis(4, name="i3")
     L = te.compute((), lambda: te.sum(Y[i2], axis=i2), name="L")
     (g,) = te.differentiate(L, [X])
-    L2 = te.compute((), lambda: te.sum(g[i3] * V[i3], axis=i3), name="L2")
+    W = g if square else V
+    L2 = te.compute((), lambda: te.sum(g[i3] * W[i3], axis=i3), name="L2")
     (h,) = te.differentiate(L2, [X])
     return X, V, h
 
@@ -353,13 +338,7 @@ def test_second_order_of_nested_max_pow_is_near_linear_in_ir_and_c(monkeypatch):
 def test_second_order_of_nested_max_pow_matches_central_differences(backend):
     from .gradcheck import second_order
     X = te.placeholder((4,), "float64", "X")
-
-    def body(i):
-        e = X[i]
-        for d in range(5):
-            e = _relu_pow(e, X[(i + d + 1) % 4])
-        return e
-    Y = te.compute((4,), body, name="Y")
+    Y = _nested_relu_pow(X, 5)
     r = te.reduce_axis(4, name="r")
     L = te.compute((), lambda: te.sum(Y[r], axis=r), name="L")
     x = np.random.default_rng(6).uniform(0.5, 1.5, 4)  # (off the kinks of max)

@@ -31,8 +31,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 from tensorexpr import api
 from tensorexpr.errors import JacobianError, describe
 from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, ScatterAdd,
-                           SelfRef, Tensor, binary, children, fresh_uid, is_float, postorder,
+                           SelfRef, SizeVar, Tensor, binary, children, fresh_uid, is_float, postorder,
                            same, topo_order, tensor_inputs, walk, INDEX_DTYPE)
+from tensorexpr.bounds import inside_by_intervals
 from tensorexpr.printer import shape_str
 from tensorexpr.polyhedral import NotAffine, Space, params_of, simplify_affine, solve_fiber
 from tensorexpr.transform import (free_axes, interned, map_reads, rebuild,
@@ -529,7 +530,8 @@ def _shared_values_kept(sites: Sequence[Site], t: Compute) -> List[Site]:
     """``sites`` of elementwise ``t`` with each costly value that sites reading at
     different indices share (the forward chain, the backward product of its local
     derivatives) read from a tensor of its own, children first: the gather evaluates
-    it at each read's shifted index, and the tensor computes it once per point.
+    it at each read's shifted index, and the tensor computes it once per point (only
+    a value whose reads are in range over the whole box: its guards are not there).
 
     Nothing changes unless reads at two shifts (or one shift and bare axes) share it."""
     # (reads at bare axes only rename them: their terms' copies are one after interning)
@@ -557,7 +559,10 @@ def _shared_values_kept(sites: Sequence[Site], t: Compute) -> List[Site]:
             c = 1 + sum(cost[id(k)] for k in children(x))
             if (c >= SHARED_VALUE_COST and len(users.get(id(x), ())) > 1
                     and is_float(x.dtype) and not isinstance(x, (Read, Const, Reduce))
-                    and not any(isinstance(r, (Reduce, SelfRef)) for r in walk(y, unique=True))
+                    and _data_only(y)
+                    and not any(isinstance(r, (Reduce, SelfRef)) or isinstance(r, Read)
+                                and not inside_by_intervals(r, t.axes)
+                                for r in walk(y, unique=True))
                     and {a.uid for a in free_axes(y)} <= own):
                 key = ("kept", y)
                 if key not in table:
@@ -566,8 +571,25 @@ def _shared_values_kept(sites: Sequence[Site], t: Compute) -> List[Site]:
                 y, c = table[key], 1
             new[id(x)] = y
             cost[id(x)] = c
+    if not any(isinstance(k, tuple) for k in table):
+        return list(sites)  # nothing shared costs enough
     return [s._replace(factor=new[id(s.factor)], guards=tuple(new[id(g)] for g in s.guards))
             for s in sites]
+
+
+def _data_only(e: Expr) -> bool:
+    """Do axes and sizes appear in ``e`` only as read indices? (A test of the indices,
+    ``select(i0 == 2, 2.0, 0.0) * dT0[0, i1]``, guards the reads beside it: kept inline.)"""
+    stack, seen = [e], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or isinstance(x, Read):
+            continue
+        seen.add(id(x))
+        if isinstance(x, (Axis, SizeVar)):
+            return False
+        stack.extend(children(x))
+    return True
 
 
 def _group_inputs(d: _Differentiator, t: Tensor) -> list:

@@ -70,6 +70,26 @@ def chain(n: int, size: int = N):
     return X, T, L
 
 
+def select_chain(depth: int, size: int = 8):
+    """``Y[i]``: ``e = select(C[..] > 0, tanh(e) * 0.5, e * C[..])`` ``depth`` times from
+    ``e = X[i]``, each select in both branches of the next (a DAG linear in ``depth``
+    whose paths are ``2**depth``). Returns ``(Y, X, C)``.
+
+    >>> Y, X, C = select_chain(1, size=4)
+    >>> print(Y)
+    Y[i] = select(C[(i + 0) % 4] > 0.0d, tanh(X[i]) * 0.5d, X[i] * C[((i + 0) + 1) % 4])    for i in [0, 4)    float64
+    """
+    X = te.placeholder((size,), "float64", "X")
+    C = te.placeholder((size,), "float64", "C")
+
+    def body(i):
+        e = X[i]
+        for d in range(depth):
+            e = te.select(C[(i + d) % size] > 0.0, te.tanh(e) * 0.5, e * C[(i + d + 1) % size])
+        return e
+    return te.compute((size,), body, name="Y"), X, C
+
+
 def measure(kind: str, n: int) -> dict:
     """Build the gradient of ``deep(n)`` or ``chain(n)`` with the C backend; its times
     (s), C source size and the largest C function; raises if its values differ

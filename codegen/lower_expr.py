@@ -385,20 +385,20 @@ class ExprLowering:
             if id(s) in cache:
                 todo.pop()
                 continue
-            fb, mb = self._evaluated_flat(s.b, scope, cache)
-            if mb:
-                todo.extend(mb)
-                continue
-            if not fb:
-                cache[id(s)] = {}
+            common, below = None, []  # what both branches evaluate (b first: often nothing)
+            for branch in (s.b, s.a):
+                found_here, below = self._evaluated_flat(branch, scope, cache)
+                if below:
+                    break
+                common = found_here if common is None else {
+                    k: v for k, v in found_here.items() if k in common}
+                if not common:
+                    break
+            if below:  # the selects under this branch are answered first
+                todo.extend(below)
+            else:
+                cache[id(s)] = common or {}
                 todo.pop()
-                continue
-            fa, ma = self._evaluated_flat(s.a, scope, cache)
-            if ma:
-                todo.extend(ma)
-                continue
-            cache[id(s)] = {k: v for k, v in fa.items() if k in fb}
-            todo.pop()
         if missing:
             found, _ = self._evaluated_flat(e, scope, cache)
         return found

@@ -31,13 +31,16 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 from tensorexpr import api
 from tensorexpr.errors import JacobianError, describe
 from tensorexpr.ir import (Axis, Binary, Compute, Const, Expr, Read, Reduce, ScatterAdd,
-                           SelfRef, Tensor, binary, fresh_uid, is_float, same, topo_order,
-                           tensor_inputs, walk, INDEX_DTYPE)
+                           SelfRef, SizeVar, Tensor, binary, children, fresh_uid, is_float, postorder,
+                           same, topo_order, tensor_inputs, walk, INDEX_DTYPE)
+from tensorexpr.bounds import inside_by_intervals
 from tensorexpr.printer import shape_str
 from tensorexpr.polyhedral import NotAffine, Space, params_of, simplify_affine, solve_fiber
-from tensorexpr.transform import interned, map_reads, replace_subexprs_each, substitute
+from tensorexpr.transform import (free_axes, interned, map_reads, rebuild,
+                                  replace_subexprs_each, substitute)
 
 from .common_factors import factored_sum
+from .extract import extract
 from .gradients import Gradients, resolve_inputs
 from .normalize import hoist_reductions, normalize
 from .partials import Site, read_partials
@@ -355,6 +358,8 @@ class _Differentiator:
                 # itself: read it instead of recomputing it.
                 me = Read(t, tuple(t.axes), t.dtype)
                 sites = _replaced(read_partials(body, t), [(body, me)])
+                if t.self_ref is None:
+                    sites = _shared_values_kept(sites, t)
                 if t.self_ref is not None:
                     # Sums over the previous step left inline (sigmoid(sum_k h[t-1, k]
                     # W[k, j]) in a GRU) are in the partials too: computed once over
@@ -516,6 +521,80 @@ def _replaced(sites: Sequence[Site], pairs) -> List[Site]:
     each shared node is rewritten once for all."""
     factors = replace_subexprs_each([s.factor for s in sites], pairs)
     return [s._replace(factor=f) for s, f in zip(sites, factors)]
+
+
+#: A value the partials of reads at different indices share becomes a tensor when it
+#: costs at least this many operations beyond the values already kept in tensors:
+#: each shifted read's term substituted its index into its own copy (the terms of
+#: ``Y[i] = f(...f(X[i], X[i + 1])..., X[i + d])`` hold the chain once per shift, and
+#: a second-order gradient of it grew as depth**3).
+SHARED_VALUE_COST = 12
+
+
+def _shared_values_kept(sites: Sequence[Site], t: Compute) -> List[Site]:
+    """``sites`` of elementwise ``t`` with each costly value that sites reading at
+    different indices share (the forward chain, the backward product of its local
+    derivatives) read from a tensor of its own, children first: the gather evaluates
+    it at each read's shifted index, and the tensor computes it once per point (only
+    a value whose reads are in range over the whole box: its guards are not there).
+
+    Nothing changes unless reads at two shifts (or one shift and bare axes) share it."""
+    # (reads at bare axes only rename them: their terms' copies are one after interning)
+    shifts = [None if all(isinstance(i, Axis) for i in s.read.indices) else s.read.indices
+              for s in sites]
+    if len(set(shifts)) < 2:
+        return list(sites)
+    users: Dict[int, set] = {}  # node id -> the shifts of the sites using it
+    roots = []
+    for s, shift in zip(sites, shifts):
+        for e in (s.factor,) + tuple(s.guards):
+            roots.append(e)
+            for x in walk(e, unique=True):
+                users.setdefault(id(x), set()).add(shift)
+    own = {a.uid for a in t.axes}
+    new: Dict[int, Expr] = {}
+    cost: Dict[int, int] = {}
+    table: Dict[Expr, Expr] = {}  # one object per distinct value (and one tensor)
+    for e in roots:
+        for x in postorder(e):
+            if id(x) in new:
+                continue
+            y = rebuild(x, lambda c: new[id(c)])
+            y = table.setdefault(y, y)
+            c = 1 + sum(cost[id(k)] for k in children(x))
+            if (c >= SHARED_VALUE_COST and len(users.get(id(x), ())) > 1
+                    and is_float(x.dtype) and not isinstance(x, (Read, Const, Reduce))
+                    and _data_only(y)
+                    and not any(isinstance(r, (Reduce, SelfRef)) or isinstance(r, Read)
+                                and not inside_by_intervals(r, t.axes)
+                                for r in walk(y, unique=True))
+                    and {a.uid for a in free_axes(y)} <= own):
+                key = ("kept", y)
+                if key not in table:
+                    order = [a for a in t.axes if a.uid in {b.uid for b in free_axes(y)}]
+                    table[key] = extract(y, f"{t.name}_v{len(table)}", t.origin, order=order)[1]
+                y, c = table[key], 1
+            new[id(x)] = y
+            cost[id(x)] = c
+    if not any(isinstance(k, tuple) for k in table):
+        return list(sites)  # nothing shared costs enough
+    return [s._replace(factor=new[id(s.factor)], guards=tuple(new[id(g)] for g in s.guards))
+            for s in sites]
+
+
+def _data_only(e: Expr) -> bool:
+    """Do axes and sizes appear in ``e`` only as read indices? (A test of the indices,
+    ``select(i0 == 2, 2.0, 0.0) * dT0[0, i1]``, guards the reads beside it: kept inline.)"""
+    stack, seen = [e], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or isinstance(x, Read):
+            continue
+        seen.add(id(x))
+        if isinstance(x, (Axis, SizeVar)):
+            return False
+        stack.extend(children(x))
+    return True
 
 
 def _group_inputs(d: _Differentiator, t: Tensor) -> list:

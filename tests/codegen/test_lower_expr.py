@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import tensorexpr as te
+from benchmarks.deep_programs import select_chain
 from codegen.lower import Lowerer
 from codegen.signature import Signature
 
@@ -33,33 +34,19 @@ def test_a_value_shared_by_two_expressions_is_computed_once_in_c():
     np.testing.assert_allclose(c, np.exp(a) ** 2, rtol=1e-6)
 
 
-def _nested_selects(depth):
-    """``e = select(C[..] > 0, tanh(e) * 0.5, e * C[..])`` ``depth`` times: each select
-    in the branches of the next."""
-    X = te.placeholder((8,), "float64", "X")
-    C = te.placeholder((8,), "float64", "C")
-
-    def body(i):
-        e = X[i]
-        for d in range(depth):
-            e = te.select(C[(i + d) % 8] > 0.0, te.tanh(e) * 0.5, e * C[(i + d + 1) % 8])
-        return e
-    return te.compute((8,), body, name="Y"), X, C
-
-
 def test_a_chain_of_1000_nested_selects_lowers_to_c_linear_in_its_depth():
     # Lowerer.evaluated recursed once per nested select (RecursionError at ~1000) and
     # passes.contexts spelt out every guard set per node (quadratic: 26 s at 1000)
     from codegen.pipeline import source_text
     sizes = {}
     for depth in (500, 1000):
-        Y, X, C = _nested_selects(depth)
+        Y, X, C = select_chain(depth)
         sizes[depth] = len(source_text(Signature([Y], [X, C])))
     assert sizes[1000] <= 2.1 * sizes[500], sizes
 
 
 def test_a_chain_of_1000_nested_selects_agrees_with_numpy():
-    Y, X, C = _nested_selects(1000)
+    Y, X, C = select_chain(1000)
     rng = np.random.default_rng(4)
     x, c = rng.uniform(-1, 1, 8), rng.uniform(-1, 1, 8)
     want = np.array(x)

@@ -1179,6 +1179,13 @@ def programs(draw, dtype=None, max_defs: int = 3, max_depth: int = 3, symbolic: 
         inputs.append(xl)
         defs.append(g)
         ck.append(g)
+        if draw(st.booleans()):
+            # the early row's term a tensor of its own, after the second recurrence (as
+            # the hunt that found the checkpoint bug wrote it: the output reads it at
+            # each step; inline, hoist made the same tensor only some of the time)
+            rest = ck[-1].axes[1:]
+            defs.append(Def(f"T{len(defs)}", ck[-1].shape[1:], rest, (), early, None))
+            early = ("read", defs[-1].name, tuple(("ax", a) for a in rest), ())
     compared = bool(ck) and draw(st.booleans())
     if ck and (early is not None or compared or ck[-1] is defs[-1]
                or not _reads_tensor(defs[-1].body, ck[-1].name)):

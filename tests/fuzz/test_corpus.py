@@ -215,3 +215,20 @@ def test_an_extracted_range_from_zero_to_a_negative_expression_is_empty():
         te.select(i0 >= 1, S[i0 - (1)], 0.0))), name="T0", dtype="float64")
     check(T0, [X0], [np.array([0.4108850619643629, -0.6906398587083891, -1.3770794281914158,
                                -1.4504170934144127], dtype='float64')], second_order=True, seed=0)
+
+
+# NOT FIXED (fuzz seed 1405, 2026-11-28; also on d934dec, and without checkpoints=): the
+# gradient dT0_h2 reads T0[i0, |i0 + 1|] at i0 = 2 (column 3 of 3), where the reading row
+# i0 + 2 does not exist: the gather's guard is lost. A smaller program (T0 alone, its sum as
+# the loss) passes; T2's read of the early row T0[1, i1] is needed. Remove the xfail when fixed.
+@pytest.mark.xfail(raises=IndexError, strict=True, reason="open: a lost guard of a gather, see the comment")
+def test_lockstep_recurrences_with_an_abs_index_and_an_early_row_read():
+    X0 = te.placeholder((1,), dtype="float64", name="X0")
+    Xl = te.placeholder((4, 3), dtype="float64", name="Xl")
+    T0 = te.recurrence((4, 3), lambda S, i0, i1: te.tanh(X0[te.minimum(i0, 0)] + ((_d1_0 := te.minimum(te.select(i0 >= 1, S[i0 - (1), 0], 0.0), te.select(i0 >= 2, S[i0 - (2), te.abs(i0 + -1)], 0.0))), (_d1_1 := te.tanh(_d1_0)))[-1] + (te.const(0.5, 'float64')) * (te.select(i0 >= 1, S[i0 - (1), i1], 0.0))), name="T0", dtype="float64", checkpoints=2)
+    T1 = te.recurrence((4, 3), lambda S, i0, i1: te.tanh(te.select(i0 >= 1, T0[i0 - (1), i1], 0.0) + Xl[i0, i1] + (te.const(0.7, 'float64')) * (te.select(i0 >= 1, S[i0 - (1), i1], 0.0))), name="T1", dtype="float64", checkpoints=2)
+    T2 = te.compute((4, 3), lambda i0, i1: 0.5 * (T1[i0, i1]) + te.exp(te.tanh(T0[1, i1])), name="T2", dtype="float64")
+    check(T2, [X0, Xl], [
+        np.array([0.4108850619643629], dtype='float64'),
+        np.array([[-0.6906398587083891, -1.3770794281914158, -1.4504170934144127], [0.9398107176008175, 1.238266731833165, 0.3199073273015396], [0.6884896829519951, 0.1308749743962685, 1.3052172713633046], [0.9475606623645962, -1.4917844994895557, 1.0722128297627078]], dtype='float64')],
+          second_order=False, seed=0)

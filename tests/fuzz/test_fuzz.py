@@ -153,7 +153,7 @@ def test_batched_names_do_not_collide(progs):
 
 def test_the_generator_covers_the_language():
     """Over a fixed sample the generator emits every construct the fuzzer promises."""
-    seen = " ".join(to_source(p) for p in _sample(300))
+    seen = " ".join(to_source(p) for p in _sample(400))
     for construct in ["te.recurrence", "te.sum(", "te.max(", "te.min(", "where=", "te.select(",
                       "te.maximum(", "te.minimum(", " // ", " % ", 'te.var("n")', "I0[",
                       "S[i0 - (1)", "S[i0 - (2)", "S[i0 - (3)", "reduce_axis((1,",

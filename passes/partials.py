@@ -161,14 +161,7 @@ def _guarded_sum(parts: List[Tuple[Tuple[Expr, ...], Expr]]) -> Expr:
     total = None
     for v in [v for g, v in parts if not g]:
         total = v if total is None else binary("add", total, v)
-    # the guarded parts, grouped by their first condition (c and not c: one group)
-    groups: dict = {}
-    for g, v in parts:
-        if g:
-            c, taken = (g[0].a, False) if _is_not(g[0]) else (g[0], True)
-            pos, neg = groups.setdefault(id(c), (c, [], []))[1:]
-            (pos if taken else neg).append((g[1:], v))
-    for c, pos, neg in groups.values():
+    for c, _, pos, neg in _by_first_condition([(g, v) for g, v in parts if g]):
         dtype = (pos or neg)[0][1].dtype
         a = _guarded_sum(pos) if pos else api.const(0.0, dtype)
         b = _guarded_sum(neg) if neg else api.const(0.0, dtype)
@@ -194,15 +187,9 @@ def _reached(paths: List[Tuple[Expr, ...]]) -> Optional[Expr]:
     """
     if any(not p for p in paths):
         return None
-    groups: dict = {}  # id(condition) -> (condition, its not, rests under it, under its not)
-    for p in paths:
-        c, taken = (p[0].a, False) if _is_not(p[0]) else (p[0], True)
-        entry = groups.setdefault(id(c), [c, None, [], []])
-        if not taken:
-            entry[1] = p[0]
-        entry[2 if taken else 3].append(p[1:])
     out = None
-    for c, not_c, pos, neg in groups.values():
+    for c, not_c, pos, neg in _by_first_condition([(p, None) for p in paths]):
+        pos, neg = [r for r, _ in pos], [r for r, _ in neg]
         a = _reached(pos) if pos else api.const(False, "bool")
         b = _reached(neg) if neg else api.const(False, "bool")
         if a is None and b is None:
@@ -216,6 +203,21 @@ def _reached(paths: List[Tuple[Expr, ...]]) -> Optional[Expr]:
         for x in parts:
             out = x if out is None else binary("or", out, x)
     return out
+
+
+def _by_first_condition(items: list) -> list:
+    """``items`` (``(guards, payload)``, guards not empty) grouped by their first
+    condition, a condition and its ``not`` in one group (a select's two branches), in
+    order of appearance: ``[(c, the not of c met or None, [(rest, payload)] under c,
+    [(rest, payload)] under not c)]``."""
+    groups: dict = {}
+    for g, v in items:
+        c, taken = (g[0].a, False) if _is_not(g[0]) else (g[0], True)
+        entry = groups.setdefault(id(c), [c, None, [], []])
+        if not taken:
+            entry[1] = g[0]
+        entry[2 if taken else 3].append((g[1:], v))
+    return list(groups.values())
 
 
 def _is_not(c: Expr) -> bool:

@@ -611,6 +611,8 @@ class _Emitter:
         if s.team:
             simd = " simd" if s.simd and s.team.startswith("for") else ""
             words = s.team.split()
+            # (a schedule belongs to a worksharing for, not to a loop a single thread runs)
+            share = share if words[0] == "for" else ""
             self.line(ind, f"#pragma omp {words[0]}{simd}{red if simd else ''}{share}"
                            f"{''.join(' ' + w for w in words[1:])}")
             if s.simd and not simd:
